@@ -1,0 +1,52 @@
+# titans.h build: `make` builds the examples, `make check` builds and runs every test,
+# `make check-all` also runs the variants CI runs, `make bench` runs the benchmarks.
+CC      ?= cc
+CXX     ?= c++
+OPT     ?= -O3 -march=native
+OMP     ?= -fopenmp
+EXTRA   ?=
+BUILD   ?= build/default
+CFLAGS  := -std=c11 -Wall -Wextra -pedantic -I. $(OPT) $(OMP) $(EXTRA)
+LDLIBS  := -lm
+
+HEADER   := titans.h $(wildcard src/*.h)
+TESTS    := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/bench_*.c))
+EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))
+
+.PHONY: all check check-o2 check-noomp check-nosimd check-asan check-all bench clean
+
+all: $(EXAMPLES)
+
+%: examples/%.c $(HEADER)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+$(BUILD)/test_%: tests/test_%.c tests/harness.h $(HEADER)
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+$(BUILD)/bench_%: bench/bench_%.c $(HEADER)
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(BENCH_LIBS)
+
+check: $(TESTS)
+	@sh tests/compile_test.sh
+	@sh tests/run.sh $(BUILD)
+
+# The variants: -O2, no OpenMP, scalar kernels, and AddressSanitizer + UBSan.
+check-o2:
+	$(MAKE) check BUILD=build/o2 OPT="-O2 -march=native"
+check-noomp:
+	$(MAKE) check BUILD=build/noomp OMP=
+check-nosimd:
+	$(MAKE) check BUILD=build/nosimd EXTRA=-DTITANS_NO_SIMD
+check-asan:
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	$(MAKE) check BUILD=build/asan OMP= OPT="-O1 -g -march=native -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+check-all: check check-o2 check-noomp check-nosimd check-asan
+
+bench: $(BENCHES)
+	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+
+clean:
+	rm -rf build $(EXAMPLES)

@@ -1,0 +1,1 @@
+/* ---- attn (declarations): under construction ---- */

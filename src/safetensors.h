@@ -1,0 +1,1 @@
+/* ---- safetensors (declarations): under construction ---- */

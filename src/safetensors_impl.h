@@ -1,0 +1,1 @@
+/* ---- safetensors (implementation): under construction ---- */

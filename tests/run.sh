@@ -1,0 +1,23 @@
+#!/bin/sh
+# Runs every test binary in the build folder $1, then prints the totals as "N passed, N failed".
+# Exits non-zero when any check failed or any test binary crashed.
+build=${1:-build/default}
+total_pass=0; total_fail=0; crashed=""
+for t in "$build"/test_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  echo "== $name"
+  out=$("$t" 2>&1); rc=$?
+  printf '%s\n' "$out"
+  line=$(printf '%s\n' "$out" | grep -E '^[a-z_0-9]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+  if [ -z "$line" ] || [ $rc -ne 0 ] && [ "$(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')" = 0 ]; then
+    crashed="$crashed $name(rc=$rc)"; total_fail=$((total_fail + 1))
+  fi
+  if [ -n "$line" ]; then
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+  fi
+done
+[ -n "$crashed" ] && echo "crashed or exited non-zero without a failed check:$crashed"
+echo "total: $total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]
