@@ -11,7 +11,7 @@
 static int th_passed, th_failed;
 
 /* Record one check; prints "ok" or "FAIL" and the message. Returns ok. */
-static int th_check(int ok, const char *fmt, ...) {
+static inline int th_check(int ok, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   printf("  %s ", ok ? "ok  " : "FAIL");
@@ -25,12 +25,12 @@ static int th_check(int ok, const char *fmt, ...) {
 }
 
 /* A difference check: passes when diff <= tol and diff is not NaN. */
-static int th_close(const char *what, double diff, double tol) {
+static inline int th_close(const char *what, double diff, double tol) {
   return th_check(diff <= tol, "%s: max diff %.3g (tol %.3g)", what, diff, tol);
 }
 
 /* max_i |a_i - b_i|; NaN anywhere gives INFINITY. */
-static double th_max_abs_diff(const float *a, const float *b, size_t n) {
+static inline double th_max_abs_diff(const float *a, const float *b, size_t n) {
   double m = 0.0;
   for (size_t i = 0; i < n; i++) {
     double d = fabs((double)a[i] - (double)b[i]);
@@ -41,7 +41,7 @@ static double th_max_abs_diff(const float *a, const float *b, size_t n) {
 }
 
 /* max_i |a_i - b_i| / max(floor, |b_i|): relative where values are large, absolute near zero. */
-static double th_max_rel_diff(const float *a, const float *b, size_t n, double floor) {
+static inline double th_max_rel_diff(const float *a, const float *b, size_t n, double floor) {
   double m = 0.0;
   for (size_t i = 0; i < n; i++) {
     double scale = fabs((double)b[i]) > floor ? fabs((double)b[i]) : floor;
@@ -52,13 +52,13 @@ static double th_max_rel_diff(const float *a, const float *b, size_t n, double f
   return m;
 }
 
-static int th_all_finite(const float *a, size_t n) {
+static inline int th_all_finite(const float *a, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(a[i])) return 0;
   return 1;
 }
 
-static int th_summary(const char *name) {
+static inline int th_summary(const char *name) {
   printf("%s: %d passed, %d failed\n", name, th_passed, th_failed);
   return th_failed ? 1 : 0;
 }
