@@ -40,6 +40,8 @@
      4. Neural long-term memory layer (SPEC section 1)
      5. Attention
      6. Safetensors files
+     7. Models (MAC, MAG, MAL, LMM, attention baselines), training, sessions, sampling
+     8. Checkpoints and tokenizer
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
 */
@@ -86,6 +88,9 @@ typedef enum titans_status {
   TITANS_ERR_STATE = -6      /* the call does not fit the object's state */
 } titans_status;
 
+/* Size of the error-message buffer every object carries (char error[TITANS_ERR_MSG_SIZE]). */
+#define TITANS_ERR_MSG_SIZE 256
+
 /* A short fixed name for a status ("ok", "invalid argument", ...). */
 TITANSDEF const char *titans_status_string(int status);
 
@@ -117,6 +122,8 @@ TITANSDEF int titans_threads(void);
 #include "src/memory.h"
 #include "src/attn.h"
 #include "src/safetensors.h"
+#include "src/model.h"
+#include "src/checkpoint.h"
 
 #ifdef __cplusplus
 }
@@ -135,6 +142,7 @@ TITANSDEF int titans_threads(void);
 #include <stdarg.h>
 #include <float.h>
 #include <limits.h>
+#include <stdlib.h> /* qsort */
 #ifndef TITANS_NO_STDIO
 #include <stdio.h>
 #endif
@@ -255,7 +263,7 @@ TITANSDEF const char *titans_status_string(int status) {
 }
 
 /* Write a formatted message into an object's error buffer (size TITANS__ERRLEN) and return status. */
-#define TITANS__ERRLEN 256
+#define TITANS__ERRLEN TITANS_ERR_MSG_SIZE
 static inline int titans__error(char *buf, int status, const char *fmt, ...) {
   if (buf) {
 #ifndef TITANS_NO_STDIO
@@ -333,6 +341,8 @@ TITANSDEF float titans_rng_normal(titans_rng *rng) {
 #include "src/memory_impl.h"
 #include "src/attn_impl.h"
 #include "src/safetensors_impl.h"
+#include "src/model_impl.h"
+#include "src/checkpoint_impl.h"
 
 #endif /* TITANS_IMPLEMENTATION_DONE */
 #endif /* TITANS_IMPLEMENTATION */

@@ -1,0 +1,388 @@
+/* Tests of the models (SPEC sections 2, 3, 5 and properties 7.2 - 7.5), for every block kind:
+   gradients against central differences, causality, sessions fed token by token against the full
+   forward, overfitting a fixed batch, one AdamW step against a hand computation, non-finite steps
+   rejected with the weights unchanged, thread-count independence, session forks, sampling. */
+#define TITANS_IMPLEMENTATION
+#include "titans.h"
+#include "harness.h"
+
+static const int kinds[] = {TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA, TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL,
+                            TITANS_BLOCK_LMM};
+#define NKINDS (int)(sizeof kinds / sizeof kinds[0])
+
+/* A tiny configuration that exercises every option: 2 layers, persistent tokens, a window and
+   segments shorter than the sequence, a 2-layer memory with conv and chunks that do not divide T. */
+static titans_config tiny_config(int kind) {
+  titans_config c = titans_config_default(kind, 13, 8, 2);
+  c.attn_heads = 2;
+  c.ffn_hidden = 12;
+  c.window = 3;
+  c.segment = 4;
+  c.n_persist = kind == TITANS_BLOCK_LMM ? 0 : 2;
+  c.tied = kind != TITANS_BLOCK_SWA; /* one kind checks the untied head */
+  c.mem.heads = 2;
+  c.mem.head_dim = 4;
+  c.mem.depth = 2;
+  c.mem.hidden_mult = 2;
+  c.mem.chunk = 2;
+  c.mem.conv_width = 3;
+  c.mem.theta_max = 0.1f;
+  return c;
+}
+
+static void random_tokens(int *t, size_t n, int V, uint64_t seed) {
+  titans_rng r;
+  titans_rng_seed(&r, seed);
+  for (size_t i = 0; i < n; i++) t[i] = (int)(titans_rng_u64(&r) % (uint64_t)V);
+}
+
+/* Larger weights than the default init, so that every path carries a gradient well above float noise. */
+static void lively_weights(titans_model *m, uint64_t seed) {
+  titans_model_init_weights(m, seed);
+  titans_rng r;
+  titans_rng_seed(&r, seed + 1);
+  for (size_t p = 0; p < m->n_params; p++) {
+    titans_param *pp = &m->plist[p];
+    float *x = m->params + pp->offset;
+    if (pp->kind == TITANS_PARAM_MATRIX && strstr(pp->name, "w0.") == NULL && strstr(pp->name, "conv_") == NULL)
+      for (size_t j = 0; j < pp->size; j++) x[j] = 0.3f * titans_rng_normal(&r);
+    if (pp->kind == TITANS_PARAM_GAIN || pp->kind == TITANS_PARAM_TOKENS)
+      for (size_t j = 0; j < pp->size; j++) x[j] += 0.2f * titans_rng_normal(&r);
+  }
+}
+
+static double loss_at(titans_trainer *t, const int *tokens, size_t B, size_t T) {
+  float l = 0.0f;
+  titans_eval_loss(t, tokens, B, T, &l);
+  return l;
+}
+
+/* Per parameter tensor: the directional derivative along the gradient's own direction and along a
+   random unit direction, by central differences on the float model (a step h that moves the loss by about 2e-3, clamped to
+   [1e-3, 2e-2], and h / 2, combined
+   by Richardson extrapolation so the O(h^2) truncation error cancels), against the analytic gradient.
+   The float32 forward through the memory recurrence makes the loss rough at the 1e-6 level, so the
+   tolerance is 5e-3 of the tensor's gradient norm + 5e-5: a missing or wrong path costs far more
+   (the memory layer alone is checked to 1e-6 against double references in test_memory). */
+static void test_gradients(int kind) {
+  titans_config c = tiny_config(kind);
+  titans_model m;
+  titans_trainer t;
+  int rc = titans_model_init(&m, &c);
+  if (rc) { th_check(0, "model init (%s): %s", titans_block_name(kind), m.error); return; }
+  lively_weights(&m, 11 + (uint64_t)kind);
+  titans_trainer_init(&t, &m, NULL);
+  size_t B = 2, T = 10;
+  int tokens[2 * 11];
+  random_tokens(tokens, B * (T + 1), c.vocab, 5 + (uint64_t)kind);
+  float loss = 0;
+  rc = titans_forward_backward(&t, tokens, B, T, 1.0f, &loss);
+  titans_rng r;
+  titans_rng_seed(&r, 77);
+  double worst = 0;
+  const char *worst_name = "";
+  int bad = 0;
+  float *dir = titans_alloc_floats(m.n_floats);
+  for (size_t p = 0; p < m.n_params; p++) {
+    titans_param *pp = &m.plist[p];
+    double gn = 0;
+    for (size_t j = 0; j < pp->size; j++) gn += (double)t.grads[pp->offset + j] * t.grads[pp->offset + j];
+    gn = sqrt(gn);
+    for (int rep = 0; rep < 2; rep++) {
+      double nn = 0, an = 0, eps = gn > 0 ? fmin(2e-2, fmax(1e-3, 2e-3 / gn)) : 1e-2; /* loss moves by ~2e-3 */
+      /* first along the gradient itself (the strongest signal: the derivative is |g|), then at random */
+      for (size_t j = 0; j < pp->size; j++) {
+        dir[j] = rep == 0 && gn > 0 ? t.grads[pp->offset + j] : titans_rng_normal(&r);
+        nn += (double)dir[j] * dir[j];
+      }
+      nn = sqrt(nn);
+      for (size_t j = 0; j < pp->size; j++) { dir[j] /= (float)nn; an += (double)dir[j] * t.grads[pp->offset + j]; }
+      float *x = m.params + pp->offset;
+      float *keep = titans_alloc_floats(pp->size);
+      memcpy(keep, x, pp->size * sizeof(float));
+      double central[2];
+      for (int half = 0; half < 2; half++) {
+        double h = half ? eps / 2 : eps;
+        for (size_t j = 0; j < pp->size; j++) x[j] = keep[j] + (float)h * dir[j];
+        double lp = loss_at(&t, tokens, B, T);
+        for (size_t j = 0; j < pp->size; j++) x[j] = keep[j] - (float)h * dir[j];
+        double lm = loss_at(&t, tokens, B, T);
+        central[half] = (lp - lm) / (2 * h);
+      }
+      memcpy(x, keep, pp->size * sizeof(float));
+      titans_free(keep);
+      /* Richardson: the O(h^2) error of the two central differences cancels */
+      double fd = (4 * central[1] - central[0]) / 3, err = fabs(fd - an), tol = 5e-3 * gn + 5e-5;
+      if (!(err <= tol)) {
+        bad++;
+        printf("    %s: directional derivative %.6g, analytic %.6g (|g| %.3g)\n", pp->name, fd, an, gn);
+      }
+      if (err / (gn + 1e-12) > worst) { worst = err / (gn + 1e-12); worst_name = pp->name; }
+    }
+  }
+  titans_free(dir);
+  th_check(rc == 0 && bad == 0, "%s: every parameter's gradient matches central differences (%zu tensors; worst %s, "
+                                "error %.3g of its gradient norm; tol 5e-3)", titans_block_name(kind), m.n_params,
+           worst_name, worst);
+  titans_trainer_free(&t);
+  titans_model_free(&m);
+}
+
+static void test_causality_and_sessions(int kind) {
+  titans_config c = tiny_config(kind);
+  titans_model m;
+  titans_trainer t;
+  titans_model_init(&m, &c);
+  lively_weights(&m, 21 + (uint64_t)kind);
+  titans_trainer_init(&t, &m, NULL);
+  size_t T = 19, V = (size_t)c.vocab;
+  int tok[19], tok2[19];
+  random_tokens(tok, T, c.vocab, 3);
+  float *a = titans_alloc_floats(T * V), *b = titans_alloc_floats(T * V), *s = titans_alloc_floats(T * V);
+  int rc = titans_forward_logits(&t, tok, 1, T, a);
+  int causal = 1, moved = 1;
+  for (size_t j = 0; j < T; j += 3) {
+    memcpy(tok2, tok, sizeof tok);
+    tok2[j] = (tok[j] + 1) % c.vocab;
+    titans_forward_logits(&t, tok2, 1, T, b);
+    if (memcmp(a, b, j * V * sizeof(float)) != 0) causal = 0;
+    if (th_max_abs_diff(a + j * V, b + j * V, V) == 0.0) moved = 0;
+  }
+  th_check(rc == 0 && causal && moved, "%s: causality: changing token j changes no logit before j (bit for bit) and "
+                                       "changes position j", titans_block_name(kind));
+  /* a session fed one token at a time gives the logits of the full forward */
+  titans_session ss;
+  rc = titans_session_init(&ss, &m);
+  for (size_t i = 0; i < T && !rc; i++) rc = titans_session_feed(&ss, tok + i, 1, s + i * V);
+  double scale = 0;
+  for (size_t i = 0; i < T * V; i++) scale = fmax(scale, fabs(a[i]));
+  char what[200];
+  snprintf(what, sizeof what, "%s: session fed token by token == full forward logits (relative to max |logit| %.3g)",
+           titans_block_name(kind), scale);
+  th_close(what, rc ? INFINITY : th_max_abs_diff(s, a, T * V) / scale, 2e-5);
+  /* fork: a copy continues like the original; reset starts over */
+  titans_session fork;
+  titans_session_init(&fork, &m);
+  titans_session_reset(&ss);
+  titans_session_feed(&ss, tok, 7, NULL);
+  titans_session_copy(&fork, &ss);
+  titans_session_feed(&ss, tok + 7, T - 7, a);
+  titans_session_feed(&fork, tok + 7, T - 7, b);
+  int same_fork = memcmp(a, b, V * sizeof(float)) == 0;
+  titans_session_reset(&fork);
+  titans_session_feed(&fork, tok, T, b);
+  th_check(same_fork && memcmp(a, b, V * sizeof(float)) == 0,
+           "%s: a forked session continues bit-identically; a reset one starts over", titans_block_name(kind));
+  /* the state as named tensors: copy them into a fresh session, continue identically */
+  titans_session other;
+  titans_session_init(&other, &m);
+  titans_tensor_ref r1[64], r2[64];
+  titans_session_reset(&ss);
+  titans_session_feed(&ss, tok, 9, NULL);
+  size_t n1 = titans_session_state(&ss, r1, 64), n2 = titans_session_state(&other, r2, 64);
+  int ok = n1 == n2;
+  for (size_t i = 0; ok && i < n1; i++) {
+    ok = strcmp(r1[i].name, r2[i].name) == 0 && r1[i].count == r2[i].count;
+    if (ok) memcpy(r2[i].data, r1[i].data, r1[i].count * sizeof(float));
+  }
+  rc = ok ? titans_session_state_loaded(&other) : -1;
+  titans_session_feed(&ss, tok + 9, T - 9, a);
+  titans_session_feed(&other, tok + 9, T - 9, b);
+  th_check(rc == 0 && memcmp(a, b, V * sizeof(float)) == 0,
+           "%s: a session state saved as %zu named tensors and restored continues bit-identically (%s)",
+           titans_block_name(kind), n1, other.error);
+  titans_session_free(&other);
+  titans_session_free(&fork);
+  titans_session_free(&ss);
+  titans_free(a); titans_free(b); titans_free(s);
+  titans_trainer_free(&t);
+  titans_model_free(&m);
+}
+
+/* A tiny model of each kind overfits one fixed batch. */
+static void test_overfit(int kind) {
+  titans_config c = titans_config_default(kind, 16, 32, 2);
+  c.window = 8;
+  c.segment = 16;
+  c.mem.chunk = 8;
+  titans_model m;
+  titans_trainer t;
+  titans_model_init(&m, &c);
+  titans_model_init_weights(&m, 3);
+  titans_train_config tc = titans_train_config_default();
+  tc.lr = 1e-2f;
+  tc.min_lr = 1e-3f;
+  tc.warmup_steps = 10;
+  tc.total_steps = 150;
+  tc.weight_decay = 0.0f;
+  titans_trainer_init(&t, &m, &tc);
+  size_t B = 2, T = 32;
+  int tokens[2 * 33];
+  random_tokens(tokens, B * (T + 1), c.vocab, 9);
+  float first = 0, loss = 0;
+  int rc = 0;
+  for (int step = 0; step < 150 && !rc; step++) {
+    rc = titans_train_step(&t, tokens, 1, B, T, &loss);
+    if (step == 0) first = loss;
+  }
+  th_check(rc == 0 && loss < 0.2f, "%s: overfits a fixed batch of 64 random tokens: loss %.3f -> %.4f after 150 steps "
+                                   "(threshold 0.2)", titans_block_name(kind), first, loss);
+  titans_trainer_free(&t);
+  titans_model_free(&m);
+}
+
+/* One AdamW step of the trainer against the formula computed here in double (first step: bias
+   corrections make m_hat = g, v_hat = g^2), with gradient clipping active. */
+static void test_adamw_step(void) {
+  titans_config c = tiny_config(TITANS_BLOCK_MAG);
+  titans_model m;
+  titans_trainer t;
+  titans_model_init(&m, &c);
+  lively_weights(&m, 5);
+  titans_train_config tc = titans_train_config_default();
+  tc.clip = 0.5f;
+  tc.warmup_steps = 4;
+  titans_trainer_init(&t, &m, &tc);
+  int tokens[2 * 11];
+  random_tokens(tokens, 22, c.vocab, 1);
+  float loss;
+  titans_forward_backward(&t, tokens, 2, 10, 1.0f, &loss);
+  float *g = titans_alloc_floats(m.n_floats), *p0 = titans_alloc_floats(m.n_floats);
+  memcpy(g, t.grads, m.n_floats * sizeof(float));
+  memcpy(p0, m.params, m.n_floats * sizeof(float));
+  double norm = 0;
+  for (size_t i = 0; i < m.n_floats; i++) norm += (double)g[i] * g[i];
+  norm = sqrt(norm);
+  double clip = norm > tc.clip ? tc.clip / norm : 1.0, lr = tc.lr * 1.0 / tc.warmup_steps, worst = 0;
+  int rc = titans_train_step(&t, tokens, 1, 2, 10, &loss);
+  for (size_t p = 0; p < m.n_params; p++) {
+    titans_param *pp = &m.plist[p];
+    double wd = pp->kind == TITANS_PARAM_MATRIX ? tc.weight_decay : 0.0;
+    for (size_t j = pp->offset; j < pp->offset + pp->size; j++) {
+      double gj = g[j] * clip, mh = gj, vh = gj * gj;
+      double want = p0[j] - lr * (mh / (sqrt(vh) + tc.eps) + wd * p0[j]);
+      worst = fmax(worst, fabs(want - m.params[j]));
+    }
+  }
+  /* tolerance: a few float ulps of parameters of magnitude <= 1 */
+  th_close("one AdamW step (clipped, warm-up lr, decay on matrices only) vs the formula in double", rc ? INFINITY : worst, 3e-7);
+  /* a non-finite gradient is an error naming the step, and the weights stay as they were */
+  memcpy(p0, m.params, m.n_floats * sizeof(float));
+  m.w.layers[1].norm2[0] = NAN;
+  memcpy(g, m.params, m.n_floats * sizeof(float));
+  rc = titans_train_step(&t, tokens, 1, 2, 10, &loss);
+  th_check(rc == TITANS_ERR_NONFINITE && memcmp(g, m.params, m.n_floats * sizeof(float)) == 0 && t.step == 1,
+           "a step with a NaN is rejected (%s) and the weights are untouched", t.error);
+  int badtok[22];
+  memcpy(badtok, tokens, sizeof badtok);
+  badtok[3] = 99;
+  th_check(titans_train_step(&t, badtok, 1, 2, 10, &loss) == TITANS_ERR_ARG, "a token outside the vocabulary is an error: %s", t.error);
+  titans_free(g); titans_free(p0);
+  titans_trainer_free(&t);
+  titans_model_free(&m);
+}
+
+static void test_threads(void) {
+#ifdef _OPENMP
+  int saved = omp_get_max_threads(), same = 1;
+  for (int k = 0; k < NKINDS; k++) {
+    titans_config c = tiny_config(kinds[k]);
+    titans_model m;
+    titans_trainer t;
+    titans_model_init(&m, &c);
+    lively_weights(&m, 2);
+    titans_trainer_init(&t, &m, NULL);
+    int tokens[3 * 17];
+    random_tokens(tokens, 51, c.vocab, 8);
+    float *g1 = titans_alloc_floats(m.n_floats), l1, l2;
+    omp_set_num_threads(1);
+    titans_forward_backward(&t, tokens, 3, 16, 1.0f, &l1);
+    memcpy(g1, t.grads, m.n_floats * sizeof(float));
+    memset(t.grads, 0, m.n_floats * sizeof(float));
+    omp_set_num_threads(2);
+    titans_forward_backward(&t, tokens, 3, 16, 1.0f, &l2);
+    if (l1 != l2 || memcmp(g1, t.grads, m.n_floats * sizeof(float)) != 0) same = 0;
+    titans_free(g1);
+    titans_trainer_free(&t);
+    titans_model_free(&m);
+  }
+  omp_set_num_threads(saved);
+  th_check(same, "every kind: 1 and 2 threads give bit-identical loss and gradients");
+  /* sessions on threads over one shared model */
+  titans_config c = tiny_config(TITANS_BLOCK_MAC);
+  titans_model m;
+  titans_model_init(&m, &c);
+  lively_weights(&m, 4);
+  int tok[40];
+  random_tokens(tok, 40, c.vocab, 6);
+  float seq[4][13], par[4][13];
+  for (int i = 0; i < 4; i++) {
+    titans_session s;
+    titans_session_init(&s, &m);
+    titans_session_feed(&s, tok + i * 5, 20, seq[i]);
+    titans_session_free(&s);
+  }
+#pragma omp parallel for num_threads(2)
+  for (int i = 0; i < 4; i++) {
+    titans_session s;
+    titans_session_init(&s, &m);
+    titans_session_feed(&s, tok + i * 5, 20, par[i]);
+    titans_session_free(&s);
+  }
+  th_check(memcmp(seq, par, sizeof seq) == 0, "four sessions run on two threads over one shared model give the logits "
+                                             "of sequential runs");
+  titans_model_free(&m);
+#else
+  th_check(1, "threads: built without OpenMP, nothing to compare");
+#endif
+}
+
+static void test_sampling(void) {
+  float logits[5] = {0.1f, 2.0f, -1.0f, 1.5f, 0.0f};
+  titans_rng r;
+  titans_rng_seed(&r, 1);
+  int greedy = titans_sample(logits, 5, 0.0f, 0, 1.0f, &r), top1 = titans_sample(logits, 5, 1.0f, 1, 1.0f, &r);
+  int counts[5] = {0}, n = 20000, only_top = 1;
+  for (int i = 0; i < n; i++) counts[titans_sample(logits, 5, 1.0f, 0, 1.0f, &r)]++;
+  double z = 0, worst = 0;
+  for (int i = 0; i < 5; i++) z += exp(logits[i]);
+  for (int i = 0; i < 5; i++) worst = fmax(worst, fabs(counts[i] / (double)n - exp(logits[i]) / z));
+  for (int i = 0; i < 200; i++) {
+    int k = titans_sample(logits, 5, 1.0f, 2, 1.0f, &r);
+    if (k != 1 && k != 3) only_top = 0;
+  }
+  int p_small = titans_sample(logits, 5, 1.0f, 0, 0.1f, &r);
+  th_check(greedy == 1 && top1 == 1 && only_top && p_small == 1,
+           "sampling: greedy and top-k 1 give the argmax, top-k 2 keeps the two best, a small top-p keeps the best");
+  th_close("sampling at temperature 1 follows softmax (20000 draws, largest frequency error)", worst, 0.015);
+}
+
+static void test_config_errors(void) {
+  titans_config c = tiny_config(TITANS_BLOCK_MAC);
+  titans_model m;
+  c.segment = 5; /* not a multiple of the chunk 2 */
+  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "MAC segment not a multiple of the chunk is rejected: %s", m.error);
+  c = tiny_config(TITANS_BLOCK_ATTN);
+  c.attn_heads = 3;
+  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "heads that do not divide d are rejected: %s", m.error);
+  c = tiny_config(TITANS_BLOCK_LM2);
+  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "LM2 is refused as not implemented: %s", m.error);
+  c = tiny_config(TITANS_BLOCK_SWA);
+  c.d = 60000;
+  c.n_layers = 1000;
+  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "an absurd size is refused before allocating: %s", m.error);
+}
+
+int main(void) {
+  printf("models: gradients vs central differences, every block kind\n");
+  for (int k = 0; k < NKINDS; k++) test_gradients(kinds[k]);
+  printf("models: causality, sessions, forks, saved states\n");
+  for (int k = 0; k < NKINDS; k++) test_causality_and_sessions(kinds[k]);
+  printf("models: training\n");
+  for (int k = 0; k < NKINDS; k++) test_overfit(kinds[k]);
+  test_adamw_step();
+  test_threads();
+  test_sampling();
+  test_config_errors();
+  return th_summary("test_model");
+}
