@@ -137,6 +137,16 @@ TITANSDEF int titans_threads(void);
 #ifndef TITANS_IMPLEMENTATION_DONE
 #define TITANS_IMPLEMENTATION_DONE
 
+/* g++ 12 at -O2 warns "'__Y' is used uninitialized" inside its own AVX-512 intrinsics (they start from
+   _mm512_undefined_ps; GCC bug 105593, fixed in GCC 13). The warning is about the compiler's header,
+   not this code; silence it for the implementation only. */
+#if defined(__cplusplus) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define TITANS__GCC_DIAGNOSTIC_PUSHED
+#endif
+
 #include <math.h>
 #include <string.h>
 #include <stdarg.h>
@@ -344,6 +354,9 @@ TITANSDEF float titans_rng_normal(titans_rng *rng) {
 #include "src/model_impl.h"
 #include "src/checkpoint_impl.h"
 
+#ifdef TITANS__GCC_DIAGNOSTIC_PUSHED
+#pragma GCC diagnostic pop
+#endif
 #endif /* TITANS_IMPLEMENTATION_DONE */
 #endif /* TITANS_IMPLEMENTATION */
 
