@@ -416,7 +416,7 @@ static void test_golden(const char *path) {
     double *refx = to_double(gx->data, n);
     double ex = rel_to_max(dx, refx, n);
     free(refx);
-    snprintf(what, sizeof what, "golden case %d: parameter gradients vs PyTorch autograd (worst: %s, relative to its max)", c, worst_name);
+    snprintf(what, sizeof what, "golden case %d: parameter gradients vs PyTorch autograd (worst: %.80s, relative to its max)", c, worst_name);
     th_close(what, rc ? INFINITY : worst, 1e-4);
     snprintf(what, sizeof what, "golden case %d: input gradient vs PyTorch autograd", c);
     th_close(what, rc ? INFINITY : ex, 1e-4);
@@ -697,8 +697,8 @@ int main(void) {
   test_golden("tests/ref/memory_golden.bin");
 
   printf("memory layer: streaming, causality, threads, state\n");
-  test_streaming(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
-  test_streaming(make_cfg(8, 2, 4, 1, 2, 16, 3, 1, 0.5f));
+  test_streaming(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f));
+  test_streaming(make_cfg(8, 2, 4, 1, 2, 16, 3, 1, 0.25f));
   test_causality(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
   test_causality(make_cfg(8, 2, 4, 3, 2, 16, 0, 1, 0.5f));
   test_threads_and_state(make_cfg(16, 4, 4, 2, 2, 8, 4, 0, 0.25f));
