@@ -18,7 +18,12 @@ EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))
 
 all: $(EXAMPLES)
 
-%: examples/%.c $(HEADER)
+%: examples/%.c $(wildcard examples/*.h) $(HEADER)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# the example program, built per variant for the smoke test (tests/test_examples.sh)
+$(BUILD)/titans: examples/titans.c $(wildcard examples/*.h) $(HEADER)
+	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 $(BUILD)/test_%: tests/test_%.c tests/harness.h $(HEADER)
@@ -29,7 +34,7 @@ $(BUILD)/bench_%: bench/bench_%.c $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(BENCH_LIBS)
 
-check: $(TESTS)
+check: $(TESTS) $(BUILD)/titans
 	@sh tests/compile_test.sh
 	@sh tests/run.sh $(BUILD)
 

@@ -10,7 +10,10 @@ for t in "$build"/test_*; do
   out=$("$t" 2>&1); rc=$?
   printf '%s\n' "$out"
   line=$(printf '%s\n' "$out" | grep -E '^[a-z_0-9]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
-  if [ -z "$line" ] || [ $rc -ne 0 ] && [ "$(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')" = 0 ]; then
+  # no summary line, or a non-zero exit that no failed check explains: count the binary as a failure
+  if [ -z "$line" ]; then
+    crashed="$crashed $name(rc=$rc)"; total_fail=$((total_fail + 1))
+  elif [ $rc -ne 0 ] && [ "$(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')" = 0 ]; then
     crashed="$crashed $name(rc=$rc)"; total_fail=$((total_fail + 1))
   fi
   if [ -n "$line" ]; then
@@ -18,6 +21,16 @@ for t in "$build"/test_*; do
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
   fi
 done
+# the smoke test of the example program, when it was built
+if [ -x "$build/titans" ]; then
+  echo "== test_examples"
+  out=$(sh tests/test_examples.sh "$build/titans" 2>&1); rc=$?
+  printf '%s\n' "$out"
+  line=$(printf '%s\n' "$out" | tail -n 1)
+  p=$(echo "$line" | sed -nE 's/.*: ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed$/\1/p')
+  if [ -z "$p" ]; then crashed="$crashed test_examples(rc=$rc)"; total_fail=$((total_fail + 1))
+  else total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); fi
+fi
 [ -n "$crashed" ] && echo "crashed or exited non-zero without a failed check:$crashed"
 echo "total: $total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]
