@@ -14,7 +14,7 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/bench_*.c))
 EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))
 
-.PHONY: all check check-o2 check-noomp check-nosimd check-asan check-all bench clean
+.PHONY: all check check-o2 check-noomp check-nosimd check-asan check-all bench fuzz clean
 
 all: $(EXAMPLES)
 
@@ -49,6 +49,14 @@ check-asan:
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	$(MAKE) check BUILD=build/asan OMP= OPT="-O1 -g -march=native -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 check-all: check check-o2 check-noomp check-nosimd check-asan
+
+# libFuzzer on the safetensors loader (needs clang and Debian's libclang-rt-14-dev); FUZZ_SECONDS long
+FUZZ_SECONDS ?= 60
+fuzz:
+	@mkdir -p build/fuzz/corpus
+	clang -std=c11 -g -O1 -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -o build/fuzz/fuzz_safetensors tests/fuzz_safetensors.c -lm
+	build/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/corpus
 
 bench: $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
