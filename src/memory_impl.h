@@ -183,16 +183,10 @@ TITANSDEF void titans_mem_weights_init(const titans_mem_weights *w, const titans
 /* ---- scalar pieces ---------------------------------------------------------------------------- */
 
 static inline float titans__mem_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-/* SiLU'(z) = s (1 + z (1 - s)), s = sigmoid(z) */
-static inline float titans__silu_d1(float z) {
-  float s = titans__mem_sigmoid(z);
-  return s * (1.0f + z * (1.0f - s));
-}
+/* SiLU'(z) = s (1 + z (1 - s)), s = sigmoid(z) (the chunk kernels keep s beside z) */
+static inline float titans__silu_d1(float z, float s) { return s * (1.0f + z * (1.0f - s)); }
 /* SiLU''(z) = s (1 - s) (2 + z (1 - 2 s)) */
-static inline float titans__silu_d2(float z) {
-  float s = titans__mem_sigmoid(z);
-  return s * (1.0f - s) * (2.0f + z * (1.0f - 2.0f * s));
-}
+static inline float titans__silu_d2(float z, float s) { return s * (1.0f - s) * (2.0f + z * (1.0f - 2.0f * s)); }
 
 /* The chunk coefficients of SPEC 1.6 for n tokens with gates theta, eta, alpha [n]:
    A, B, E [n]; C, D [n, n] lower triangular (zero above the diagonal). Built by the recurrences
@@ -269,6 +263,8 @@ typedef struct titans__mem_work {
   float *vv;                                 /* [b, dh] values */
   float *ak[TITANS_MEM_MAX_DEPTH];           /* ak[i] [b, n_i]: key path input of layer i (ak[0] = keys) */
   float *zk[TITANS_MEM_MAX_DEPTH];           /* zk[i] [b, n_{i+1}]: key path pre-activations */
+  float *sk[TITANS_MEM_MAX_DEPTH];           /* sk[i] [b, n_{i+1}]: sigmoid(zk[i]) (i < L-1) */
+  float *sq[TITANS_MEM_MAX_DEPTH];           /* sq[i] [b, n_{i+1}]: sigmoid(zq[i]) (i < L-1) */
   float *gk[TITANS_MEM_MAX_DEPTH];           /* gk[i] [b, n_{i+1}]: delta[i+1] W_{i+1} (i < L-1) */
   float *delta[TITANS_MEM_MAX_DEPTH];        /* delta[i] [b, n_{i+1}]: d l / d zk[i] */
   float *aq[TITANS_MEM_MAX_DEPTH];           /* aq[i] [b, n_i]: query path input of layer i (aq[0] = queries) */
@@ -299,6 +295,7 @@ static size_t titans__mem_work_carve(titans__mem_work *wk, float *buf, const tit
   } while (0)
   titans__mem_work dummy;
   if (!wk) wk = &dummy;
+  memset(wk, 0, sizeof *wk); /* every field is set below when buf is given; this keeps compilers sure */
   TITANS__TAKE(wk->cA, b); TITANS__TAKE(wk->cB, b); TITANS__TAKE(wk->cE, b);
   TITANS__TAKE(wk->cC, b * b); TITANS__TAKE(wk->cD, b * b);
   TITANS__TAKE(wk->th, b); TITANS__TAKE(wk->et, b); TITANS__TAKE(wk->al, b);
@@ -306,6 +303,8 @@ static size_t titans__mem_work_carve(titans__mem_work *wk, float *buf, const tit
   for (size_t i = 0; i < m->L; i++) {
     TITANS__TAKE(wk->ak[i], b * m->n[i]);
     TITANS__TAKE(wk->zk[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->sk[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->sq[i], b * m->n[i + 1]);
     TITANS__TAKE(wk->gk[i], b * m->n[i + 1]);
     TITANS__TAKE(wk->delta[i], b * m->n[i + 1]);
     TITANS__TAKE(wk->aq[i], b * m->n[i]);
@@ -353,9 +352,10 @@ static void titans__scale_rows(float *out, const float *s, const float *in, size
     for (size_t j = 0; j < w; j++) out[t * w + j] = s[t] * in[t * w + j];
 }
 
-/* y = SiLU(x) over n floats (x, y may alias) */
-static void titans__silu_inplace(float *y, const float *x, size_t n) {
-  for (size_t j = 0; j < n; j++) y[j] = x[j] * titans__mem_sigmoid(x[j]);
+/* s = sigmoid(z) (vectorised) and y = SiLU(z) = z s over n floats; s is kept for the derivatives. */
+static void titans__silu_keep(float *y, float *s, const float *z, size_t n) {
+  titans_sigmoid_forward(s, z, n);
+  for (size_t j = 0; j < n; j++) y[j] = z[j] * s[j];
 }
 
 /* One piece of n <= b tokens of one head, from a running state (W, S) inside a chunk whose inner
@@ -384,7 +384,7 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
   for (size_t i = 0; i < L; i++) {
     titans_gemm(0, 1, n, m->n[i + 1], m->n[i], 1.0f, wk->ak[i], m->n[i], wgrad + m->wofs[i], m->n[i], 0.0f, wk->zk[i],
                 m->n[i + 1]);
-    if (i + 1 < L) titans__silu_inplace(wk->ak[i + 1], wk->zk[i], n * m->n[i + 1]);
+    if (i + 1 < L) titans__silu_keep(wk->ak[i + 1], wk->sk[i], wk->zk[i], n * m->n[i + 1]);
   }
   /* Errors of the inner loss: delta[L-1] = 2 (M(k) - v); delta[i] = (delta[i+1] W_{i+1}) o SiLU'(zk[i]). */
   for (size_t t = 0; t < n; t++)
@@ -396,7 +396,7 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
     size_t wi = m->n[i + 1];
     titans_gemm(0, 0, n, wi, m->n[i + 2], 1.0f, wk->delta[i + 1], m->n[i + 2], wgrad + m->wofs[i + 1], wi, 0.0f,
                 wk->gk[i], wi);
-    for (size_t j = 0; j < n * wi; j++) wk->delta[i][j] = wk->gk[i][j] * titans__silu_d1(wk->zk[i][j]);
+    for (size_t j = 0; j < n * wi; j++) wk->delta[i][j] = wk->gk[i][j] * titans__silu_d1(wk->zk[i][j], wk->sk[i][j]);
   }
 
   /* Query path through the per-token weights W_t = A_t W + B_t S - sum_i C_{t,i} u_i:
@@ -411,7 +411,7 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
       for (size_t j = 0; j < no; j++)
         wk->zq[i][t * no + j] = wk->cA[t] * wk->p1[i][t * no + j] + wk->cB[t] * wk->p2[i][t * no + j];
     titans_gemm(0, 0, n, no, n, -1.0f, wk->cm, n, wk->delta[i], no, 1.0f, wk->zq[i], no);
-    if (i + 1 < L) titans__silu_inplace(wk->aq[i + 1], wk->zq[i], n * no);
+    if (i + 1 < L) titans__silu_keep(wk->aq[i + 1], wk->sq[i], wk->zq[i], n * no);
   }
   if (y)
     for (size_t t = 0; t < n; t++)
@@ -528,7 +528,7 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
     titans_gemm(1, 0, n, ni, n, 1.0f, wk->dmx, n, wk->aq[i], ni, 1.0f, wk->dak[i], ni);
     if (i > 0) {
       /* aq[i] = SiLU(zq[i-1]) */
-      for (size_t j = 0; j < n * ni; j++) wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j]);
+      for (size_t j = 0; j < n * ni; j++) wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j], wk->sq[i - 1][j]);
     } else {
       for (size_t j = 0; j < n * dh; j++) wk->dq[j] += wk->daq[j];
     }
@@ -540,8 +540,9 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
     float *dg = wk->tmp;
     for (size_t j = 0; j < n * no; j++) {
       float z = wk->zk[i][j];
-      dg[j] = wk->ddelta[i][j] * titans__silu_d1(z);
-      wk->dzk[i][j] += wk->ddelta[i][j] * wk->gk[i][j] * titans__silu_d2(z);
+      float sg = wk->sk[i][j];
+      dg[j] = wk->ddelta[i][j] * titans__silu_d1(z, sg);
+      wk->dzk[i][j] += wk->ddelta[i][j] * wk->gk[i][j] * titans__silu_d2(z, sg);
     }
     titans_gemm(0, 1, n, nn, no, 1.0f, dg, no, w + o1, no, 1.0f, wk->ddelta[i + 1], nn);
     titans_gemm(1, 0, nn, no, n, 1.0f, wk->delta[i + 1], nn, dg, no, 1.0f, wk->dW + o1, no);
@@ -559,7 +560,7 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
     titans_gemm(1, 0, no, ni, n, 1.0f, wk->dzk[i], no, wk->ak[i], ni, 1.0f, wk->dW + o, ni);
     titans_gemm(0, 0, n, ni, no, 1.0f, wk->dzk[i], no, w + o, ni, 1.0f, wk->dak[i], ni);
     if (i > 0)
-      for (size_t j = 0; j < n * ni; j++) wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j]);
+      for (size_t j = 0; j < n * ni; j++) wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j], wk->sk[i - 1][j]);
   }
 
   /* Gates through the coefficients. */
@@ -937,7 +938,7 @@ static void titans__mem_read_block(const titans__mem_dims *m, int residual, floa
   for (size_t i = 0; i < m->L; i++) {
     titans_gemm(0, 1, n, m->n[i + 1], m->n[i], 1.0f, wk->aq[i], m->n[i], w + m->wofs[i], m->n[i], 0.0f, wk->zq[i],
                 m->n[i + 1]);
-    if (i + 1 < m->L) titans__silu_inplace(wk->aq[i + 1], wk->zq[i], n * m->n[i + 1]);
+    if (i + 1 < m->L) titans__silu_keep(wk->aq[i + 1], wk->sq[i], wk->zq[i], n * m->n[i + 1]);
   }
   for (size_t t = 0; t < n; t++)
     for (size_t j = 0; j < m->dh; j++)
@@ -1135,7 +1136,7 @@ static void titans__mem_read_backward_one(const titans__mem_dims *m, int residua
       titans_gemm(1, 0, no, ni, n, 1.0f, wk->dz, no, wk->aq[i], ni, 1.0f, dW + wo, ni);
       titans_gemm(0, 0, n, ni, no, 1.0f, wk->dz, no, w + wo, ni, 0.0f, wk->daq, ni);
       if (i > 0)
-        for (size_t j = 0; j < n * ni; j++) wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j]);
+        for (size_t j = 0; j < n * ni; j++) wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j], wk->sq[i - 1][j]);
       else
         titans__add_rows(gr->dvec[0] + o, ld, wk->daq, n, m->dh);
     }

@@ -1,0 +1,961 @@
+/* bench_memory: speed of one neural long-term memory layer (titans_mem_forward / titans_mem_backward).
+
+     make bench                          (builds build/default/bench_memory and runs every bench)
+     ./build/default/bench_memory        adaptive: T = 2048 unless that would break the time budget
+     ./build/default/bench_memory T R    fixed T tokens per row and R repetitions
+
+   Layer: d = 256, H = 4, d_h = 64, L_M = 2, e = 4 (|W| = 32768 floats per head), K_c = 4, batch 4.
+   Prints, for chunk sizes b = 16, 32, 64 on 1 and 2 threads, the forward (inference form) and the
+   forward + backward (training form): median time of R runs with the min and max, tokens/s, GFLOP/s
+   and the fraction of the FMA peak measured here with an FMA-chain loop (the best of 6 measurements
+   spread over the run, since on a shared machine the peak a core reaches varies). Then:
+   - the speed-up over the token-by-token recurrence (the same layer with b = 1), and a check that the
+     chunked form equals its own recurrence fed one token per call;
+   - where the time goes: the layer's parts (replays of titans_mem_forward / titans_mem_backward with
+     timers between their steps, checked bit for bit against the API), and one chunk of one head
+     taken apart: its matrix products replayed alone and its SiLU family.
+   The flop count is printed with its formula (matrix products only, see flops_note). The whole run
+   aims at under ~3 minutes: when one forward + backward is too slow for that at T = 2048 (a slow
+   GEMM), T is reduced and the reason printed; rates per token hardly depend on T, the cost being
+   linear in T. This file includes the implementation, so it calls the library's internal (static)
+   functions; if their signatures change, the replays here must follow. */
+#define TITANS_IMPLEMENTATION
+#include "titans.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define BENCH_D 256
+#define BENCH_HEADS 4
+#define BENCH_DH 64
+#define BENCH_DEPTH 2
+#define BENCH_MULT 4
+#define BENCH_BATCH 4
+#define BENCH_MAX_REPS 9
+#define BENCH_BUDGET_S 110.0 /* main table + parts; the rest of the run takes ~25 s more */
+
+static double now_s(void) {
+  struct timespec ts;
+  timespec_get(&ts, TIME_UTC);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void set_threads(int n) {
+#ifdef _OPENMP
+  omp_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "bench_memory: %s: %s\n", what, msg);
+  exit(1);
+}
+
+/* The 1-minute load average (Linux; -1 elsewhere): other processes on the cores skew every figure. */
+static double load_average(void) {
+  double v = -1.0;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &v) != 1) v = -1.0;
+    fclose(f);
+  }
+  return v;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* median, min and max of n timings (sorts t) */
+typedef struct stats {
+  double med, min, max;
+} stats;
+
+static stats stats_of(double *t, int n) {
+  stats s;
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  s.min = t[0];
+  s.max = t[n - 1];
+  s.med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+  return s;
+}
+
+/* ---- FMA peak ------------------------------------------------------------------------------ */
+
+/* Each thread runs BENCH_CHAINS independent FMA chains acc = acc * a + c in the library's vector
+   width (enough chains to cover the FMA latency times the number of FMA pipes of current cores).
+   The fixed point of the chain is c / (1 - a) = 1, so no value overflows or becomes denormal. */
+#define BENCH_CHAINS 16
+static float fma_chains(long iters) {
+  titans__vf acc[BENCH_CHAINS], va = titans__vset1(0.9999f), vc = titans__vset1(1e-4f);
+  for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vset1((float)j * 0.01f);
+  for (long i = 0; i < iters; i++)
+    for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vfma(acc[j], va, vc);
+  titans__vf s = acc[0];
+  for (int j = 1; j < BENCH_CHAINS; j++) s = titans__vadd(s, acc[j]);
+  return titans__vsum(s);
+}
+
+/* Best GFLOP/s of several timed blocks on nth threads (an FMA counts 2 flops). */
+static double fma_peak(int nth) {
+  const long iters = 2000000;
+  double best = 0.0;
+  volatile float sink = 0.0f;
+  for (int trial = 0; trial < 7; trial++) {
+    float got = 0.0f;
+    double t0 = now_s();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nth) reduction(+ : got)
+#endif
+    got += fma_chains(iters);
+    double t = now_s() - t0;
+    sink += got;
+    double flops = 2.0 * (double)iters * BENCH_CHAINS * TITANS__VW * nth;
+    if (flops / t > best) best = flops / t;
+  }
+  (void)sink;
+  return best * 1e-9;
+}
+
+/* ---- flop count ---------------------------------------------------------------------------- */
+
+/* The matrix products of the code, listed in the order it calls them, with their shapes: the
+   flop count and the replay timing both come from these lists. */
+typedef struct gemm_shape {
+  int ta, tb;
+  size_t m, n, k;
+} gemm_shape;
+
+#define BENCH_MAX_SHAPES 160
+typedef struct shape_list {
+  size_t count;
+  gemm_shape s[BENCH_MAX_SHAPES];
+} shape_list;
+
+static void push(shape_list *l, int ta, int tb, size_t m, size_t n, size_t k) {
+  if (l->count == BENCH_MAX_SHAPES) die("shape list", "too many products");
+  gemm_shape g;
+  g.ta = ta;
+  g.tb = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  l->s[l->count++] = g;
+}
+
+static double list_flops(const shape_list *l) {
+  double f = 0.0;
+  for (size_t i = 0; i < l->count; i++) f += 2.0 * (double)l->s[i].m * (double)l->s[i].n * (double)l->s[i].k;
+  return f;
+}
+
+/* titans__mem_piece_forward over one chunk of n tokens of one head: key path, error recursion,
+   query path, and (with_state) the chunk-end state. */
+static void piece_forward_shapes(shape_list *l, const titans__mem_dims *m, size_t n, int with_state) {
+  size_t L = m->L;
+  for (size_t i = 0; i < L; i++) push(l, 0, 1, n, m->n[i + 1], m->n[i]); /* zk = ak Wg^T */
+  for (size_t i = L - 1; i-- > 0;) push(l, 0, 0, n, m->n[i + 1], m->n[i + 2]); /* gk = delta W */
+  for (size_t i = 0; i < L; i++) {
+    size_t ni = m->n[i], no = m->n[i + 1];
+    push(l, 0, 1, n, no, ni); /* p1 = aq W^T */
+    push(l, 0, 1, n, no, ni); /* p2 = aq S^T */
+    push(l, 0, 1, n, n, ni);  /* mx = aq ak^T */
+    push(l, 0, 0, n, no, n);  /* (C o mx) delta */
+  }
+  if (with_state)
+    for (size_t i = 0; i < L; i++) {
+      push(l, 1, 0, m->n[i + 1], m->n[i], n); /* W' -= delta^T diag(c) ak */
+      push(l, 1, 0, m->n[i + 1], m->n[i], n); /* S' -= delta^T diag(d) ak */
+    }
+}
+
+/* titans__mem_piece_backward over one chunk: the recomputed forward, then every product. */
+static void piece_backward_shapes(shape_list *l, const titans__mem_dims *m, size_t n) {
+  size_t L = m->L;
+  piece_forward_shapes(l, m, n, 0);
+  for (size_t i = 0; i < L; i++) { /* end state */
+    size_t ni = m->n[i], no = m->n[i + 1];
+    push(l, 0, 0, n, ni, no); /* R1 = delta dW' */
+    push(l, 0, 0, n, ni, no); /* R2 = delta dS' */
+    push(l, 0, 1, n, no, ni); /* Q1 = ak dW'^T */
+    push(l, 0, 1, n, no, ni); /* Q2 = ak dS'^T */
+  }
+  for (size_t i = L; i-- > 0;) { /* query path */
+    size_t ni = m->n[i], no = m->n[i + 1];
+    push(l, 0, 1, n, n, no);  /* T1 = dZ delta^T */
+    push(l, 1, 0, n, no, n);  /* d delta -= (C o mx)^T dZ */
+    push(l, 0, 0, n, ni, no); /* daq = dP1 W */
+    push(l, 0, 0, n, ni, no); /* daq += dP2 S */
+    push(l, 0, 0, n, ni, n);  /* daq += dMx ak */
+    push(l, 1, 0, no, ni, n); /* dW += dP1^T aq */
+    push(l, 1, 0, no, ni, n); /* dS += dP2^T aq */
+    push(l, 1, 0, n, ni, n);  /* dak += dMx^T aq */
+  }
+  for (size_t i = 0; i + 1 < L; i++) { /* error recursion */
+    size_t no = m->n[i + 1], nn = m->n[i + 2];
+    push(l, 0, 1, n, nn, no); /* d delta_{i+1} += dG W^T */
+    push(l, 1, 0, nn, no, n); /* dW_{i+1} += delta^T dG */
+  }
+  for (size_t i = L; i-- > 0;) { /* key path */
+    size_t ni = m->n[i], no = m->n[i + 1];
+    push(l, 1, 0, no, ni, n); /* dW += dZk^T ak */
+    push(l, 0, 0, n, ni, no); /* dak += dZk W */
+  }
+}
+
+/* Projections, gates and output of bt tokens (titans__mem_inputs_forward, titans__mem_output_forward). */
+static void io_forward_shapes(shape_list *l, const titans__mem_dims *m, size_t bt) {
+  for (int s = 0; s < 3; s++) push(l, 0, 1, bt, m->dm, m->d); /* wq, wk, wv */
+  for (int g = 0; g < 3; g++) push(l, 0, 1, bt, m->H, m->d);  /* gates */
+  push(l, 0, 1, bt, m->dm, m->d);                               /* wg */
+  push(l, 0, 1, bt, m->d, m->dm);                               /* wo */
+}
+
+static void io_backward_shapes(shape_list *l, const titans__mem_dims *m, size_t bt) {
+  push(l, 1, 0, m->d, m->dm, bt); /* d wo */
+  push(l, 0, 0, bt, m->dm, m->d); /* d gated */
+  push(l, 1, 0, m->dm, m->d, bt); /* d wg */
+  push(l, 0, 0, bt, m->d, m->dm); /* dx from wg */
+  for (int s = 0; s < 3; s++) {
+    push(l, 1, 0, m->dm, m->d, bt); /* d wq, d wk, d wv */
+    push(l, 0, 0, bt, m->d, m->dm); /* dx */
+  }
+  for (int g = 0; g < 3; g++) {
+    push(l, 1, 0, m->H, m->d, bt); /* d gate weights */
+    push(l, 0, 0, bt, m->d, m->H); /* dx */
+  }
+}
+
+typedef struct flop_count {
+  double piece_fwd, piece_bwd; /* one chunk of b tokens, one head */
+  double tok_fwd, tok_bwd;     /* whole layer, per token */
+} flop_count;
+
+static flop_count count_flops(const titans__mem_dims *m) {
+  flop_count f;
+  shape_list l;
+  l.count = 0;
+  piece_forward_shapes(&l, m, m->b, 1);
+  f.piece_fwd = list_flops(&l);
+  l.count = 0;
+  piece_backward_shapes(&l, m, m->b);
+  f.piece_bwd = list_flops(&l);
+  l.count = 0;
+  io_forward_shapes(&l, m, 1);
+  f.tok_fwd = (double)m->H * f.piece_fwd / (double)m->b + list_flops(&l);
+  l.count = 0;
+  io_backward_shapes(&l, m, 1);
+  f.tok_bwd = (double)m->H * f.piece_bwd / (double)m->b + list_flops(&l);
+  return f;
+}
+
+/* Prints the closed formula and checks it against the lists (they must agree exactly). */
+static void flops_note(const titans__mem_dims *m) {
+  double W = 0, W1 = 0, S = 0;
+  for (size_t i = 0; i < m->L; i++) {
+    W += (double)(m->n[i] * m->n[i + 1]);
+    if (i > 0) W1 += (double)(m->n[i] * m->n[i + 1]);
+    S += (double)(m->n[i] + m->n[i + 1]);
+  }
+  double b = (double)m->b, d = (double)m->d, dm = (double)m->dm, H = (double)m->H;
+  double fwd = 10 * b * W + 2 * b * W1 + 2 * b * b * S, bwd = 26 * b * W + 6 * b * W1 + 6 * b * b * S;
+  double io_f = 10 * d * dm + 6 * d * H, io_b = 20 * d * dm + 12 * d * H;
+  flop_count f = count_flops(m);
+  printf("flops: matrix products only, as the code runs them (the b x b products in full, although C is\n"
+         "lower triangular; elementwise work, exp and copies not counted). Per chunk of b tokens and head, with\n"
+         "|W| = sum_i n_i n_(i+1) = %.0f, |W'| = the same over layers i >= 1 = %.0f, S = sum_i (n_i + n_(i+1)) = %.0f:\n",
+         W, W1, S);
+  printf("  forward : 10 b|W| + 2 b|W'| + 2 b^2 S = key path 2b|W| + error recursion 2b|W'|\n"
+         "            + query path (2 weight products, b x b scores, (C o M) Delta) 4b|W| + 2b^2 S\n"
+         "            + chunk-end state 4b|W|\n");
+  printf("  backward: 26 b|W| + 6 b|W'| + 6 b^2 S = recomputed forward (no state) 6b|W| + 2b|W'| + 2b^2 S\n"
+         "            + end state 8b|W| + query path 8b|W| + 4b^2 S + error recursion 4b|W'| + key path 4b|W|\n");
+  printf("  layer per token: H x (the above) / b + the 5 products wq, wk, wv, wg, wo and the 3 gates: forward\n"
+         "            5 x 2 d d_m + 3 x 2 d H, backward 10 x 2 d d_m + 6 x 2 d H (d = %.0f, d_m = %.0f, H = %.0f)\n",
+         d, dm, H);
+  double tf = H * fwd / b + io_f, tb = H * bwd / b + io_b;
+  if (fabs(tf - f.tok_fwd) > 0.5 || fabs(tb - f.tok_bwd) > 0.5)
+    printf("  WARNING: formula (%.0f, %.0f) and product list (%.0f, %.0f) disagree\n", tf, tb, f.tok_fwd, f.tok_bwd);
+}
+
+/* ---- one layer ----------------------------------------------------------------------------- */
+
+typedef struct layer {
+  titans_mem_config cfg;
+  titans_mem_weights w, g;
+  float *params, *grads;
+  titans_mem_state st;
+  titans_mem_ctx ctx;
+  size_t B, T;
+  float *x, *out, *dout, *dx; /* [B, T, d] */
+} layer;
+
+static titans_mem_config bench_config(int chunk) {
+  titans_mem_config c = titans_mem_config_default(BENCH_D);
+  c.heads = BENCH_HEADS;
+  c.head_dim = BENCH_DH;
+  c.depth = BENCH_DEPTH;
+  c.hidden_mult = BENCH_MULT;
+  c.chunk = chunk;
+  return c;
+}
+
+/* The same weights and inputs for every b (the parameter layout does not depend on b). */
+static void layer_init(layer *ly, int chunk, size_t B, size_t T) {
+  memset(ly, 0, sizeof *ly);
+  ly->cfg = bench_config(chunk);
+  ly->B = B;
+  ly->T = T;
+  size_t np = titans_mem_param_count(&ly->cfg), nx = B * T * BENCH_D;
+  ly->params = titans_alloc_floats(np);
+  ly->grads = titans_alloc_floats(np);
+  ly->x = titans_alloc_floats(nx);
+  ly->out = titans_alloc_floats(nx);
+  ly->dout = titans_alloc_floats(nx);
+  ly->dx = titans_alloc_floats(nx);
+  if (!ly->params || !ly->grads || !ly->x || !ly->out || !ly->dout || !ly->dx) die("layer", "out of memory");
+  titans_mem_weights_bind(&ly->w, &ly->cfg, ly->params);
+  titans_mem_weights_bind(&ly->g, &ly->cfg, ly->grads);
+  titans_rng rng;
+  titans_rng_seed(&rng, 1234);
+  titans_mem_weights_init(&ly->w, &ly->cfg, &rng, 1);
+  titans_rng_seed(&rng, 99);
+  for (size_t i = 0; i < nx; i++) ly->x[i] = titans_rng_normal(&rng);
+  for (size_t i = 0; i < nx; i++) ly->dout[i] = 0.01f * titans_rng_normal(&rng);
+  if (titans_mem_state_init(&ly->st, &ly->cfg, B) != TITANS_OK) die("state", ly->st.error);
+  titans_mem_ctx_init(&ly->ctx);
+}
+
+static void layer_free(layer *ly) {
+  titans_mem_state_free(&ly->st);
+  titans_mem_ctx_free(&ly->ctx);
+  titans_free(ly->params);
+  titans_free(ly->grads);
+  titans_free(ly->x);
+  titans_free(ly->out);
+  titans_free(ly->dout);
+  titans_free(ly->dx);
+}
+
+/* Inference forward over the whole sequence from the initial state. */
+static double run_forward(layer *ly) {
+  titans_mem_state_reset(&ly->st, &ly->w);
+  double t0 = now_s();
+  if (titans_mem_forward(&ly->cfg, &ly->w, &ly->st, ly->out, ly->x, ly->T, NULL) != TITANS_OK) die("forward", ly->st.error);
+  return now_s() - t0;
+}
+
+/* Training forward + backward (gradients accumulate; they are zeroed outside the timing). */
+static double run_fwdbwd(layer *ly) {
+  titans_mem_state_reset(&ly->st, &ly->w);
+  memset(ly->grads, 0, titans_mem_param_count(&ly->cfg) * sizeof(float));
+  memset(ly->dx, 0, ly->B * ly->T * BENCH_D * sizeof(float));
+  double t0 = now_s();
+  if (titans_mem_forward(&ly->cfg, &ly->w, &ly->st, ly->out, ly->x, ly->T, &ly->ctx) != TITANS_OK)
+    die("forward", ly->st.error);
+  if (titans_mem_backward(&ly->cfg, &ly->w, &ly->g, ly->dx, ly->dout, ly->x, &ly->ctx, 1) != TITANS_OK)
+    die("backward", ly->ctx.error);
+  return now_s() - t0;
+}
+
+/* one warm-up, then reps timed runs */
+static stats time_runs(layer *ly, int fwdbwd, int reps) {
+  double t[BENCH_MAX_REPS];
+  if (fwdbwd) run_fwdbwd(ly);
+  else run_forward(ly);
+  for (int r = 0; r < reps; r++) t[r] = fwdbwd ? run_fwdbwd(ly) : run_forward(ly);
+  return stats_of(t, reps);
+}
+
+/* ---- where the time goes ------------------------------------------------------------------- */
+
+/* The parts of a training forward and its backward: [0] inputs (projections, convs, SiLU, L2Norm,
+   gates), [1] recurrence, [2] output path; [3] output backward (with the allocation of the backward's
+   work space), [4] recurrence backward, [5] inputs backward. These two functions replay
+   titans_mem_forward and titans_mem_backward step by step with timers in between (main() checks the
+   replay gives the API's results bit for bit; if the implementation changes, update them). */
+#define BENCH_PARTS 6
+static void parts_forward(layer *ly, double *t) {
+  const titans_mem_config *cfg = &ly->cfg;
+  titans_mem_state *st = &ly->st;
+  titans_mem_ctx *ctx = &ly->ctx;
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  titans__mem_bufs bf;
+  float *work;
+  size_t work_floats, B = st->batch, T = ly->T, hs = m.head_size;
+  titans_mem_state_reset(st, &ly->w);
+  if (titans__mem_prepare(&m, st, ctx, T, &bf, &work, &work_floats, 0) ||
+      titans__mem_ctx_reserve(ctx, &m, B, T, &bf, st->error))
+    die("parts forward", st->error);
+  ctx->start_position = st->position;
+  ctx->retrieval = 0;
+  size_t K1 = m.K > 0 ? m.K - 1 : 0, tsz = B * K1 * m.dm;
+  float *tails[3] = {st->tail_q, st->tail_k, st->tail_v};
+  float *saved[3] = {ctx->tails, ctx->tails + tsz, ctx->tails + 2 * tsz};
+  double t0 = now_s();
+  titans__mem_inputs_forward(&m, cfg, &ly->w, &bf, tails, saved, ly->x, B, T, 3);
+  double t1 = now_s();
+  long long tasks = (long long)(B * m.H);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
+#endif
+  for (long long task = 0; task < tasks; task++) {
+    size_t r = (size_t)task / m.H, h = (size_t)task % m.H, at = (size_t)task * hs;
+    titans__mem_work wk;
+    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 0);
+    float *states = ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs;
+    titans__mem_recur_one(&m, cfg->residual, &bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
+                          st->position, r, h, T, &wk);
+  }
+  double t2 = now_s();
+  st->position += (long long)T;
+  titans__mem_output_forward(&m, &ly->w, &bf, ly->out, ly->x, B * T);
+  double t3 = now_s();
+  t[0] = t1 - t0;
+  t[1] = t2 - t1;
+  t[2] = t3 - t2;
+}
+
+static void parts_backward(layer *ly, double *t) {
+  const titans_mem_config *cfg = &ly->cfg;
+  const titans_mem_weights *w = &ly->w, *grad = &ly->g;
+  titans_mem_ctx *ctx = &ly->ctx;
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  size_t B = ctx->batch, T = ctx->T, bt = B * T, hs = m.head_size;
+  int nth = titans_threads();
+  memset(ly->grads, 0, titans_mem_param_count(cfg) * sizeof(float));
+  memset(ly->dx, 0, bt * BENCH_D * sizeof(float));
+  titans__mem_bufs bf;
+  titans__mem_bufs_carve(&bf, ctx->proj, &m, bt);
+  titans__mem_grads gr;
+  size_t ngrad = titans__mem_grads_carve(&gr, NULL, &m, bt);
+  size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 1);
+  double t0 = now_s();
+  float *slab = titans_alloc_floats(ngrad + work_floats * (size_t)nth);
+  if (!slab) die("parts backward", "out of memory");
+  titans__mem_grads_carve(&gr, slab, &m, bt);
+  float *work = slab + ngrad;
+  titans__mem_output_backward(&m, w, grad, &bf, &gr, ly->dx, ly->dout, ly->x, bt);
+  double t1 = now_s();
+  long long tasks = (long long)(B * m.H);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
+#endif
+  for (long long task = 0; task < tasks; task++) {
+    size_t r = (size_t)task / m.H, h = (size_t)task % m.H;
+    titans__mem_work wk;
+    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 1);
+    const float *dfinal = ctx->dstate_final + (size_t)task * 2 * hs;
+    float *dinit = ctx->dstate_init + (size_t)task * 2 * hs;
+    titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs,
+                                   dfinal, dinit, ctx->nchunks, r, h, T, &wk);
+  }
+  double t2 = now_s();
+  for (size_t h = 0; h < m.H; h++)
+    for (size_t r = 0; r < B; r++) {
+      const float *dw = ctx->dstate_init + (r * m.H + h) * 2 * hs;
+      for (size_t i = 0; i < m.L; i++) {
+        size_t sz = m.n[i + 1] * m.n[i];
+        titans__axpy(grad->w0[i] + h * sz, 1.0f, dw + m.wofs[i], sz);
+      }
+    }
+  size_t K1 = m.K > 0 ? m.K - 1 : 0;
+  memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
+  titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails, ctx->dtails_final, ctx->dtails_init, ly->dx,
+                              ly->x, B, T, 3);
+  titans_free(slab);
+  double t3 = now_s();
+  t[3] = t1 - t0;
+  t[4] = t2 - t1;
+  t[5] = t3 - t2;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+  double mx = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (!(d <= mx)) mx = d; /* NaN wins */
+  }
+  return mx;
+}
+
+static double max_abs(const float *a, size_t n) {
+  double mx = 0.0;
+  for (size_t i = 0; i < n; i++)
+    if (fabs((double)a[i]) > mx) mx = fabs((double)a[i]);
+  return mx;
+}
+
+/* Checks the replay against the API (bit for bit), then times the parts: medians of reps runs. */
+static void time_parts(layer *ly, int reps, double *med, int *replay_ok) {
+  size_t nx = ly->B * ly->T * BENCH_D, np = titans_mem_param_count(&ly->cfg);
+  float *out_api = titans_alloc_floats(nx), *dx_api = titans_alloc_floats(nx), *g_api = titans_alloc_floats(np);
+  if (!out_api || !dx_api || !g_api) die("parts", "out of memory");
+  run_fwdbwd(ly);
+  memcpy(out_api, ly->out, nx * sizeof(float));
+  memcpy(dx_api, ly->dx, nx * sizeof(float));
+  memcpy(g_api, ly->grads, np * sizeof(float));
+  double t[BENCH_MAX_REPS][BENCH_PARTS], col[BENCH_MAX_REPS];
+  for (int r = 0; r < reps; r++) {
+    parts_forward(ly, t[r]);
+    parts_backward(ly, t[r]);
+  }
+  *replay_ok = max_abs_diff(out_api, ly->out, nx) == 0.0 && max_abs_diff(dx_api, ly->dx, nx) == 0.0 &&
+               max_abs_diff(g_api, ly->grads, np) == 0.0;
+  for (int p = 0; p < BENCH_PARTS; p++) {
+    for (int r = 0; r < reps; r++) col[r] = t[r][p];
+    med[p] = stats_of(col, reps).med;
+  }
+  titans_free(out_api);
+  titans_free(dx_api);
+  titans_free(g_api);
+}
+
+/* The products of one chunk of one head (forward with the state update, or backward) replayed
+   alone on one thread: seconds per chunk-head (best of 7 windows). Buffers hold small random values. */
+static double replay_chunk_gemms(const titans__mem_dims *m, int backward, double min_seconds) {
+  shape_list l;
+  l.count = 0;
+  if (backward) piece_backward_shapes(&l, m, m->b);
+  else piece_forward_shapes(&l, m, m->b, 1);
+  size_t na = 0, nb = 0, nc = 0;
+  for (size_t i = 0; i < l.count; i++) {
+    const gemm_shape *g = &l.s[i];
+    if (g->m * g->k > na) na = g->m * g->k;
+    if (g->k * g->n > nb) nb = g->k * g->n;
+    if (g->m * g->n > nc) nc = g->m * g->n;
+  }
+  float *a = titans_alloc_floats(na), *bm = titans_alloc_floats(nb), *c = titans_alloc_floats(nc);
+  if (!a || !bm || !c) die("replay", "out of memory");
+  titans_rng rng;
+  titans_rng_seed(&rng, 5);
+  for (size_t i = 0; i < na; i++) a[i] = 0.1f * titans_rng_normal(&rng);
+  for (size_t i = 0; i < nb; i++) bm[i] = 0.1f * titans_rng_normal(&rng);
+  /* the best of 7 windows: other processes on the machine only ever slow a window down */
+  double best = INFINITY;
+  for (int win = 0; win < 7; win++) {
+    long rounds = 0;
+    double t0 = now_s(), t = 0.0;
+    do {
+      for (size_t i = 0; i < l.count; i++) {
+        const gemm_shape *g = &l.s[i];
+        size_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+        /* literal flags, as at the library's call sites (a compiler may specialise an inlined GEMM on them) */
+        if (g->ta) {
+          if (g->tb) titans_gemm(1, 1, g->m, g->n, g->k, 1.0f, a, lda, bm, ldb, 0.0f, c, g->n);
+          else titans_gemm(1, 0, g->m, g->n, g->k, 1.0f, a, lda, bm, ldb, 0.0f, c, g->n);
+        } else {
+          if (g->tb) titans_gemm(0, 1, g->m, g->n, g->k, 1.0f, a, lda, bm, ldb, 0.0f, c, g->n);
+          else titans_gemm(0, 0, g->m, g->n, g->k, 1.0f, a, lda, bm, ldb, 0.0f, c, g->n);
+        }
+      }
+      rounds++;
+      t = now_s() - t0;
+    } while (t < min_seconds / 7);
+    if (t / (double)rounds < best) best = t / (double)rounds;
+  }
+  titans_free(a);
+  titans_free(bm);
+  titans_free(c);
+  return best;
+}
+
+/* One chunk of one head on 1 thread, its parts timed in turns so that they see the same machine:
+   the chunk's forward (titans__mem_piece_forward with the state update) and backward
+   (titans__mem_piece_backward, which recomputes the forward), the same matrix products replayed alone,
+   and the scalar SiLU helpers. Each is the best of 7 turns. Inputs: unit-norm q, k, random v, gates
+   theta 0.01, eta 0.9, alpha 0.02, weights as titans_mem_weights_init draws w0. */
+typedef struct anatomy {
+  double fwd, bwd;         /* seconds per chunk and head */
+  double gemm_fwd, gemm_bwd;
+  double silu[3];          /* seconds per silu, SiLU', SiLU'' */
+} anatomy;
+
+static double time_window(int what, const titans__mem_dims *m, titans__mem_work *wk, float *const *bufs,
+                          const float *z, float *y, size_t nz) {
+  const size_t b = m->b, dh = m->dh;
+  float *q = bufs[0], *k = bufs[1], *v = bufs[2], *g = bufs[3], *w = bufs[4], *s = bufs[5], *wo = bufs[6], *so = bufs[7];
+  float *out = bufs[8], *dq = bufs[9], *dk = bufs[10], *dv = bufs[11], *dg = bufs[12];
+  long rounds = 0;
+  double t0 = now_s(), t;
+  do {
+    switch (what) {
+      case 0:
+        titans__mem_piece_forward(m, 0, out, q, k, v, dh, g, g + b, g + 2 * b, 1, w, w, s, wo, so, b, wk);
+        break;
+      case 1:
+        titans__mem_piece_backward(m, 0, dq, dk, dv, dg, dg + b, dg + 2 * b, out, q, k, v, dh, g, g + b, g + 2 * b, 1, w,
+                                   s, b, wk);
+        break;
+      case 2: titans__silu_keep(y, wk->tmp2, z, nz); break; /* SiLU, keeping sigmoid(z) */
+      case 3:
+        for (size_t i = 0; i < nz; i++) y[i] = titans__silu_d1(z[i], wk->tmp2[i]);
+        break;
+      default:
+        for (size_t i = 0; i < nz; i++) y[i] = titans__silu_d2(z[i], wk->tmp2[i]);
+        break;
+    }
+    rounds++;
+    t = now_s() - t0;
+  } while (t < 0.02);
+  return t / (double)rounds;
+}
+
+static anatomy chunk_anatomy(int chunk) {
+  titans_mem_config c = bench_config(chunk);
+  titans__mem_dims m = titans__mem_get_dims(&c);
+  size_t b = m.b, dh = m.dh, hs = m.head_size, nz = b * m.nmax;
+  size_t sizes[13] = {b * dh, b * dh, b * dh, 3 * b, hs, hs, hs, hs, b * dh, b * dh, b * dh, b * dh, 3 * b};
+  float *bufs[13], *z = titans_alloc_floats(nz), *y = titans_alloc_floats(nz);
+  size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 1);
+  float *work = titans_alloc_floats(work_floats);
+  if (!z || !y || !work) die("anatomy", "out of memory");
+  for (int i = 0; i < 13; i++)
+    if (!(bufs[i] = titans_alloc_floats(sizes[i]))) die("anatomy", "out of memory");
+  titans_rng rng;
+  titans_rng_seed(&rng, 11);
+  for (int i = 0; i < 3; i++) {
+    for (size_t j = 0; j < b * dh; j++) bufs[i][j] = titans_rng_normal(&rng) / sqrtf((float)dh);
+  }
+  for (size_t t = 0; t < b; t++) {
+    bufs[3][t] = 0.01f;
+    bufs[3][b + t] = 0.9f;
+    bufs[3][2 * b + t] = 0.02f;
+  }
+  for (size_t i = 0; i < m.L; i++)
+    for (size_t j = 0; j < m.n[i] * m.n[i + 1]; j++) {
+      bufs[4][m.wofs[i] + j] = titans_rng_normal(&rng) / sqrtf((float)m.n[i]);
+      bufs[5][m.wofs[i] + j] = 0.01f * titans_rng_normal(&rng);
+    }
+  for (size_t j = 0; j < nz; j++) z[j] = titans_rng_normal(&rng);
+  titans__mem_work wk;
+  titans__mem_work_carve(&wk, work, &m, 1);
+  for (size_t j = 0; j < hs; j++) {
+    wk.dWend[j] = 0.01f * titans_rng_normal(&rng);
+    wk.dSend[j] = 0.01f * titans_rng_normal(&rng);
+  }
+  anatomy a;
+  double best[5] = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+  for (int turn = 0; turn < 7; turn++) {
+    for (int what = 0; what < 5; what++) {
+      double t = time_window(what, &m, &wk, bufs, z, y, nz) / (what >= 2 ? (double)nz : 1.0);
+      if (t < best[what]) best[what] = t;
+    }
+    double g0 = replay_chunk_gemms(&m, 0, 0.02 * 7), g1 = replay_chunk_gemms(&m, 1, 0.02 * 7);
+    if (turn == 0 || g0 < a.gemm_fwd) a.gemm_fwd = g0;
+    if (turn == 0 || g1 < a.gemm_bwd) a.gemm_bwd = g1;
+  }
+  a.fwd = best[0];
+  a.bwd = best[1];
+  for (int f = 0; f < 3; f++) a.silu[f] = best[2 + f];
+  for (int i = 0; i < 13; i++) titans_free(bufs[i]);
+  titans_free(z);
+  titans_free(y);
+  titans_free(work);
+  return a;
+}
+
+/* Everything main() measures, printed at the end against the best FMA peak seen during the run (on a
+   shared machine the peak a core reaches varies with what runs beside it). */
+typedef struct results {
+  stats run[3][2][2];          /* [b][threads][fwd, fwd+bwd] */
+  double tok_flops[3][2];      /* [b][fwd, fwd+bwd] flops per token */
+  stats b1[2];                 /* b = 1 forward, [threads] */
+  double b1_flops;             /* flops per token at b = 1 */
+  double stream_rate, stream_diff, stream_scale;
+  double part_med[4][BENCH_PARTS], part_flops[4][BENCH_PARTS];
+  int part_ok[4], part_b[4], part_thr[4], nparts;
+  anatomy anat[3];             /* one chunk of one head, [b] */
+  double chunk_flops[3][2];
+  double peak[2];              /* best GFLOP/s of the FMA loop, [threads] */
+} results;
+
+static void peak_update(results *R, int nthreads) {
+  static const int thr[2] = {1, 2};
+  for (int ti = 0; ti < nthreads; ti++) {
+    double p = fma_peak(thr[ti]);
+    if (p > R->peak[ti]) R->peak[ti] = p;
+  }
+}
+
+int main(int argc, char **argv) {
+  static const int chunks[3] = {16, 32, 64};
+  static const int threads[2] = {1, 2};
+  int nthreads = 2;
+#ifndef _OPENMP
+  nthreads = 1; /* built without OpenMP: one thread only */
+#endif
+  size_t T = 2048, B = BENCH_BATCH, T1 = 256;
+  int reps = 5, fixed = 0;
+  static results R;
+  memset(&R, 0, sizeof R);
+  if (argc > 1) {
+    long v = strtol(argv[1], NULL, 10);
+    if (v < 64 || v % 64 != 0 || v > 65536) die("usage", "bench_memory [T (a multiple of 64)] [repetitions 3..9]");
+    T = (size_t)v;
+    fixed = 1;
+  }
+  if (argc > 2) {
+    long v = strtol(argv[2], NULL, 10);
+    if (v < 3 || v > BENCH_MAX_REPS) die("usage", "bench_memory [T (a multiple of 64)] [repetitions 3..9]");
+    reps = (int)v;
+  }
+  double start = now_s();
+  titans_mem_config c64 = bench_config(64);
+  titans__mem_dims m64 = titans__mem_get_dims(&c64);
+  printf("bench_memory: one memory layer, d = %d, H = %d, d_h = %d, L_M = %d, e = %d, K_c = %d, batch %zu\n", BENCH_D,
+         BENCH_HEADS, BENCH_DH, BENCH_DEPTH, BENCH_MULT, c64.conv_width, B);
+  printf("vector width %d floats (%s), OpenMP %s\n", TITANS__VW,
+         TITANS__VW == 16 ? "AVX-512" : TITANS__VW == 8 ? "AVX2" : TITANS__VW == 4 ? "NEON" : "scalar",
+#ifdef _OPENMP
+         "on"
+#else
+         "off"
+#endif
+  );
+  double load0 = load_average();
+  if (load0 >= 0) {
+    printf("load average at the start %.2f", load0);
+    if (load0 > 0.5) {
+      printf(": other processes are running,\nthe figures below are lower and noisier than on an idle machine");
+#ifdef _OPENMP
+      printf("\n(with fewer free cores than threads, OpenMP's spin-waiting makes every parallel region slow: try\n"
+             "OMP_WAIT_POLICY=passive)");
+#endif
+    }
+    printf("\n");
+  }
+  printf("\n");
+  flops_note(&m64);
+  peak_update(&R, nthreads);
+
+  /* choose T: one forward + backward at b = 64 on 1 thread, T = 64, gives the cost per token */
+  if (!fixed) {
+    set_threads(1);
+    layer probe;
+    layer_init(&probe, 64, B, 64);
+    run_fwdbwd(&probe);
+    double per_tok = run_fwdbwd(&probe) / (double)(B * 64);
+    layer_free(&probe);
+    /* runs in units of one fwd+bwd at 1 thread: per b, (1 + reps) x (fwd ~0.3 + fwd+bwd 1) x (1 thread
+       + 2 threads ~0.6), and 4 part timings of (1 + 3) runs */
+    double units5 = 3 * (1 + 5) * 1.3 * (1 + 0.6 * (nthreads - 1)) + 4 * 4 * 1.3;
+    double units3 = 3 * (1 + 3) * 1.3 * (1 + 0.6 * (nthreads - 1)) + 4 * 4 * 1.3;
+    double full = per_tok * (double)(B * 2048);
+    if (full * units5 <= BENCH_BUDGET_S) {
+      T = 2048;
+    } else if (full * units3 <= BENCH_BUDGET_S) {
+      T = 2048;
+      reps = 3;
+    } else {
+      reps = 3;
+      T = 2048;
+      while (T > 64 && per_tok * (double)(B * T) * units3 > BENCH_BUDGET_S) T /= 2;
+      printf("\nNOTE: one forward + backward at b = 64 takes %.2f ms per token on 1 thread, so T = 2048 would take\n"
+             "about %.0f s here; T reduced to %zu to keep the run short (rates per token hardly depend on T).\n",
+             1e3 * per_tok, full * units3, T);
+    }
+  }
+
+  /* 1. the main table */
+  for (int ci = 0; ci < 3; ci++) {
+    layer ly;
+    layer_init(&ly, chunks[ci], B, T);
+    titans__mem_dims m = titans__mem_get_dims(&ly.cfg);
+    flop_count f = count_flops(&m);
+    R.tok_flops[ci][0] = f.tok_fwd;
+    R.tok_flops[ci][1] = f.tok_fwd + f.tok_bwd;
+    R.chunk_flops[ci][0] = f.piece_fwd;
+    R.chunk_flops[ci][1] = f.piece_bwd;
+    for (int ti = 0; ti < nthreads; ti++) {
+      set_threads(threads[ti]);
+      for (int pass = 0; pass < 2; pass++) R.run[ci][ti][pass] = time_runs(&ly, pass, reps);
+    }
+    layer_free(&ly);
+    peak_update(&R, nthreads);
+  }
+
+  /* 2. the token-by-token recurrence: the same layer with b = 1, forward only, on T1 tokens */
+  {
+    titans_mem_config c1 = bench_config(1);
+    titans__mem_dims m1 = titans__mem_get_dims(&c1);
+    R.b1_flops = count_flops(&m1).tok_fwd;
+  }
+  if (!fixed) { /* probe: T = 16 */
+    set_threads(1);
+    layer probe;
+    layer_init(&probe, 1, B, 16);
+    run_forward(&probe);
+    double per_tok = run_forward(&probe) / (double)(B * 16);
+    layer_free(&probe);
+    while (T1 > 16 && per_tok * (double)(B * T1) * 4 * (1 + 0.6 * (nthreads - 1)) > 20.0) T1 /= 2;
+  }
+  if (T1 > T) T1 = T;
+  {
+    layer ly1;
+    layer_init(&ly1, 1, B, T1);
+    for (int ti = 0; ti < nthreads; ti++) {
+      set_threads(threads[ti]);
+      R.b1[ti] = time_runs(&ly1, 0, 3);
+    }
+    layer_free(&ly1);
+  }
+  /* b = 1 is another function than b = 64 (a chunk takes its inner gradients at its start), so the
+     check of the chunked form is against the b = 64 recurrence fed one token per call (streaming) */
+  {
+    layer lyc;
+    layer_init(&lyc, 64, B, T1);
+    set_threads(1);
+    run_forward(&lyc);
+    size_t nx = B * T1 * BENCH_D;
+    float *xt = titans_alloc_floats(B * BENCH_D), *ot = titans_alloc_floats(B * BENCH_D), *os = titans_alloc_floats(nx);
+    if (!xt || !ot || !os) die("streaming", "out of memory");
+    titans_mem_state_reset(&lyc.st, &lyc.w);
+    double t0 = now_s();
+    for (size_t t = 0; t < T1; t++) {
+      for (size_t r = 0; r < B; r++) memcpy(xt + r * BENCH_D, lyc.x + (r * T1 + t) * BENCH_D, BENCH_D * sizeof(float));
+      if (titans_mem_forward(&lyc.cfg, &lyc.w, &lyc.st, ot, xt, 1, NULL) != TITANS_OK) die("streaming", lyc.st.error);
+      for (size_t r = 0; r < B; r++) memcpy(os + (r * T1 + t) * BENCH_D, ot + r * BENCH_D, BENCH_D * sizeof(float));
+    }
+    R.stream_rate = (double)(B * T1) / (now_s() - t0);
+    R.stream_diff = max_abs_diff(lyc.out, os, nx);
+    R.stream_scale = max_abs(os, nx);
+    titans_free(xt);
+    titans_free(ot);
+    titans_free(os);
+    layer_free(&lyc);
+  }
+  peak_update(&R, nthreads);
+
+  /* 3. where the time goes: the parts (all b on 1 thread, b = 64 on 2 threads) */
+  for (int ci = 0; ci < 3; ci++)
+    for (int ti = 0; ti < nthreads; ti++) {
+      if (ti > 0 && chunks[ci] != 64) continue;
+      int k = R.nparts++;
+      layer ly;
+      layer_init(&ly, chunks[ci], B, T);
+      titans__mem_dims m = titans__mem_get_dims(&ly.cfg);
+      set_threads(threads[ti]);
+      time_parts(&ly, 3, R.part_med[k], &R.part_ok[k]);
+      R.part_b[k] = chunks[ci];
+      R.part_thr[k] = threads[ti];
+      double bt = (double)(B * T), chunkheads = bt / (double)m.b * (double)m.H;
+      double d = (double)m.d, dm = (double)m.dm, H = (double)m.H;
+      double *fl = R.part_flops[k];
+      fl[0] = bt * (3 * 2 * d * dm + 3 * 2 * d * H); /* wq, wk, wv, gates */
+      fl[1] = R.chunk_flops[ci][0] * chunkheads;
+      fl[2] = bt * 2 * 2 * d * dm;                   /* wg, wo */
+      fl[3] = bt * 4 * 2 * d * dm;                   /* wo, wg: weight and input gradients */
+      fl[4] = R.chunk_flops[ci][1] * chunkheads;
+      fl[5] = bt * (6 * 2 * d * dm + 6 * 2 * d * H); /* wq, wk, wv, gates */
+      layer_free(&ly);
+    }
+
+  /* 4. one chunk of one head on 1 thread: its matrix products and its SiLU family */
+  set_threads(1);
+  for (int ci = 0; ci < 3; ci++) R.anat[ci] = chunk_anatomy(chunks[ci]);
+  peak_update(&R, nthreads);
+
+  /* ---- report ---- */
+  printf("\nFMA peak, the best of the FMA-chain loop (%d independent chains per thread) measured 6 times during\n"
+         "the run: 1 thread %.1f GFLOP/s", BENCH_CHAINS, R.peak[0]);
+  if (nthreads > 1) {
+    printf(", 2 threads %.1f GFLOP/s", R.peak[1]);
+    /* two cores: a 2-thread figure below twice the 1-thread one only says the cores were shared at the
+       time; the fractions of peak use the larger (the conservative choice) */
+    if (R.peak[1] < 2.0 * R.peak[0]) {
+      R.peak[1] = 2.0 * R.peak[0];
+      printf(";\n2-thread figures below are fractions of twice the 1-thread peak, %.1f GFLOP/s", R.peak[1]);
+    }
+  }
+  printf("\n\nT = %zu tokens per row, batch %zu (%zu tokens per run); median of %d runs after one warm-up, [min, max];\n"
+         "%% peak of the median run and of the best run\n", T, B, B * T, reps);
+  printf("%4s %4s %-8s %9s %21s %10s %8s %7s %7s\n", "b", "thr", "pass", "median s", "[min, max] s", "tokens/s",
+         "GFLOP/s", "% peak", "best");
+  for (int ci = 0; ci < 3; ci++)
+    for (int ti = 0; ti < nthreads; ti++)
+      for (int pass = 0; pass < 2; pass++) {
+        stats s = R.run[ci][ti][pass];
+        double tok = (double)(B * T), gf = tok * R.tok_flops[ci][pass] / s.med * 1e-9;
+        double gbest = tok * R.tok_flops[ci][pass] / s.min * 1e-9;
+        printf("%4d %4d %-8s %9.3f   [%7.3f, %7.3f] %10.0f %8.2f %6.1f%% %6.1f%%\n", chunks[ci], threads[ti],
+               pass ? "fwd+bwd" : "fwd", s.med, s.min, s.max, tok / s.med, gf, 100.0 * gf / R.peak[ti],
+               100.0 * gbest / R.peak[ti]);
+      }
+
+  printf("\nspeed-up over the token-by-token recurrence (the same layer with b = 1: one token per chunk, the exact\n"
+         "online recurrence), forward only, T = %zu per row, batch %zu, median of 3 runs; ratio = chunked forward\n"
+         "tokens/s (table above) / b = 1 tokens/s\n",
+         T1, B);
+  for (int ti = 0; ti < nthreads; ti++) {
+    stats s = R.b1[ti];
+    double rate = (double)(B * T1) / s.med, gf = rate * R.b1_flops * 1e-9;
+    printf("  %d thread%s: b = 1 %.3f s [%.3f, %.3f], %.0f tokens/s, %.2f GFLOP/s (%.1f%% peak); speed-up b = 16 %.1fx, "
+           "b = 32 %.1fx, b = 64 %.1fx\n",
+           threads[ti], threads[ti] > 1 ? "s" : "", s.med, s.min, s.max, rate, gf, 100.0 * gf / R.peak[ti],
+           (double)(B * T) / R.run[0][ti][0].med / rate, (double)(B * T) / R.run[1][ti][0].med / rate,
+           (double)(B * T) / R.run[2][ti][0].med / rate);
+  }
+  printf("  b = 64 fed one token per call (streaming inference, 1 thread): %.0f tokens/s; its outputs against one\n"
+         "  call over the sequence: max |diff| %.3g, relative to max |out| %.3g: %.2g %s\n",
+         R.stream_rate, R.stream_diff, R.stream_scale, R.stream_diff / R.stream_scale,
+         R.stream_diff <= 1e-4 * R.stream_scale ? "(ok)" : "(LARGER THAN 1e-4)");
+
+  printf("\nwhere the time goes: one forward + backward replayed part by part (median of 3 runs); under each time\n"
+         "its share of the total and the GFLOP/s of that part's matrix products\n");
+  printf("%4s %4s %14s %14s %14s | %14s %14s %14s | %s\n", "b", "thr", "inputs", "recur", "output", "out bwd",
+         "recur bwd", "in bwd", "replay");
+  for (int k = 0; k < R.nparts; k++) {
+    double total = 0;
+    for (int p = 0; p < BENCH_PARTS; p++) total += R.part_med[k][p];
+    printf("%4d %4d", R.part_b[k], R.part_thr[k]);
+    for (int p = 0; p < BENCH_PARTS; p++) printf(" %s%13.3fs", p == 3 ? "| " : "", R.part_med[k][p]);
+    printf(" | %s\n%9s", R.part_ok[k] ? "= API" : "DIFFERS from the API (update parts_forward/backward)", "");
+    for (int p = 0; p < BENCH_PARTS; p++)
+      printf(" %s%6.1f%% %5.1fGF", p == 3 ? "| " : "", 100.0 * R.part_med[k][p] / total,
+             R.part_flops[k][p] / R.part_med[k][p] * 1e-9);
+    printf("\n");
+  }
+
+  /* the SiLU family inside a chunk, as titans__mem_piece_forward / _backward call it per hidden layer of
+     width n: forward silu(zk), SiLU'(zk), silu(zq); backward the same three again (recomputed forward),
+     SiLU'(zq), SiLU'(zk) and SiLU''(zk) (error recursion), SiLU'(zk) (key path) */
+  printf("\none chunk of one head on 1 thread, its parts timed in turns (best of 7): the whole chunk (piece forward\n"
+         "with the state update; piece backward, which recomputes the forward), its matrix products replayed alone\n"
+         "(titans_gemm at the chunk's shapes), and its SiLU family: one scalar expf per element, evaluated\n"
+         "3 b n_hid times forward and 7 b n_hid times backward for 2 b n_hid distinct arguments; the rest is\n"
+         "copies, scalings and coefficients\n");
+  printf("%4s %-8s %9s %9s %6s %9s %6s %9s %6s %9s %9s %7s\n", "b", "pass", "chunk us", "gemm us", "share", "silu us",
+         "share", "rest us", "share", "chunk GF", "gemm GF", "% peak");
+  for (int ci = 0; ci < 3; ci++) {
+    titans_mem_config c = bench_config(chunks[ci]);
+    titans__mem_dims m = titans__mem_get_dims(&c);
+    const anatomy *a = &R.anat[ci];
+    double hidden = 0;
+    for (size_t i = 0; i + 1 < m.L; i++) hidden += (double)(m.b * m.n[i + 1]);
+    for (int pass = 0; pass < 2; pass++) {
+      double whole = pass ? a->bwd : a->fwd, g = pass ? a->gemm_bwd : a->gemm_fwd;
+      double sl = pass ? hidden * (2 * a->silu[0] + 4 * a->silu[1] + a->silu[2])
+                       : hidden * (2 * a->silu[0] + a->silu[1]);
+      double rest = whole - g - sl, fl = R.chunk_flops[ci][pass];
+      printf("%4d %-8s %9.1f %9.1f %5.0f%% %9.1f %5.0f%% %9.1f %5.0f%% %9.1f %9.1f %6.1f%%\n", chunks[ci],
+             pass ? "backward" : "forward", whole * 1e6, g * 1e6, 100 * g / whole, sl * 1e6, 100 * sl / whole, rest * 1e6,
+             100 * rest / whole, fl / whole * 1e-9, fl / g * 1e-9, 100 * fl / g * 1e-9 / R.peak[0]);
+    }
+  }
+  printf("(per element: %.1f ns silu, %.1f ns SiLU', %.1f ns SiLU''; %% peak is the GEMM's at the chunk's shapes)\n",
+         R.anat[2].silu[0] * 1e9, R.anat[2].silu[1] * 1e9, R.anat[2].silu[2] * 1e9);
+  double load1 = load_average();
+  if (load1 >= 0) printf("\nload average at the end %.2f\n", load1);
+  printf("bench_memory: done in %.0f s\n", now_s() - start);
+  return 0;
+}
