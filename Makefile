@@ -9,7 +9,7 @@ BUILD   ?= build/default
 CFLAGS  := -std=c11 -Wall -Wextra -pedantic -I. $(OPT) $(OMP) $(EXTRA)
 LDLIBS  := -lm
 
-HEADER   := titans.h $(wildcard src/*.h)
+HEADER   := titans.h
 TESTS    := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/bench_*.c))
 EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))

@@ -117,13 +117,899 @@ TITANSDEF void titans_free(void *p);
 /* Number of threads the library's parallel loops use (1 without OpenMP). */
 TITANSDEF int titans_threads(void);
 
-#include "src/gemm.h"
-#include "src/ops.h"
-#include "src/memory.h"
-#include "src/attn.h"
-#include "src/safetensors.h"
-#include "src/model.h"
-#include "src/checkpoint.h"
+/* ---- 2. GEMM (declarations) ------------------------------------------------------------------- */
+
+/* Row-major C[m x n] = alpha * op(A) * op(B) + beta * C.
+   op(A) is m x k: A is stored [m, lda] (lda >= k) when trans_a == 0, [k, lda] (lda >= m) when 1.
+   op(B) is k x n: B is stored [k, ldb] (ldb >= n) when trans_b == 0, [n, ldb] (ldb >= k) when 1.
+   When beta == 0, C is not read (NaN in C does not propagate). When k == 0 or alpha == 0, C = beta * C
+   and A, B are not read (as BLAS). Columns of A, B, C past the widths (the padding up to lda, ldb, ldc)
+   are never read or written. Never allocates: scratch lives on the stack (at most about 330 KiB per
+   thread); threads over output tiles with OpenMP when the product is large (m*n*k >= 2^20 per thread)
+   and the caller is not already inside a parallel region (where cores are shared with other busy
+   processes, OMP_WAIT_POLICY=passive keeps OpenMP's spin-waiting from stalling a threaded call until
+   the OS runs the other thread). Each C element is summed over k in a fixed order that depends on the
+   shape only, whatever the thread count: results are bit-identical for any number of threads. */
+TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
+                           size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc);
+
+/* The plain scalar reference of titans_gemm (same contract, no SIMD, no threads); tests and
+   benchmarks compare the fast path against it. */
+TITANSDEF void titans_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
+                               size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc);
+/* ---- 3. Kernels (declarations) ---------------------------------------------------------------- */
+
+/* Activations, norms, the causal depthwise conv, embedding, cross-entropy and AdamW.
+   - Forward kernels write their outputs; backward kernels ACCUMULATE (+=) into the gradients they
+     are given (zero them yourself), except titans_cross_entropy, which writes dlogits.
+   - They never allocate. Only titans_embedding_forward reports bad input (an int status);
+     titans_cross_entropy returns NaN for a target >= V.
+   - Large calls run on OpenMP threads (elementwise kernels over blocks, row kernels over rows), unless
+     the caller is already inside a parallel region; every output element is computed by one thread in
+     a fixed order, so results are bit-identical run to run and do not depend on the thread count.
+   - The activations use the library's own vectorised exp (a few ulp from the correctly rounded
+     result, +-Inf and NaN handled), so results match libm within float tolerance, not bit for bit. */
+
+/* Elementwise over n floats; out may alias inp. sigma(x) = 1/(1+exp(-x)), SiLU(x) = x sigma(x). */
+TITANSDEF void titans_silu_forward(float *out, const float *inp, size_t n);                       /* [n] */
+/* dinp += dout * SiLU'(inp), from the forward's input. */
+TITANSDEF void titans_silu_backward(float *dinp, const float *dout, const float *inp, size_t n);   /* [n] */
+TITANSDEF void titans_sigmoid_forward(float *out, const float *inp, size_t n);                    /* [n] */
+/* dinp += dout * out (1 - out), from the forward's output. */
+TITANSDEF void titans_sigmoid_backward(float *dinp, const float *dout, const float *out, size_t n); /* [n] */
+TITANSDEF void titans_tanh_forward(float *out, const float *inp, size_t n);                       /* [n] */
+/* dinp += dout * (1 - out^2), from the forward's output. */
+TITANSDEF void titans_tanh_backward(float *dinp, const float *dout, const float *out, size_t n);    /* [n] */
+
+/* Row softmax with the row maximum subtracted; out, inp [rows, cols]; out may alias inp.
+   A row that is all -Inf (nothing to attend to) gives zeros; a NaN in a row makes the row NaN. */
+TITANSDEF void titans_softmax_forward(float *out, const float *inp, size_t rows, size_t cols);
+/* dinp += out * (dout - sum(dout * out)) per row; all [rows, cols]. */
+TITANSDEF void titans_softmax_backward(float *dinp, const float *dout, const float *out, size_t rows, size_t cols);
+
+/* RMSNorm per row (SPEC 0): out = inp * rstd * gain, rstd = 1 / sqrt(mean(inp^2) + 1e-6).
+   out, inp [rows, cols]; gain [cols]; rstd [rows] is saved for the backward. out may alias inp. */
+TITANSDEF void titans_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *gain, size_t rows,
+                                      size_t cols);
+/* dinp [rows, cols] += ..., dgain [cols] += ... (dgain may be NULL: gain frozen); dout, inp [rows, cols];
+   gain [cols]; rstd [rows] from the forward. */
+TITANSDEF void titans_rmsnorm_backward(float *dinp, float *dgain, const float *dout, const float *inp,
+                                       const float *gain, const float *rstd, size_t rows, size_t cols);
+
+/* L2Norm per row (SPEC 0): out = inp * rnorm, rnorm = 1 / sqrt(sum(inp^2) + 1e-6).
+   out, inp [rows, cols]; rnorm [rows] is saved for the backward. out may alias inp. */
+TITANSDEF void titans_l2norm_forward(float *out, float *rnorm, const float *inp, size_t rows, size_t cols);
+/* dinp [rows, cols] += ...; dout, inp [rows, cols]; rnorm [rows]. */
+TITANSDEF void titans_l2norm_backward(float *dinp, const float *dout, const float *inp, const float *rnorm,
+                                      size_t rows, size_t cols);
+
+/* Causal depthwise conv (SPEC 0): out_t[j] = sum_{s<K} weight[j, s] * u_{t-K+1+s}[j] over the sequence
+   inp [T, C], weight [C, K]. tail [K-1, C] holds the K-1 rows before the sequence (streaming: the last
+   K-1 inputs of the previous call), or NULL for zeros. out [T, C] must not alias inp.
+   K = 0 is an empty sum (zeros). */
+TITANSDEF void titans_conv_forward(float *out, const float *inp, const float *tail, const float *weight, size_t T,
+                                   size_t C, size_t K);
+/* dinp [T, C] += ..., dweight [C, K] += ... (either may be NULL to skip it); dout, inp [T, C];
+   tail [K-1, C] or NULL as in the forward (its gradient is not computed). */
+TITANSDEF void titans_conv_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                                    const float *tail, const float *weight, size_t T, size_t C, size_t K);
+
+/* out [n, d] = rows tokens[n] of table [vocab, d]. Returns TITANS_ERR_ARG, writing nothing, when a
+   token is outside [0, vocab); TITANS_OK otherwise. */
+TITANSDEF int titans_embedding_forward(float *out, const int *tokens, const float *table, size_t n, size_t vocab,
+                                       size_t d);
+/* dtable [vocab, d] row tokens[i] += dout [n, d] row i, in token order (deterministic with repeated
+   tokens); negative tokens are skipped. */
+TITANSDEF void titans_embedding_backward(float *dtable, const float *dout, const int *tokens, size_t n, size_t d);
+
+/* Mean cross-entropy of logits [n, V] against targets [n]; a target < 0 is ignored (not counted in the
+   mean). Returns the mean loss (0 when every target is ignored). When dlogits [n, V] is not NULL it is
+   WRITTEN (not accumulated): scale * (softmax - onehot) / count on counted rows, 0 on ignored rows.
+   Stable for huge logits (log-sum-exp with the row maximum). A target >= V returns NaN and writes
+   nothing. */
+TITANSDEF float titans_cross_entropy(float *dlogits, const float *logits, const int *targets, size_t n, size_t V,
+                                     float scale);
+
+/* One AdamW step with decoupled weight decay over param, grad, m, v [n]; step counts from 1 (bias
+   correction; a step < 1 counts as 1):
+     m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+     param -= lr * ( (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) + weight_decay * param ) */
+TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                                   float beta1, float beta2, float eps, float weight_decay, long step);
+/* ================================================================================================
+   4. Neural long-term memory layer (SPEC section 1)
+   ================================================================================================
+   Per head h, the memory is an MLP M(z; W) with weights W = (W_0 .. W_{L-1}), W_i [n_{i+1}, n_i],
+   n_0 = n_L = d_h, inner widths n_hid = e * d_h. Each token t writes (k_t, v_t) by one step of gradient
+   descent with momentum S and weight decay on l_t(W) = ||M(k_t; W) - v_t||^2, the gradient taken at the
+   weights of its chunk's start, then reads y_t = M(q_t; W_t). See docs/memory.md for the chunked form
+   and the derivation of the backward pass.
+
+   Objects:
+     titans_mem_config   sizes and options (SPEC 1.1)
+     titans_mem_weights  named pointers into a parameter slab the caller owns (SPEC 1.2)
+     titans_mem_state    the streaming state of B sequences (SPEC 1.7): memory weights, momentum,
+                         position and conv tails; save/restore/copy
+     titans_mem_ctx      activations one training forward saves for its backward
+   A layer's call sequence for training:
+     titans_mem_state_reset(&st, &cfg, &w);                 (W = w0, S = 0, position 0)
+     titans_mem_forward(&cfg, &w, &st, out, x, T, &ctx);    (saves what the backward needs)
+     titans_mem_backward(&cfg, &w, &grad, dx, dout, x, &ctx, 1);
+   and for inference the same forward with ctx = NULL, in any split of the sequence. */
+
+#define TITANS_MEM_MAX_DEPTH 8
+
+typedef struct titans_mem_config {
+  int d;           /* model width (input and output of the layer) */
+  int heads;       /* H, memory heads */
+  int head_dim;    /* d_h; d_m = heads * head_dim */
+  int depth;       /* L_M >= 1 memory MLP layers (1 = matrix memory) */
+  int hidden_mult; /* e: inner width n_hid = e * d_h (depth >= 2) */
+  int chunk;       /* b, tokens per chunk of the inner mini-batch */
+  int conv_width;  /* K_c, causal depthwise conv width; 0 = no conv */
+  int residual;    /* 1: M(z) = z + MLP(z) */
+  float theta_max; /* upper bound of the inner learning rate */
+} titans_mem_config;
+
+/* Defaults of SPEC 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
+   theta_max = 0.02. The inner learning rate is bounded so because the inner loss is a sum over d_h
+   components and a chunk applies b gradients taken at one point: with random inputs, theta = 0.1
+   diverges within a few hundred tokens for (d_h, b) = (16, 16) and (64, 16), and theta = 0.05 for
+   (16, 64), while theta <= 0.02 stayed bounded in all of them (docs/memory.md). */
+TITANSDEF titans_mem_config titans_mem_config_default(int d);
+/* TITANS_OK, or TITANS_ERR_ARG with a message in err (TITANS_ERR_MSG_SIZE bytes, may be NULL). */
+TITANSDEF int titans_mem_config_check(const titans_mem_config *cfg, char *err);
+
+typedef struct titans_mem_weights {
+  float *wq, *wk, *wv;             /* [d_m, d] projections */
+  float *conv_q, *conv_k, *conv_v; /* [d_m, K_c] causal depthwise convs (NULL when K_c = 0) */
+  float *lr_w, *mom_w, *decay_w;   /* [H, d] gates: inner learning rate, momentum, forgetting */
+  float *lr_b, *mom_b, *decay_b;   /* [H] */
+  float *w0[TITANS_MEM_MAX_DEPTH]; /* w0[i]: [H, n_{i+1}, n_i] each head's initial memory weights */
+  float *out_norm;                 /* [d_h] RMSNorm gain on retrieved vectors (shared by heads) */
+  float *wg;                       /* [d_m, d] output gate */
+  float *wo;                       /* [d, d_m] output projection */
+} titans_mem_weights;
+
+/* One named parameter of a layout: name (e.g. "layers.0.mem.w0.1"), shape, offset into the slab. */
+typedef enum titans_param_kind {
+  TITANS_PARAM_MATRIX = 0, /* gets weight decay */
+  TITANS_PARAM_GAIN = 1,   /* norm gains: no decay */
+  TITANS_PARAM_BIAS = 2,   /* no decay */
+  TITANS_PARAM_TOKENS = 3  /* persistent tokens, memory banks: no decay */
+} titans_param_kind;
+
+typedef struct titans_param {
+  char name[96];
+  int ndim;
+  size_t shape[4];
+  size_t size;   /* product of the shape */
+  size_t offset; /* in floats from the start of the slab */
+  int kind;      /* titans_param_kind */
+} titans_param;
+
+/* Number of floats of the layer's parameters. */
+TITANSDEF size_t titans_mem_param_count(const titans_mem_config *cfg);
+/* Points w's fields into slab (titans_mem_param_count floats) in the canonical order. */
+TITANSDEF void titans_mem_weights_bind(titans_mem_weights *w, const titans_mem_config *cfg, float *slab);
+/* Describes the parameters: fills up to max entries of list (may be NULL) with names prefix + name,
+   offsets starting at base_offset; returns the number of parameters. */
+TITANSDEF size_t titans_mem_param_list(titans_param *list, size_t max, const titans_mem_config *cfg,
+                                       const char *prefix, size_t base_offset);
+/* Initialisation of SPEC 5: normal(0, 0.02) matrices, wo scaled by 1/sqrt(2 n_layers), w0 normal(0,
+   1/sqrt(fan_in)), conv taps identity (last tap 1) plus normal(0, 0.02), gains 1, gate biases for
+   theta = theta_max / 2, eta ~ 0.9, alpha ~ 0.02. */
+TITANSDEF void titans_mem_weights_init(const titans_mem_weights *w, const titans_mem_config *cfg, titans_rng *rng,
+                                       int n_layers);
+
+typedef struct titans_mem_state {
+  titans_mem_config cfg;
+  size_t batch;       /* B rows */
+  size_t head_size;   /* floats of one head's memory weights: sum_i n_{i+1} n_i */
+  long long position; /* tokens consumed (the same for every row) */
+  float *w_chunk;     /* [B, H, head_size] weights at the current chunk's start (inner gradients) */
+  float *w;           /* [B, H, head_size] running weights W_t */
+  float *s_chunk;     /* [B, H, head_size] momentum at the current chunk's start (kept for save/load) */
+  float *s;           /* [B, H, head_size] running momentum S_t */
+  float *tail_q, *tail_k, *tail_v; /* [B, K_c - 1, d_m] last projected inputs of the update stream */
+  float *tail_rq;     /* [B, K_c - 1, d_m] last projected queries of the retrieval stream (MAC) */
+  float *scratch;     /* per-call work space, grown on demand */
+  size_t scratch_size;
+  char error[TITANS_ERR_MSG_SIZE];
+} titans_mem_state;
+
+TITANSDEF int titans_mem_state_init(titans_mem_state *st, const titans_mem_config *cfg, size_t batch);
+TITANSDEF void titans_mem_state_free(titans_mem_state *st);
+/* W = w0 for every row, S = 0, position 0, conv tails zero. */
+TITANSDEF void titans_mem_state_reset(titans_mem_state *st, const titans_mem_weights *w);
+/* dst (initialised with the same config and batch) becomes a copy of src: a fork. */
+TITANSDEF int titans_mem_state_copy(titans_mem_state *dst, const titans_mem_state *src);
+/* Serialisation to a flat float buffer: titans_mem_state_floats() floats, position included. */
+TITANSDEF size_t titans_mem_state_floats(const titans_mem_state *st);
+TITANSDEF void titans_mem_state_save(const titans_mem_state *st, float *buf);
+TITANSDEF int titans_mem_state_load(titans_mem_state *st, const float *buf, size_t count);
+
+/* Activations saved by a training forward. Owns its buffers; reusable across calls of the same or
+   smaller size. */
+typedef struct titans_mem_ctx {
+  size_t batch, T, nchunks, cap_bt, cap_states; /* sizes of the last forward, capacities */
+  long long start_position;
+  int retrieval;        /* 1 when saved by titans_mem_retrieve */
+  float *proj;          /* [3, B, T, d_m] wq x, wk x, wv x (conv inputs) */
+  float *conv;          /* [3, B, T, d_m] conv outputs (SiLU inputs); = proj when K_c = 0 */
+  float *act;           /* [3, B, T, d_m] SiLU outputs (L2Norm inputs for q, k; v itself) */
+  float *qk;            /* [2, B, T, d_m] L2-normalised q, k */
+  float *rnorm;         /* [2, B, T, H] L2Norm reciprocal norms */
+  float *gates;         /* [3, B, T, H] theta, eta, alpha */
+  float *y;             /* [B, T, d_m] retrieved memory outputs */
+  float *yn;            /* [B, T, d_m] RMSNorm(y) */
+  float *rstd;          /* [B, T, H] RMSNorm reciprocal std */
+  float *g;             /* [B, T, d_m] wg x (SiLU input of the output gate) */
+  float *gated;         /* [B, T, d_m] yn * SiLU(g) (input of wo) */
+  float *states;        /* [B, H, nchunks + 1, 2, head_size] W, S at every chunk start and at the end */
+  float *tails;         /* [4, B, K_c - 1, d_m] conv tails at the forward's start (q, k, v, rq) */
+  /* Gradient with respect to the final state (input to the backward, zero unless the caller adds to
+     it) and with respect to the initial state (output of the backward). */
+  float *dstate_final;  /* [B, H, 2, head_size] d W_T, d S_T */
+  float *dstate_init;   /* [B, H, 2, head_size] d W_0, d S_0 of the forward's start */
+  /* Likewise for the conv tails (streams q, k, v, rq), so chained calls get exact gradients. */
+  float *dtails_final;  /* [4, B, K_c - 1, d_m] input, zeroed by the forward */
+  float *dtails_init;   /* [4, B, K_c - 1, d_m] output */
+  char error[TITANS_ERR_MSG_SIZE];
+} titans_mem_ctx;
+
+TITANSDEF void titans_mem_ctx_init(titans_mem_ctx *ctx);
+TITANSDEF void titans_mem_ctx_free(titans_mem_ctx *ctx);
+
+/* The memory layer over T new tokens of each of the state's B rows.
+   out [B, T, d]: o_t of SPEC 1.5; x [B, T, d]: the layer input. Advances the state by T tokens.
+   ctx: NULL for inference; otherwise saves activations for titans_mem_backward (the state's position
+   must then be a multiple of the chunk size). Returns TITANS_OK or an error (message in st->error). */
+TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
+                                 float *out, const float *x, size_t T, titans_mem_ctx *ctx);
+
+/* Retrieval only (SPEC 1.5, MAC step 1): out [B, T, d] from M(q_t; W) with the state's current weights;
+   changes no memory weights (only the retrieval stream's conv tail moves on). */
+TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
+                                  float *out, const float *x, size_t T, titans_mem_ctx *ctx);
+
+/* Backward of the forward (or retrieve) that filled ctx. Accumulates parameter gradients into grad
+   (a titans_mem_weights over a gradient slab) and the input gradient into dx [B, T, d]; dout [B, T, d].
+   Adds ctx->dstate_final (gradient of the final state, zeroed by the forward) into the recurrence and
+   writes ctx->dstate_init. init_from_w0: 1 when the forward started from titans_mem_state_reset, so
+   d W_0 flows into grad->w0 (summed over rows). */
+TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem_weights *w, const titans_mem_weights *grad,
+                                  float *dx, const float *dout, const float *x, titans_mem_ctx *ctx, int init_from_w0);
+
+/* Direct associative-memory access for a host program (no projections, gates given):
+   write n (key, value) pairs into head `head` of row `row`: keys, values [n, d_h]; gates theta, eta,
+   alpha [n] (NULL eta/alpha = 0, i.e. plain SGD without momentum or forgetting). */
+TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, const float *keys, const float *values,
+                               const float *theta, const float *eta, const float *alpha, size_t n);
+/* read: out [n, d_h] = M(queries[i]; W) with the current weights of (row, head). */
+TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, float *out, const float *queries, size_t n);
+/* ---- 5. Attention (declarations) -------------------------------------------------------------- */
+
+/* Kernels of the short-term memory (SPEC section 2): RoPE, one masked multi-head attention forward and
+   backward that covers every mask the blocks need, and a bounded KV cache for inference.
+
+   Layout. A buffer of H heads of width d_a is [rows, H * d_a]: head h of row t is the slice
+   x[t * H * d_a + h * d_a .. + d_a). Positions are int64_t (long is 32 bits on some platforms).
+
+   The mask. Keys are a prefix of P always-visible rows (persistent memory tokens, SPEC 2) followed by
+   Tk positioned rows with positions kpos[0..Tk). The query with position qpos[i] sees
+       - every prefix row, and
+       - positioned key j iff  kpos[j] <= qpos[i]  and  (window == 0 or kpos[j] > qpos[i] - window).
+   This one rule gives every attention of the blocks:
+       - full causal self-attention:   P = 0, kpos = qpos = [0..T), window = 0;
+       - sliding window w (SWA):       the same with window = w (a query at t sees (t - w, t]);
+       - persistent tokens (MAG, MAL): P = N_p, keys = [persist k || K] (no RoPE on the prefix rows);
+       - MAC (SPEC 3.1), one segment of C tokens, keys = [persist || Hm || X], queries from X:
+         P = N_p, Tk = 2C, kpos = [0..C-1, 0..C-1], qpos = [0..C-1], window = 0. Hm_j and X_j both
+         carry position j, so the query at i sees Hm_j and X_j for j <= i and no later retrieved token.
+
+   A block's attention (per sequence): q = x wq^T, k = [persist; x] wk^T, v likewise (titans_gemm);
+   titans_rope_forward on q and on the Tk positioned rows of k; titans_attention_forward; out wo^T.
+   Backward: titans_attention_backward, then titans_rope_backward on dq and on the positioned rows
+   of dk; the prefix rows of dk, dv are the persistent tokens' gradients (through wk, wv).
+
+   No order of kpos is required. The kernels split kpos (and qpos in the backward) into maximal
+   non-decreasing runs: with at most TITANS_ATTN_MAX_RUNS runs (one for causal/SWA, two for MAC) each
+   query finds its visible keys by binary search in every run, so SWA costs O(window) per query;
+   with more runs they scan every key. Keys are always visited in index order, prefix first.
+
+   Numerics. Scores are q.k / sqrt(d_a) in float; the softmax is computed online, tile by tile, with the
+   running maximum subtracted (flash-attention style), so no [Tq, Tk] score matrix is ever formed and
+   the forward allocates nothing. A tile is the prefix in chunks of TITANS_ATTN_TILE rows, then runs of
+   consecutive keys whose positions share floor(pos / TITANS_ATTN_TILE): for increasing positions a
+   query's tiles depend only on the keys it sees, so the batched forward and the KV cache give the same
+   bits. exp is a private polynomial (< 1.4 ulp) that vectorises. A query that sees no key (not possible
+   in the blocks) outputs zeros and has lse = -INFINITY. The forward saves the log-sum-exp of each
+   (row, head); the backward recomputes the scores from it.
+
+   Speed (one AVX-512 core, d_a = 64, causal T = 2048): forward and backward each about 30-40 GFLOP/s
+   (4 and 10 flops per visible (query, key) pair and head dimension). */
+
+#define TITANS_ROPE_BASE 10000.0 /* SPEC 0: RoPE base */
+#define TITANS_ATTN_TILE 64      /* keys per online-softmax tile */
+#define TITANS_ATTN_MAX_RUNS 16  /* sorted position runs searched by bisection; more runs => scan */
+
+/* RoPE in place on x [T, H * d_a], rotate-half convention: within each head, the pair
+   (x[i], x[i + d_a/2]) for i < d_a/2 is rotated by the angle pos[t] * BASE^(-2i / d_a):
+       x[i]       <- x[i] cos - x[i + d_a/2] sin
+       x[i + d_a/2] <- x[i] sin + x[i + d_a/2] cos
+   Angle, sin, cos and the rotation are computed in double (positions in the millions stay exact) and
+   rounded once to float. d_a must be even (TITANS_ERR_ARG otherwise). Threads over rows. */
+TITANSDEF int titans_rope_forward(float *x,            /* [T, H * d_a] in place */
+                                  const int64_t *pos,  /* [T] absolute positions */
+                                  size_t T, size_t H, size_t d_a);
+
+/* Backward of titans_rope_forward: the rotation is orthogonal, so the gradient with respect to the
+   input is the rotation by the negative angle of the gradient with respect to the output. Applied in
+   place: dx holds dL/d(rotated x) on entry and dL/d(x) on return (an overwrite, not an accumulation,
+   as the forward overwrites x). */
+TITANSDEF int titans_rope_backward(float *dx,           /* [T, H * d_a] in place */
+                                   const int64_t *pos,  /* [T] */
+                                   size_t T, size_t H, size_t d_a);
+
+/* Masked multi-head attention forward (mask: see above). For each query row i and head h:
+       out[i, h] = sum_j softmax_j(q[i, h] . k[j, h] / sqrt(d_a)) v[j, h]   over the visible keys j
+       lse[i, h] = log sum_j exp(q[i, h] . k[j, h] / sqrt(d_a))            (-INFINITY if none visible)
+   lse may be NULL (inference). out must not overlap q, k or v. Allocates nothing. Threads over heads x tiles of query rows; every
+   output element is computed by one thread in a fixed order (bit-identical for any thread count).
+   Returns TITANS_ERR_ARG for d_a == 0, H == 0, window < 0, sizes that overflow, or a NULL buffer that
+   is needed. */
+TITANSDEF int titans_attention_forward(float *out,           /* [Tq, H * d_a] */
+                                       float *lse,           /* [Tq, H] or NULL */
+                                       const float *q,       /* [Tq, H * d_a] */
+                                       const float *k,       /* [P + Tk, H * d_a] prefix first */
+                                       const float *v,       /* [P + Tk, H * d_a] */
+                                       const int64_t *qpos,  /* [Tq] */
+                                       const int64_t *kpos,  /* [Tk] of the rows after the prefix */
+                                       size_t Tq, size_t P, size_t Tk, size_t H, size_t d_a,
+                                       int64_t window);      /* 0 = no window */
+
+/* Backward of titans_attention_forward. ACCUMULATES: dq += dL/dq, dk += dL/dk, dv += dL/dv (prefix
+   rows included). Needs the forward's out and lse; recomputes the scores. The gradients must not
+   overlap the inputs. Deterministic: every
+   gradient element is summed in one fixed order (dq over keys in index order, dk and dv over queries
+   in index order) whatever the thread count. It threads over heads in one fused pass (query tiles in
+   order, each adding its dq and its dk, dv terms), or, when there are at least three times as many
+   threads as heads, in two passes (dq over heads x query tiles, then dk, dv over heads x key tiles)
+   that cost about 1.8 times the work but give bit-identical results. The two-pass scheme allocates
+   Tq * H floats; if that fails it falls back to the fused pass, so the call never fails for lack of
+   memory. */
+TITANSDEF int titans_attention_backward(float *dq,           /* [Tq, H * d_a] += */
+                                        float *dk,           /* [P + Tk, H * d_a] += */
+                                        float *dv,           /* [P + Tk, H * d_a] += */
+                                        const float *dout,   /* [Tq, H * d_a] */
+                                        const float *q,      /* [Tq, H * d_a] */
+                                        const float *k,      /* [P + Tk, H * d_a] */
+                                        const float *v,      /* [P + Tk, H * d_a] */
+                                        const float *out,    /* [Tq, H * d_a] from the forward */
+                                        const float *lse,    /* [Tq, H] from the forward */
+                                        const int64_t *qpos, /* [Tq] */
+                                        const int64_t *kpos, /* [Tk] */
+                                        size_t Tq, size_t P, size_t Tk, size_t H, size_t d_a,
+                                        int64_t window);
+
+/* A bounded KV cache for token-by-token inference: the P prefix rows (persistent tokens) and a ring
+   of at most `capacity` positioned keys/values. Appending beyond the capacity overwrites the oldest
+   row, so memory stays bounded however long the stream runs. Queries use the mask rule above with
+   the cache's window. Capacity to choose: SWA (window w): w; full attention: the longest context;
+   MAC: 2C (the Hm and X rows of one segment; reset at each segment boundary).
+   Keys are stored as given: apply RoPE to them before titans_kv_cache_append. Rows must be appended
+   in non-decreasing position order for the ring to keep the rows a later query can see. */
+typedef struct titans_kv_cache {
+  float *k;         /* [P + capacity, H * d_a]: prefix rows, then the ring slots */
+  float *v;         /* [P + capacity, H * d_a] */
+  int64_t *pos;     /* [capacity] position of each ring slot */
+  size_t P;         /* prefix rows */
+  size_t capacity;  /* ring slots */
+  size_t H, d_a;    /* heads, head width */
+  int64_t window;   /* mask window, 0 = none */
+  size_t count;     /* valid ring rows, <= capacity */
+  size_t next;      /* ring slot the next append writes */
+  char error[256];  /* message of the last error (TITANS__ERRLEN) */
+} titans_kv_cache;
+
+/* Allocate a cache (prefix rows zeroed, ring empty). On failure returns TITANS_ERR_ARG (capacity, H or
+   d_a zero, window < 0) or TITANS_ERR_NOMEM and leaves a cache that titans_kv_cache_free accepts. */
+TITANSDEF int titans_kv_cache_init(titans_kv_cache *cache, size_t P, size_t capacity, size_t H,
+                                   size_t d_a, int64_t window);
+TITANSDEF void titans_kv_cache_free(titans_kv_cache *cache);
+/* Copy the persistent keys/values (projected, no RoPE) into the prefix rows. */
+TITANSDEF void titans_kv_cache_set_prefix(titans_kv_cache *cache,
+                                          const float *k_prefix,  /* [P, H * d_a] */
+                                          const float *v_prefix); /* [P, H * d_a] */
+/* Forget every positioned row; the prefix stays. */
+TITANSDEF void titans_kv_cache_reset(titans_kv_cache *cache);
+/* Fork: dst becomes an independent copy of src. dst must be an initialised cache of the same shape
+   (P, capacity, H, d_a; TITANS_ERR_ARG otherwise); nothing is allocated. */
+TITANSDEF int titans_kv_cache_copy(titans_kv_cache *dst, const titans_kv_cache *src);
+/* Fork into a new cache: dst (uninitialised) is allocated as a copy of src. */
+TITANSDEF int titans_kv_cache_clone(titans_kv_cache *dst, const titans_kv_cache *src);
+/* Append n rows (n may exceed the capacity: then only the last `capacity` rows stay). */
+TITANSDEF int titans_kv_cache_append(titans_kv_cache *cache,
+                                     const float *k,      /* [n, H * d_a], RoPE applied */
+                                     const float *v,      /* [n, H * d_a] */
+                                     const int64_t *pos,  /* [n] */
+                                     size_t n);
+/* Attention of one query over the cache (prefix, then ring rows oldest first): the result of
+   titans_attention_forward for the same visible keys, bit-identical when the cache holds them in the
+   batched order with increasing positions (SWA, full attention). lse may be NULL. Threads over heads
+   when the cache is large. */
+TITANSDEF int titans_kv_cache_attend(titans_kv_cache *cache,
+                                     float *out,         /* [H * d_a] */
+                                     float *lse,         /* [H] or NULL */
+                                     const float *q,     /* [H * d_a], RoPE applied */
+                                     int64_t qpos);
+/* The message of the cache's last error ("" if none). */
+TITANSDEF const char *titans_kv_cache_error(const titans_kv_cache *cache);
+/* ---- 6. Safetensors files (declarations) ------------------------------------------------------
+
+   The checkpoint format of SPEC section 6, as Python's safetensors writes it:
+       [8 bytes: N, little-endian u64] [N bytes: JSON header] [data: raw little-endian tensor bytes]
+   The header maps each tensor name to {"dtype":"F32","shape":[...],"data_offsets":[begin,end]}
+   (offsets count from the end of the header) and may hold "__metadata__": {"key":"value",...}
+   whose values are all strings.
+
+   Reading: titans_st_reader_parse (a memory buffer) or titans_st_reader_load (a path) validates the
+   whole file against its real size before returning TITANS_OK; a malformed, truncated, oversized or
+   hostile file returns TITANS_ERR_FORMAT (TITANS_ERR_IO, TITANS_ERR_NOMEM) with a message in
+   reader.error. It accepts exactly what Python's safetensors accepts, less: tensors of more than
+   TITANS_ST_MAX_DIMS dimensions, names longer than TITANS_ST_MAX_NAME bytes, a "\u0000" in a
+   string, a key repeated inside one JSON object (serde keeps the last one; we refuse), a
+   "__metadata__" that is neither an object of strings nor null. Unknown fields inside a tensor's entry
+   are checked to be JSON and ignored, as serde does.
+
+       titans_st_reader r;
+       if (titans_st_reader_load(&r, "model.safetensors") != TITANS_OK) puts(r.error);
+       size_t shape[2] = {64, 16};
+       float w[64 * 16];
+       if (titans_st_read_f32(&r, "layers.0.attn.wq", w, 2, shape) != TITANS_OK) puts(r.error);
+       const char *cfg = titans_st_meta(&r, "config");    // NULL when absent
+       titans_st_reader_free(&r);
+
+   Writing: collect F32 tensors (borrowed, not copied) and string metadata in a titans_st_writer, then
+   serialise to memory or save to a path atomically ("<path>.tmp", then rename). The output is
+   deterministic and byte-identical to what Python's safetensors writes for the same F32 tensors and
+   (for at most one key, whose order Python does not fix) metadata: tensors sorted by name, data
+   contiguous in that order, header padded with spaces to a multiple of 8 bytes. */
+
+#define TITANS_ST_MAX_DIMS 8                 /* dimensions of one tensor */
+#define TITANS_ST_MAX_NAME 4096              /* bytes of a tensor name (UTF-8, without the NUL) */
+#define TITANS_ST_MAX_HEADER 100000000u      /* bytes of the JSON header (Python's limit) */
+
+/* Element types, with Python's names (titans_st_dtype_name). F4 is 4 bits, F6_* 6 bits a element: a
+   tensor of those must hold a whole number of bytes. */
+typedef enum titans_st_dtype {
+  TITANS_ST_BOOL, TITANS_ST_F4, TITANS_ST_F6_E2M3, TITANS_ST_F6_E3M2, TITANS_ST_U8, TITANS_ST_I8,
+  TITANS_ST_F8_E5M2, TITANS_ST_F8_E4M3, TITANS_ST_F8_E8M0, TITANS_ST_F8_E4M3FNUZ, TITANS_ST_F8_E5M2FNUZ,
+  TITANS_ST_I16, TITANS_ST_U16, TITANS_ST_F16, TITANS_ST_BF16, TITANS_ST_I32, TITANS_ST_U32, TITANS_ST_F32,
+  TITANS_ST_C64, TITANS_ST_F64, TITANS_ST_I64, TITANS_ST_U64,
+  TITANS_ST_DTYPE_COUNT
+} titans_st_dtype;
+
+/* "F32", "BF16", ...; "?" for a value out of range. */
+TITANSDEF const char *titans_st_dtype_name(titans_st_dtype dtype);
+/* Bits of one element (32 for F32); 0 for a value out of range. */
+TITANSDEF size_t titans_st_dtype_bits(titans_st_dtype dtype);
+
+/* One tensor of a parsed file. Everything points into the reader; valid until titans_st_reader_free. */
+typedef struct titans_st_tensor {
+  const char *name;                  /* NUL-terminated UTF-8 */
+  titans_st_dtype dtype;
+  size_t ndim;                       /* 0..TITANS_ST_MAX_DIMS; 0 is a scalar (one element) */
+  size_t shape[TITANS_ST_MAX_DIMS];  /* [ndim], the rest 0 */
+  size_t numel;                      /* product of shape */
+  size_t nbytes;                     /* numel * bits / 8 = data_offsets end - begin */
+  size_t offset;                     /* data_offsets begin, from the start of the data region */
+  const unsigned char *data;         /* [nbytes] little-endian, inside the file's bytes; not aligned */
+} titans_st_tensor;
+
+/* A parsed file. Read the fields, change none of them. */
+typedef struct titans_st_reader {
+  const unsigned char *bytes;   /* [size] the whole file: the caller's buffer, or owned (below) */
+  size_t size;
+  unsigned char *owned;         /* [size] the file's bytes when read from a path, else NULL */
+  size_t header_len;            /* N */
+  titans_st_tensor *tensors;    /* [n_tensors] sorted by name (strcmp: bytes, i.e. code points) */
+  size_t n_tensors;
+  const char **meta;            /* [n_meta][2] key, value, sorted by key */
+  size_t n_meta;
+  char *strings;                /* [header_len + 1] arena of the decoded names, keys and values */
+  char error[TITANS_ERR_MSG_SIZE]; /* message of the last error, "" when none */
+} titans_st_reader;
+
+/* Parse a file held in memory: buf [size] is NOT copied and must outlive the reader. Sets every field
+   of *r (an earlier content is not freed: free it first). On failure r holds no allocation and
+   r->error says why; titans_st_reader_free(r) is safe either way. Allocates O(header length), never
+   more than the buffer's size implies. Returns TITANS_OK, TITANS_ERR_FORMAT or TITANS_ERR_NOMEM. */
+TITANSDEF int titans_st_reader_parse(titans_st_reader *r, const void *buf, size_t size);
+#ifndef TITANS_NO_STDIO
+/* Read the whole file at path into memory (the reader owns it) and parse it as above. Returns
+   TITANS_OK, TITANS_ERR_IO (cannot open or read), TITANS_ERR_NOMEM or TITANS_ERR_FORMAT. */
+TITANSDEF int titans_st_reader_load(titans_st_reader *r, const char *path);
+#endif
+/* Release what the reader owns and leave it empty (n_tensors = 0). */
+TITANSDEF void titans_st_reader_free(titans_st_reader *r);
+TITANSDEF const char *titans_st_reader_error(const titans_st_reader *r);
+
+/* The tensor called name, or NULL (binary search, O(log n)). */
+TITANSDEF const titans_st_tensor *titans_st_find(const titans_st_reader *r, const char *name);
+/* Tensor i in name order, i < r->n_tensors; NULL when out of range. */
+TITANSDEF const titans_st_tensor *titans_st_tensor_at(const titans_st_reader *r, size_t i);
+/* Copy tensor name into out [prod(shape)] as floats, after checking that it exists (else
+   TITANS_ERR_FORMAT), is F32 (else TITANS_ERR_FORMAT) and has exactly the shape [ndim] (else
+   TITANS_ERR_FORMAT, the message naming the tensor and both shapes). ndim > TITANS_ST_MAX_DIMS or a
+   NULL argument: TITANS_ERR_ARG. Bit-exact (NaN payloads included); out is untouched on error. */
+TITANSDEF int titans_st_read_f32(titans_st_reader *r, const char *name, float *out, size_t ndim,
+                                 const size_t *shape);
+/* The metadata value of key, or NULL. Values are NUL-terminated UTF-8 owned by the reader. */
+TITANSDEF const char *titans_st_meta(const titans_st_reader *r, const char *key);
+/* Metadata pair i in key order (i < r->n_meta): returns 1 and sets *key, *value; 0 when out of range. */
+TITANSDEF int titans_st_meta_at(const titans_st_reader *r, size_t i, const char **key, const char **value);
+
+/* ---- writer ---- */
+typedef struct titans__st_wtensor {
+  char *name;                        /* owned copy */
+  const float *data;                 /* [numel] borrowed from the caller */
+  size_t ndim;
+  size_t shape[TITANS_ST_MAX_DIMS];  /* [ndim] */
+  size_t numel;
+} titans__st_wtensor;
+
+typedef struct titans__st_wmeta {
+  char *key, *value;                 /* owned copies */
+} titans__st_wmeta;
+
+typedef struct titans_st_writer {
+  titans__st_wtensor *tensors;       /* [cap_tensors], n_tensors used */
+  size_t n_tensors, cap_tensors;
+  titans__st_wmeta *meta;            /* [cap_meta], n_meta used */
+  size_t n_meta, cap_meta;
+  char error[TITANS_ERR_MSG_SIZE];   /* message of the last error, "" when none */
+} titans_st_writer;
+
+/* An empty writer; titans_st_writer_free releases it. */
+TITANSDEF void titans_st_writer_init(titans_st_writer *w);
+TITANSDEF void titans_st_writer_free(titans_st_writer *w);
+TITANSDEF const char *titans_st_writer_error(const titans_st_writer *w);
+/* Add an F32 tensor. name is copied (valid UTF-8, at most TITANS_ST_MAX_NAME bytes, not
+   "__metadata__", not already added); shape [ndim] is copied (ndim <= TITANS_ST_MAX_DIMS, ndim = 0 is
+   a scalar); data [prod(shape)] is BORROWED: it must stay valid and unchanged until the last
+   serialise/save call. data may be NULL only when prod(shape) = 0. TITANS_ERR_ARG or
+   TITANS_ERR_NOMEM on failure, with nothing added. */
+TITANSDEF int titans_st_writer_add_f32(titans_st_writer *w, const char *name, const float *data, size_t ndim,
+                                       const size_t *shape);
+/* Add a metadata pair; both strings are copied and must be valid UTF-8; a key may be given once.
+   TITANS_ERR_ARG or TITANS_ERR_NOMEM on failure, with nothing added. */
+TITANSDEF int titans_st_writer_add_meta(titans_st_writer *w, const char *key, const char *value);
+/* Serialise into a new buffer *out [*size], allocated with titans_alloc_bytes: free it with
+   titans_free. On failure *out = NULL, *size = 0. TITANS_ERR_ARG (header over TITANS_ST_MAX_HEADER)
+   or TITANS_ERR_NOMEM. */
+TITANSDEF int titans_st_writer_to_memory(titans_st_writer *w, unsigned char **out, size_t *size);
+#ifndef TITANS_NO_STDIO
+/* Write the file atomically: to "<path>.tmp" (streamed: only the header is buffered), flushed and
+   closed with every error checked, then renamed over path. On failure the temporary file is removed,
+   an existing file at path is left as it was, and TITANS_ERR_IO (or _ARG, _NOMEM) is returned. Not
+   fsync'ed: atomic against a crash of the program, not against a power loss. */
+TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path);
+#endif
+/* ================================================================================================
+   7. Models, training and inference sessions (SPEC sections 3 and 5)
+   ================================================================================================
+   A language model: tok_emb [V, d] -> n_layers blocks of one kind -> RMSNorm(norm_f) -> logits
+   (tied: tok_emb h; untied: lm_head h). Every block is pre-norm with residuals:
+       h = x + Mixer(RMSNorm(x; norm1)),   out = h + FFN(RMSNorm(h; norm2)),  FFN = SwiGLU
+   Mixers: ATTN (full causal attention), SWA (sliding window), MAC, MAG, MAL, LMM (SPEC 3.1 - 3.4);
+   LM2 is reserved for a later version.
+
+   Use:
+       titans_config cfg = titans_config_default(TITANS_BLOCK_MAC, 256, 128, 4);
+       titans_model model;   titans_model_init(&model, &cfg);  titans_model_init_weights(&model, 1234);
+       titans_trainer tr;    titans_trainer_init(&tr, &model, NULL);
+       titans_train_step(&tr, tokens, 1, B, T, &loss);        // tokens [1, B, T + 1]
+       titans_session s;     titans_session_init(&s, &model);
+       titans_session_feed(&s, prompt, n, logits);            // logits [V] after the last token
+       int next = titans_sample(logits, cfg.vocab, 0.8f, 40, 0.95f, &rng);
+*/
+
+typedef enum titans_block_kind {
+  TITANS_BLOCK_ATTN = 0, /* baseline: full causal attention */
+  TITANS_BLOCK_SWA = 1,  /* baseline: sliding-window attention */
+  TITANS_BLOCK_MAC = 2,  /* memory as context */
+  TITANS_BLOCK_MAG = 3,  /* memory as gating */
+  TITANS_BLOCK_MAL = 4,  /* memory as layer */
+  TITANS_BLOCK_LMM = 5,  /* memory only */
+  TITANS_BLOCK_LM2 = 6,  /* reserved (SPEC 4): not implemented in this version */
+  TITANS_BLOCK_COUNT = 7
+} titans_block_kind;
+
+/* "attn", "swa", "mac", "mag", "mal", "lmm", "lm2"; NULL for an unknown kind. */
+TITANSDEF const char *titans_block_name(int kind);
+/* The kind of a name above, or -1. */
+TITANSDEF int titans_block_from_name(const char *name);
+
+typedef struct titans_config {
+  int block;        /* titans_block_kind */
+  int vocab;        /* V */
+  int d;            /* model width */
+  int n_layers;     /* blocks */
+  int attn_heads;   /* H_a; d_a = d / H_a (even, for RoPE) */
+  int ffn_hidden;   /* d_ff of the SwiGLU FFN */
+  int window;       /* sliding window w (SWA, MAG, MAL) */
+  int segment;      /* C, MAC segment length (a multiple of mem.chunk) */
+  int n_persist;    /* N_p persistent tokens per layer (any kind with attention; 0 = none) */
+  int tied;         /* 1: logits use tok_emb; 0: a separate lm_head */
+  int max_context;  /* ATTN sessions keep at most this many keys (then the oldest are dropped) */
+  titans_mem_config mem; /* the memory layer (MAC, MAG, MAL, LMM); mem.d == d */
+} titans_config;
+
+/* Documented defaults for a kind, vocabulary and width: H_a = max(1, d / 64), d_ff = 4 d rounded to a
+   multiple of 8 (2/3 of that for the SwiGLU's three matrices would also be reasonable; we keep 4 d as
+   simple), w = 64, C = 64, N_p = 4 for the memory kinds and 0 for the baselines, tied embeddings,
+   max_context = 4096, mem = titans_mem_config_default(d) with b = 16. */
+TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n_layers);
+/* TITANS_OK or TITANS_ERR_ARG with a message in err (may be NULL). */
+TITANSDEF int titans_config_check(const titans_config *cfg, char *err);
+
+typedef struct titans_layer {
+  float *norm1, *norm2;                         /* [d] */
+  float *attn_wq, *attn_wk, *attn_wv, *attn_wo; /* [d, d] (NULL for LMM) */
+  float *persist;                               /* [N_p, d] (NULL when N_p = 0) */
+  float *gate_norm_y, *gate_norm_m;             /* [d] (MAC, MAG) */
+  titans_mem_weights mem;                       /* (MAC, MAG, MAL, LMM) */
+  float *ffn_w1, *ffn_w3;                       /* [d_ff, d] */
+  float *ffn_w2;                                /* [d, d_ff] */
+} titans_layer;
+
+typedef struct titans_weights {
+  float *tok_emb;       /* [V, d] */
+  float *norm_f;        /* [d] */
+  float *lm_head;       /* [V, d], NULL when tied */
+  titans_layer *layers; /* [n_layers] */
+} titans_weights;
+
+typedef struct titans_model {
+  titans_config cfg;
+  size_t n_floats;       /* floats of all parameters */
+  float *params;         /* [n_floats] the parameter slab */
+  titans_param *plist;   /* [n_params] names (SPEC 6), shapes, offsets into params */
+  size_t n_params;
+  titans_weights w;      /* named pointers into params */
+  char error[TITANS_ERR_MSG_SIZE];
+} titans_model;
+
+/* Allocates a model of cfg with all parameters zero. */
+TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg);
+/* SPEC 5 initialisation from a seed (deterministic). */
+TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed);
+TITANSDEF void titans_model_free(titans_model *m);
+/* Points w (with its own layers array of n_layers entries, caller-provided) into any slab of the model's
+   layout, e.g. a gradient slab. */
+TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab);
+
+/* ---- training ---- */
+typedef struct titans_train_config {
+  float lr;            /* peak learning rate (4e-4) */
+  float min_lr;        /* floor of the cosine (lr / 10) */
+  long warmup_steps;   /* linear warm-up (100) */
+  long total_steps;    /* length of the cosine schedule (10000) */
+  float weight_decay;  /* on matrices only (0.1) */
+  float beta1, beta2;  /* 0.9, 0.95 */
+  float eps;           /* 1e-8 */
+  float clip;          /* global gradient-norm clip (1.0; 0 = none) */
+} titans_train_config;
+
+TITANSDEF titans_train_config titans_train_config_default(void);
+/* The learning rate of step s (0-based): linear warm-up, then cosine down to min_lr. */
+TITANSDEF float titans_lr_at(const titans_train_config *tc, long step);
+
+struct titans__fwd; /* saved activations (private) */
+
+typedef struct titans_trainer {
+  titans_model *model;
+  titans_train_config tc;
+  float *grads;        /* [n_floats] gradient slab (same layout as the parameters) */
+  float *adam_m;       /* [n_floats] first moments */
+  float *adam_v;       /* [n_floats] second moments */
+  long step;           /* optimizer steps taken */
+  float last_grad_norm, last_lr;
+  struct titans__fwd *fwd; /* activations of the current micro-batch */
+  char error[TITANS_ERR_MSG_SIZE];
+} titans_trainer;
+
+/* tc may be NULL for the defaults. */
+TITANSDEF int titans_trainer_init(titans_trainer *t, titans_model *m, const titans_train_config *tc);
+TITANSDEF void titans_trainer_free(titans_trainer *t);
+/* One optimizer step: forward and backward of n_micro micro-batches of B sequences (gradients
+   accumulated and averaged), global-norm clipping, AdamW at titans_lr_at(step). tokens
+   [n_micro, B, T + 1]: positions 0..T-1 are inputs, 1..T their next-token targets. *loss is the mean
+   loss. A non-finite loss or gradient returns TITANS_ERR_NONFINITE naming the step, and the weights
+   and optimizer state stay as they were before the call. */
+TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss);
+/* Mean loss of tokens [B, T + 1] without gradients. */
+TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, size_t T, float *loss);
+/* Lower level: forward and backward of one batch, ADDING scale * gradient into t->grads. *loss is the
+   mean loss of the batch. */
+TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale, float *loss);
+/* Logits of a whole batch in one call (the reference the sessions are tested against): logits
+   [B, T, V] for inputs tokens [B, T]. */
+TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits);
+
+/* ---- inference sessions ---- */
+struct titans__session_layer; /* per-layer state (private) */
+
+typedef struct titans_session {
+  const titans_model *model;   /* shared, read-only: several sessions may run at once on threads */
+  long long position;          /* tokens fed */
+  float position_code[3];      /* the position as three exact 21-bit pieces (for titans_session_state) */
+  struct titans__session_layer *layers;
+  float *work;                 /* scratch of one token */
+  size_t work_size;
+  char error[TITANS_ERR_MSG_SIZE];
+} titans_session;
+
+TITANSDEF int titans_session_init(titans_session *s, const titans_model *m);
+TITANSDEF void titans_session_free(titans_session *s);
+/* Back to the state of a new session (position 0, memories at w0, caches empty). */
+TITANSDEF void titans_session_reset(titans_session *s);
+/* dst (initialised on the same model) becomes an independent copy of src: a fork. */
+TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src);
+/* Feed n tokens one after another; logits [V] (may be NULL) receives the logits after the last. */
+TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n, float *logits);
+/* The session's state as named float tensors (memory weights and momentum, conv tails, KV caches,
+   position) for saving: fills up to max entries, returns the count. Pointers stay valid until the
+   session is freed; writing into them and calling titans_session_state_loaded restores a state. */
+typedef struct titans_tensor_ref {
+  char name[96];
+  float *data;
+  size_t count;
+} titans_tensor_ref;
+TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list, size_t max);
+/* Validates a state written into the tensors of titans_session_state (finite, consistent). */
+TITANSDEF int titans_session_state_loaded(titans_session *s);
+
+/* ---- sampling ---- */
+/* A token from logits [V]: temperature <= 0 is greedy (argmax); otherwise softmax(logits / T), then
+   keep the top_k most likely (0 = all), then the smallest set whose probability reaches top_p
+   (>= 1 = all), and draw with rng. */
+TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng);
+/* ================================================================================================
+   8. Checkpoints and tokenizer (SPEC section 6)
+   ================================================================================================
+   Every file is a safetensors file (section 6) of F32 tensors whose __metadata__ (all values strings)
+   says what it holds:
+       "format":    "titans.h"
+       "version":   "0.1.0" (the writer's TITANS_VERSION; a file of another major version is refused)
+       "kind":      "model" | "trainer" | "session"
+       "config":    the titans_config as JSON (every field, the memory's under "mem"; see
+                    titans_config_to_json), so a file alone rebuilds its model
+       "tokenizer": "byte" (optional)
+       "user":      the caller's string (optional), e.g. a training program's data position
+   A model file holds every parameter under its SPEC 6 name ("tok_emb", "layers.0.mem.w0.1", ...). A
+   trainer file adds "adam.m.<name>", "adam.v.<name>" for each parameter and the metadata "step" and
+   "train_config" (JSON): everything an exact resume needs. A session file holds the tensors of
+   titans_session_state under their names, "config" and "model_hash" (of the weights it ran on).
+
+   Loading checks everything and never trusts a number in the file: the metadata, the configuration
+   (titans_config_check, and a configuration is refused before anything is allocated when its
+   parameters need more floats than the file holds), each tensor's presence, dtype and exact shape,
+   no tensor left over, finite values (AdamW second moments also >= 0). A failed load leaves the object empty (model, trainer) or reset
+   (session) with the reason in its error buffer. Saves are atomic ("<path>.tmp", then rename).
+
+       titans_model m;
+       if (titans_model_load(&m, "model.safetensors") != TITANS_OK) fprintf(stderr, "%s\n", m.error);
+       ...
+       titans_model_save(&m, "copy.safetensors");
+       titans_model_free(&m);
+
+   The writer/reader-level functions (titans_model_write, titans_model_read, ...) work on a
+   titans_st_writer / titans_st_reader, so a caller can add metadata of its own or read from memory;
+   they are available under TITANS_NO_STDIO, the path functions are not. See docs/checkpoints.md. */
+
+/* ---- tokenizer ---- */
+typedef enum titans_tokenizer_kind {
+  TITANS_TOKENIZER_BYTE = 0, /* one token per byte: ids 0..255, vocabulary 256 */
+  TITANS_TOKENIZER_COUNT = 1
+} titans_tokenizer_kind;
+
+typedef struct titans_tokenizer {
+  int kind;    /* titans_tokenizer_kind */
+  int vocab;   /* number of token ids (256 for bytes) */
+  void *data;  /* tables of a trained tokenizer (NULL for bytes); owned */
+  char error[TITANS_ERR_MSG_SIZE];
+} titans_tokenizer;
+
+/* "byte"; NULL for an unknown kind. */
+TITANSDEF const char *titans_tokenizer_name(int kind);
+/* The kind of a name above, or -1. */
+TITANSDEF int titans_tokenizer_from_name(const char *name);
+TITANSDEF int titans_tokenizer_init(titans_tokenizer *tok, int kind);
+TITANSDEF void titans_tokenizer_free(titans_tokenizer *tok);
+/* Text -> ids. *n_ids receives the number of ids the text needs; ids [max_ids] (may be NULL to count)
+   receives them when they fit, else TITANS_ERR_ARG. */
+TITANSDEF int titans_tokenizer_encode(titans_tokenizer *tok, int *ids, size_t max_ids, size_t *n_ids,
+                                      const char *text, size_t n_bytes);
+/* Ids -> text (raw bytes, not NUL-terminated). *n_bytes receives the bytes the ids need; out
+   [max_bytes] (may be NULL to count) receives them when they fit, else TITANS_ERR_ARG. An id outside
+   0..vocab-1 is TITANS_ERR_ARG. Decoding a sequence piece by piece gives the bytes of the whole. */
+TITANSDEF int titans_tokenizer_decode(titans_tokenizer *tok, char *out, size_t max_bytes, size_t *n_bytes,
+                                      const int *ids, size_t n_ids);
+/* Record the tokenizer in a file's metadata ("tokenizer": name). */
+TITANSDEF int titans_tokenizer_write(const titans_tokenizer *tok, titans_st_writer *w);
+/* Initialise tok from a file's metadata. A file without the key gets the byte tokenizer when vocab is
+   256 (TITANS_ERR_FORMAT otherwise); the tokenizer's vocabulary must equal vocab (the model's). */
+TITANSDEF int titans_tokenizer_read(titans_tokenizer *tok, const titans_st_reader *r, int vocab);
+
+/* ---- configurations as JSON ---- */
+/* Every field of cfg as one JSON object, e.g. {"block":"mac","vocab":256,...,"mem":{"d":128,...}}:
+   integers as integers, floats in the shortest decimal form that reads back to the same float. out
+   [size] receives the NUL-terminated text (TITANS_ERR_ARG when it does not fit; 1024 bytes always do).
+   Locale-independent, no stdio. */
+TITANSDEF int titans_config_to_json(const titans_config *cfg, char *out, size_t size);
+/* Parse what titans_config_to_json writes: every field exactly once, no other key, integers in range
+   (no fraction or exponent), finite floats; then titans_config_check. TITANS_OK or TITANS_ERR_FORMAT
+   (TITANS_ERR_ARG from the check) with a message in err (TITANS_ERR_MSG_SIZE bytes, may be NULL). */
+TITANSDEF int titans_config_from_json(titans_config *cfg, const char *json, char *err);
+/* The same for a training configuration (checked: finite, lr >= 0, 0 <= beta < 1, eps > 0, ...). */
+TITANSDEF int titans_train_config_to_json(const titans_train_config *tc, char *out, size_t size);
+TITANSDEF int titans_train_config_from_json(titans_train_config *tc, const char *json, char *err);
+
+/* ---- models ---- */
+/* Add the model's parameters (borrowed: keep m alive and unchanged until the writer is saved) and
+   the metadata format, version, kind = "model", config and, when tok is not NULL, tokenizer. Errors go
+   to m->error. */
+TITANSDEF int titans_model_write(titans_model *m, const titans_tokenizer *tok, titans_st_writer *w);
+/* Allocate m (its previous content is not freed) from a parsed model or trainer file and copy its
+   parameters; tok (may be NULL) is initialised with titans_tokenizer_read. On failure m holds no
+   allocation and m->error says why. */
+TITANSDEF int titans_model_read(titans_model *m, titans_tokenizer *tok, titans_st_reader *r);
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_model_save(titans_model *m, const char *path);
+TITANSDEF int titans_model_load(titans_model *m, const char *path);
+/* With a tokenizer and a caller string ("user" metadata; both may be NULL). load_ex sets *user_meta
+   (may be NULL) to a copy of the file's string (free with titans_free), NULL when it has none. */
+TITANSDEF int titans_model_save_ex(titans_model *m, const titans_tokenizer *tok, const char *user_meta,
+                                   const char *path);
+TITANSDEF int titans_model_load_ex(titans_model *m, titans_tokenizer *tok, char **user_meta, const char *path);
+#endif
+
+/* ---- trainers (exact resume) ---- */
+/* Everything a titans_trainer needs to continue bit for bit: parameters, AdamW moments, step, train
+   configuration; plus the caller's string (user_meta, may be NULL), e.g. a data sampler's state. */
+TITANSDEF int titans_trainer_write(titans_trainer *t, const titans_tokenizer *tok, const char *user_meta,
+                                   titans_st_writer *w);
+/* Rebuild model and trainer from a trainer file: m and t are uninitialised on entry; on success m is
+   allocated from the file's configuration, t is initialised on m with the file's train configuration,
+   moments and step. tok and user_meta as in titans_model_load_ex. On failure nothing stays allocated
+   and t->error (and m->error) say why. */
+TITANSDEF int titans_trainer_read(titans_trainer *t, titans_model *m, titans_tokenizer *tok, char **user_meta,
+                                  titans_st_reader *r);
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_trainer_save(titans_trainer *t, const titans_tokenizer *tok, const char *user_meta,
+                                  const char *path);
+TITANSDEF int titans_trainer_load(titans_trainer *t, titans_model *m, titans_tokenizer *tok, char **user_meta,
+                                  const char *path);
+#endif
+
+/* ---- sessions ---- */
+/* A 64-bit hash of the model's parameter bytes (FNV-style over 8-byte words), recorded in session
+   files: a state only means something for the weights it ran on. */
+TITANSDEF uint64_t titans_model_hash(const titans_model *m);
+/* The session's state (titans_session_state), borrowed like the model's parameters, with kind =
+   "session", the model's config and hash. */
+TITANSDEF int titans_session_write(titans_session *s, titans_st_writer *w);
+/* Restore a state into s (initialised on its model): the file's config and model hash must be the
+   session's, every state tensor present with its exact size, none left over, all finite; then
+   titans_session_state_loaded. On failure the session is reset and s->error says why. */
+TITANSDEF int titans_session_read(titans_session *s, titans_st_reader *r);
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_session_save(titans_session *s, const char *path);
+TITANSDEF int titans_session_load(titans_session *s, const char *path);
+#endif
 
 #ifdef __cplusplus
 }
@@ -346,13 +1232,7389 @@ TITANSDEF float titans_rng_normal(titans_rng *rng) {
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-#include "src/gemm_impl.h"
-#include "src/ops_impl.h"
-#include "src/memory_impl.h"
-#include "src/attn_impl.h"
-#include "src/safetensors_impl.h"
-#include "src/model_impl.h"
-#include "src/checkpoint_impl.h"
+/* ---- 2. GEMM (implementation) ----------------------------------------------------------------- */
+
+TITANSDEF void titans_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
+                               size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+  for (size_t i = 0; i < m; i++) {
+    for (size_t j = 0; j < n; j++) {
+      float acc = 0.0f;
+      if (alpha != 0.0f) /* alpha == 0: A and B are not read (as BLAS) */
+        for (size_t p = 0; p < k; p++) {
+          float av = trans_a ? a[p * lda + i] : a[i * lda + p];
+          float bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+          acc += av * bv;
+        }
+      float ab = alpha == 0.0f || k == 0 ? 0.0f : alpha * acc;
+      c[i * ldc + j] = ab + (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]);
+    }
+  }
+}
+
+/* The fast path. Five methods, chosen from the shape alone (titans__gemm_method), never from the
+   thread count:
+   - direct: op(B) rows contiguous (trans_b == 0) and m small, or op(B) narrow (n <= 256 and k * n
+     <= 128K; k <= 256 and k * n <= 32K when trans_a). Tiles of R rows x NV vectors of C keep their sums
+     in registers over all of k; A and B are read where they lie, no copies, so a 16 x 64 x 64 product
+     costs little more than its FMAs.
+   - bdirect: trans_b == 1 with a narrow op(B) (as above, and <= 64K floats) and more rows: op(B) is
+     transposed into a stack block once, then the direct method.
+   - tdot (AVX-512): trans_b == 1, m <= 16. One vector spans the rows of op(A) (and, when m < 16, several
+     k offsets); rows of B are broadcast, and each 16 x 16 tile is transposed in registers at the end.
+   - dot: trans_b == 1, rows of op(A) and of B dotted along k, tiles of R x S sums reduced by a fixed
+     tree (m <= 2 with k >= 1024 on AVX-512, small m on other ISAs, n <= 16 with a long k).
+   - packed (Goto's scheme) for the rest: for each NC-wide column block and KC-deep slice of k, op(B) is
+     packed into NR-wide panels [kc, NR] that stay in L2; the MR x NR micro-kernel reads rows of A in
+     place (trans_a == 0) or MR-row panels packed MC rows at a time (trans_a == 1).
+   Every C element is one chain of FMAs over k in increasing order (cut into slices that depend only on
+   k), or lane-wise chains plus a fixed reduction tree (dot, tdot), then C = alpha * sum + beta * C.
+   Which tile or thread computes an element does not change that arithmetic, so results are
+   bit-identical for any thread count. No heap: scratch lives on the stack, at most 320 KiB (packed). */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TITANS__GEMM_INLINE static inline __attribute__((always_inline))
+#define TITANS__GEMM_NOINLINE static __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define TITANS__GEMM_INLINE static __forceinline
+#define TITANS__GEMM_NOINLINE static __declspec(noinline)
+#else
+#define TITANS__GEMM_INLINE static inline
+#define TITANS__GEMM_NOINLINE static
+#endif
+#ifdef __cplusplus
+#define TITANS__GEMM_ALIGN alignas(64)
+#else
+#define TITANS__GEMM_ALIGN _Alignas(64)
+#endif
+/* Unroll a loop over a tile's rows or vectors completely: an accumulator array indexed by a loop left
+   rolled is kept in memory and written back every k step (seen for 8-row masked tiles). */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)
+#define TITANS__GEMM_UNROLL _Pragma("GCC unroll 32")
+#else
+#define TITANS__GEMM_UNROLL
+#endif
+/* Keep a loaded vector in a register: without it GCC folds the load into each FMA that uses it, so
+   a vector shared by R FMAs is loaded R times (measured 2x slower for tiles of <= 4 rows). */
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(TITANS__AVX512) || defined(TITANS__AVX2))
+#define TITANS__GEMM_INREG(x) __asm__("" : "+v"(x))
+#else
+#define TITANS__GEMM_INREG(x) ((void)0)
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define TITANS__GEMM_PREFETCHW(p) __builtin_prefetch((p), 1, 3)
+#define TITANS__GEMM_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#define TITANS__GEMM_PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
+#else
+#define TITANS__GEMM_PREFETCH_L2(p) ((void)(p))
+#define TITANS__GEMM_PREFETCH(p) ((void)(p))
+#define TITANS__GEMM_PREFETCHW(p) ((void)(p))
+#endif
+
+/* Micro-tile of the packed method: MR rows x NV vectors (NR = NV * VW columns), about 16-24
+   accumulators so that the FMA latency is hidden and the registers are not exhausted. */
+#ifndef TITANS__GEMM_MR
+#if defined(TITANS__AVX512)
+#define TITANS__GEMM_MR 8
+#define TITANS__GEMM_NV 2
+#elif defined(TITANS__AVX2)
+#define TITANS__GEMM_MR 6
+#define TITANS__GEMM_NV 2
+#elif defined(TITANS__NEON)
+#define TITANS__GEMM_MR 8
+#define TITANS__GEMM_NV 2
+#else
+#define TITANS__GEMM_MR 4
+#define TITANS__GEMM_NV 4
+#endif
+#endif
+#define TITANS__GEMM_NR (TITANS__GEMM_NV * TITANS__VW)
+#ifndef TITANS__GEMM_KC
+#define TITANS__GEMM_KC 256 /* depth of a k slice: an [KC, MR] A panel stays in L1 */
+#endif
+#ifndef TITANS__GEMM_NC
+#define TITANS__GEMM_NC 256 /* width of a column block: the [KC, NC] B block (256 KiB) stays in L2 */
+#endif
+#ifndef TITANS__GEMM_MC
+#define TITANS__GEMM_MC 64 /* rows of op(A) packed at once: [MC, KC] = 64 KiB, whole cache lines of A */
+#endif
+#define TITANS__GEMM_DR 8     /* most rows in a direct tile */
+#define TITANS__GEMM_BD_FLOATS 65536 /* floats of op(B) the bdirect method copies: 256 KiB of stack */
+#define TITANS__GEMM_DNV 8    /* most vectors in a direct tile (a 1-row tile: 8 FMA chains) */
+#define TITANS__GEMM_DACC 24  /* most accumulators in a direct tile (6 rows x 4 vectors) */
+
+#define TITANS__GEMM_KD 1024  /* k slice of the dot method when op(A) must be packed: [16, KD] = 64 KiB */
+#define TITANS__GEMM_SMALL 16 /* m (or n) up to this uses the direct or dot method */
+#ifndef TITANS__GEMM_PAR_WORK
+#define TITANS__GEMM_PAR_WORK 1048576.0 /* m*n*k per thread below which threads do not pay off */
+#endif
+
+/* ---- partial vectors: a lane mask for the first cnt (1..VW) lanes -------------------------------- */
+#if defined(TITANS__AVX512)
+typedef __mmask16 titans__gemm_mask;
+static inline titans__gemm_mask titans__gemm_mask_n(size_t cnt) { return (__mmask16)((1u << cnt) - 1u); }
+static inline titans__vf titans__gemm_vload_m(const float *p, titans__gemm_mask m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+static inline void titans__gemm_vstore_m(float *p, titans__vf v, titans__gemm_mask m) {
+  _mm512_mask_storeu_ps(p, m, v);
+}
+#elif defined(TITANS__AVX2)
+typedef __m256i titans__gemm_mask;
+static inline titans__gemm_mask titans__gemm_mask_n(size_t cnt) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline titans__vf titans__gemm_vload_m(const float *p, titans__gemm_mask m) { return _mm256_maskload_ps(p, m); }
+static inline void titans__gemm_vstore_m(float *p, titans__vf v, titans__gemm_mask m) { _mm256_maskstore_ps(p, m, v); }
+#else
+typedef size_t titans__gemm_mask;
+static inline titans__gemm_mask titans__gemm_mask_n(size_t cnt) { return cnt; }
+static inline titans__vf titans__gemm_vload_m(const float *p, titans__gemm_mask m) {
+  float t[TITANS__VW];
+  for (size_t i = 0; i < TITANS__VW; i++) t[i] = i < m ? p[i] : 0.0f;
+  return titans__vload(t);
+}
+static inline void titans__gemm_vstore_m(float *p, titans__vf v, titans__gemm_mask m) {
+  float t[TITANS__VW];
+  titans__vstore(t, v);
+  for (size_t i = 0; i < m; i++) p[i] = t[i];
+}
+#endif
+
+/* out = alpha * acc + beta * C, stored to c (vector ops, so every lane is rounded the same way);
+   beta == 0 does not read C. */
+TITANS__GEMM_INLINE void titans__gemm_put(float *c, titans__vf acc, titans__vf va, titans__vf vb, float beta) {
+  titans__vf o = titans__vmul(va, acc);
+  if (beta != 0.0f) o = titans__vfma(vb, titans__vload(c), o);
+  titans__vstore(c, o);
+}
+TITANS__GEMM_INLINE void titans__gemm_put_m(float *c, titans__vf acc, titans__vf va, titans__vf vb, float beta,
+                                            titans__gemm_mask m) {
+  titans__vf o = titans__vmul(va, acc);
+  if (beta != 0.0f) o = titans__vfma(vb, titans__gemm_vload_m(c, m), o);
+  titans__gemm_vstore_m(c, o, m);
+}
+
+/* Four horizontal sums at once: out[q] = sum of the lanes of vq, always by the same tree (lane i plus
+   lane i + VW/2, then i + VW/4, ..., as titans__gemm_hsum_tree), whichever slot a vector is in. */
+#if defined(TITANS__AVX512)
+TITANS__GEMM_INLINE void titans__gemm_reduce4(float *out /* [4] */, __m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+  __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+  __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
+  __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+  x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, 0x4E)); /* lane i + lane i^2 in each 128-bit quarter */
+  x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, 0xB1)); /* lane i + lane i^1 */
+  __m512 y = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), x);
+  _mm_storeu_ps(out, _mm512_castps512_ps128(y));
+}
+#elif defined(TITANS__AVX2)
+TITANS__GEMM_INLINE void titans__gemm_reduce4(float *out /* [4] */, __m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+  __m256 w01 = _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
+  __m256 w23 = _mm256_add_ps(_mm256_permute2f128_ps(v2, v3, 0x20), _mm256_permute2f128_ps(v2, v3, 0x31));
+  __m256 x = _mm256_add_ps(_mm256_shuffle_ps(w01, w23, 0x44), _mm256_shuffle_ps(w01, w23, 0xEE));
+  x = _mm256_add_ps(x, _mm256_shuffle_ps(x, x, 0xB1));
+  /* lanes 0, 2 hold the sums of v0, v2; lanes 4, 6 those of v1, v3 */
+  __m128 lo = _mm256_castps256_ps128(x), hi = _mm256_extractf128_ps(x, 1);
+  _mm_storeu_ps(out, _mm_shuffle_ps(_mm_unpacklo_ps(lo, hi), _mm_unpackhi_ps(lo, hi), 0x44));
+}
+#else
+static inline float titans__gemm_hsum_tree(titans__vf v) {
+  float t[TITANS__VW];
+  titans__vstore(t, v);
+  for (size_t w = TITANS__VW / 2; w >= 1; w /= 2)
+    for (size_t i = 0; i < w; i++) t[i] += t[i + w];
+  return t[0];
+}
+TITANS__GEMM_INLINE void titans__gemm_reduce4(float *out /* [4] */, titans__vf v0, titans__vf v1, titans__vf v2,
+                                              titans__vf v3) {
+  out[0] = titans__gemm_hsum_tree(v0);
+  out[1] = titans__gemm_hsum_tree(v1);
+  out[2] = titans__gemm_hsum_tree(v2);
+  out[3] = titans__gemm_hsum_tree(v3);
+}
+#endif
+
+#if defined(TITANS__AVX512)
+/* In registers: r[i] lane q becomes r[q] lane i (a 16 x 16 transpose, 64 shuffles). */
+TITANS__GEMM_INLINE void titans__gemm_tr16(__m512 *r) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);     /* per 128-bit lane: x0 y0 x1 y1 */
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]); /* x2 y2 x3 y3 */
+  }
+  for (int g = 0; g < 4; g++) { /* u[4g + c], lane L: rows 4g..4g+3 at column 4L + c */
+    u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+    u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+    u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+    u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; c++) {
+    __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    __m512 v2 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE), v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+    r[8 + c] = _mm512_shuffle_f32x4(v2, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(v2, v3, 0xDD);
+  }
+}
+
+/* dst[q * lddst + r] = src[r * ldsrc + q] for r, q < 16. */
+TITANS__GEMM_INLINE void titans__gemm_transpose16(float *dst, size_t lddst, const float *src, size_t ldsrc) {
+  __m512 r[16];
+  for (size_t i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ldsrc);
+  titans__gemm_tr16(r);
+  for (size_t i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * lddst, r[i]);
+}
+
+#endif
+
+/* ---- direct method: op(B) rows read in place ----------------------------------------------------- */
+
+/* One R x (NV * VW) tile: C = alpha * op(A) op(B) + beta * C with op(B)[p, j] = b[p * ldb + j] and
+   op(A)[r, p] = a[r * lda + p] (TA == 0) or a[p * lda + r] (TA == 1; the layout is a compile-time
+   constant so that the R row offsets need no registers). When masked (then NV == 1) only the lanes in
+   mlast exist. */
+TITANS__GEMM_INLINE void titans__gemm_direct_tile(const int TA, const size_t R, const size_t NV, const int masked,
+                                                  float *c /* [R, ldc] */, size_t ldc, const float *a, size_t lda,
+                                                  const float *b /* [k, ldb] */, size_t ldb, size_t k,
+                                                  titans__gemm_mask mlast, float alpha, float beta) {
+  titans__vf acc[TITANS__GEMM_DACC]; /* [R][NV]: sized to what tiles use, or GCC keeps it in memory */
+  for (size_t r = 0; r < R; r++)
+    for (size_t v = 0; v < NV; v++) acc[r * NV + v] = titans__vset1(0.0f);
+  for (size_t p = 0; p < k; p++) {
+    const float *bp = b + p * ldb;
+    titans__vf bv[TITANS__GEMM_DNV];
+    if (masked) bv[0] = titans__gemm_vload_m(bp, mlast);
+    else
+      for (size_t v = 0; v < NV; v++) bv[v] = titans__vload(bp + v * TITANS__VW);
+    if (R > 1)
+      for (size_t v = 0; v < NV; v++) TITANS__GEMM_INREG(bv[v]);
+    for (size_t r = 0; r < R; r++) {
+      titans__vf av = titans__vset1(TA ? a[p * lda + r] : a[r * lda + p]);
+      for (size_t v = 0; v < NV; v++) acc[r * NV + v] = titans__vfma(av, bv[v], acc[r * NV + v]);
+    }
+  }
+  titans__vf va = titans__vset1(alpha), vb = titans__vset1(beta);
+  TITANS__GEMM_UNROLL
+  for (size_t r = 0; r < R; r++) {
+    if (masked) titans__gemm_put_m(c + r * ldc, acc[r], va, vb, beta, mlast);
+    else
+      for (size_t v = 0; v < NV; v++) titans__gemm_put(c + r * ldc + v * TITANS__VW, acc[r * NV + v], va, vb, beta);
+  }
+}
+
+/* Columns [0, n) of an R-row block: tiles of NV vectors, then narrower ones, the last vector masked. */
+TITANS__GEMM_INLINE void titans__gemm_direct_rows(const int TA, const size_t R, const size_t NV, float *c, size_t ldc,
+                                                  const float *a, size_t lda, const float *b, size_t ldb, size_t n,
+                                                  size_t k, float alpha, float beta) {
+  titans__gemm_mask full = titans__gemm_mask_n(TITANS__VW);
+  size_t j = 0;
+  for (; j + NV * TITANS__VW <= n; j += NV * TITANS__VW)
+    titans__gemm_direct_tile(TA, R, NV, 0, c + j, ldc, a, lda, b + j, ldb, k, full, alpha, beta);
+  if (NV > 4 && j + 4 * TITANS__VW <= n) { /* what remains: at most one tile of each halved width */
+    titans__gemm_direct_tile(TA, R, 4, 0, c + j, ldc, a, lda, b + j, ldb, k, full, alpha, beta);
+    j += 4 * TITANS__VW;
+  }
+  if (NV > 2 && j + 2 * TITANS__VW <= n) {
+    titans__gemm_direct_tile(TA, R, 2, 0, c + j, ldc, a, lda, b + j, ldb, k, full, alpha, beta);
+    j += 2 * TITANS__VW;
+  }
+  for (; j + TITANS__VW <= n; j += TITANS__VW)
+    titans__gemm_direct_tile(TA, R, 1, 0, c + j, ldc, a, lda, b + j, ldb, k, full, alpha, beta);
+  if (j < n)
+    titans__gemm_direct_tile(TA, R, 1, 1, c + j, ldc, a, lda, b + j, ldb, k, titans__gemm_mask_n(n - j), alpha, beta);
+}
+
+/* An R-row block (R <= 8): NV chosen so that R x NV stays near 16-24 accumulators (8 for one row). */
+TITANS__GEMM_INLINE void titans__gemm_direct_block(const int TA, size_t rows, float *c, size_t ldc, const float *a,
+                                                   size_t lda, const float *b, size_t ldb, size_t n, size_t k,
+                                                   float alpha, float beta) {
+  switch (rows) {
+    case 1: titans__gemm_direct_rows(TA, 1, 8, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+    case 2: titans__gemm_direct_rows(TA, 2, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+    case 3: titans__gemm_direct_rows(TA, 3, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+    case 4: titans__gemm_direct_rows(TA, 4, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+    case 5: titans__gemm_direct_rows(TA, 5, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+    case 6: titans__gemm_direct_rows(TA, 6, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+    case 7: titans__gemm_direct_rows(TA, 7, 2, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+    default: titans__gemm_direct_rows(TA, 8, 2, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+  }
+}
+
+/* One function per layout of A: GCC allocates the registers of the many tile loops better in two
+   smaller functions than in one (it kept loop counters in vector registers). */
+TITANS__GEMM_NOINLINE void titans__gemm_direct_block_n(size_t rows, float *c, size_t ldc, const float *a, size_t lda,
+                                                       const float *b, size_t ldb, size_t n, size_t k, float alpha,
+                                                       float beta) {
+  titans__gemm_direct_block(0, rows, c, ldc, a, lda, b, ldb, n, k, alpha, beta);
+}
+TITANS__GEMM_NOINLINE void titans__gemm_direct_block_t(size_t rows, float *c, size_t ldc, const float *a, size_t lda,
+                                                       const float *b, size_t ldb, size_t n, size_t k, float alpha,
+                                                       float beta) {
+  titans__gemm_direct_block(1, rows, c, ldc, a, lda, b, ldb, n, k, alpha, beta);
+}
+
+/* C [m, n] = alpha * op(A) op(B) + beta * C by direct tiles of up to 8 rows. Column blocks outside, so
+   that the [k, cb] strip of B is read from memory once and from L2 by the following row tiles. */
+static void titans__gemm_direct(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
+                                const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+  size_t cb = (size_t)131072 / (k ? k : 1); /* 512 KiB of B per column block */
+  cb = cb < 128 ? 128 : cb - cb % 128;
+  if (m <= TITANS__GEMM_DR) cb = n; /* one row tile: nothing to reuse */
+  for (size_t j = 0; j < n; j += cb) {
+    size_t nb = n - j < cb ? n - j : cb;
+    for (size_t i = 0; i < m; i += TITANS__GEMM_DR) {
+      size_t rows = m - i < TITANS__GEMM_DR ? m - i : TITANS__GEMM_DR;
+      float *ci = c + i * ldc + j;
+      if (trans_a) titans__gemm_direct_block_t(rows, ci, ldc, a + i, lda, b + j, ldb, nb, k, alpha, beta);
+      else titans__gemm_direct_block_n(rows, ci, ldc, a + i * lda, lda, b + j, ldb, nb, k, alpha, beta);
+    }
+  }
+}
+
+/* The direct method after copying op(B) = B^T ([n, ldb] rows along k) into a contiguous [k, n] block:
+   for trans_b == 1 with a small op(B) and many rows, where packing A (as the packed method does) would
+   cost a large fraction of the FMAs. */
+TITANS__GEMM_NOINLINE void titans__gemm_bdirect(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
+                                                size_t lda, const float *b, size_t ldb, float beta, float *c,
+                                                size_t ldc) {
+  TITANS__GEMM_ALIGN float bt[TITANS__GEMM_BD_FLOATS]; /* [k, n] */
+  size_t j = 0;
+  TITANS_ASSERT((double)k * (double)n <= (double)TITANS__GEMM_BD_FLOATS);
+#if defined(TITANS__AVX512)
+  for (; j + 16 <= n; j += 16) {
+    size_t p = 0;
+    for (; p + 16 <= k; p += 16) titans__gemm_transpose16(bt + p * n + j, n, b + j * ldb + p, ldb);
+    for (; p < k; p++)
+      for (size_t q = 0; q < 16; q++) bt[p * n + j + q] = b[(j + q) * ldb + p];
+  }
+#endif
+  for (; j < n; j++)
+    for (size_t p = 0; p < k; p++) bt[p * n + j] = b[j * ldb + p];
+  titans__gemm_direct(trans_a, m, n, k, alpha, a, lda, bt, n, beta, c, ldc);
+}
+
+/* ---- dot method: rows of op(A) and of B, both contiguous along k --------------------------------- */
+
+/* R x S dot products: C[r, s] = alpha * sum_p a[r * lda + p] * b[s * ldb + p] + beta * C[r, s] for
+   s < ns (rows s >= ns of b are not read; their slots repeat row ns - 1 and are not stored). */
+TITANS__GEMM_INLINE void titans__gemm_dot_tile(const size_t R, const size_t S, float *c /* [R, ldc] */, size_t ldc,
+                                               const float *a /* [R, lda] */, size_t lda,
+                                               const float *b /* [ns, ldb] */, size_t ldb, size_t ns, size_t k,
+                                               float alpha, float beta) {
+  const float *bs[8];
+  titans__vf acc[4][8];
+  for (size_t s = 0; s < S; s++) bs[s] = b + (s < ns ? s : ns - 1) * ldb;
+  for (size_t r = 0; r < R; r++)
+    for (size_t s = 0; s < S; s++) acc[r][s] = titans__vset1(0.0f);
+  size_t p = 0;
+  for (; p + TITANS__VW <= k; p += TITANS__VW) {
+    titans__vf bv[8];
+    for (size_t s = 0; s < S; s++) {
+      bv[s] = titans__vload(bs[s] + p);
+      if (R > 1) TITANS__GEMM_INREG(bv[s]);
+    }
+    for (size_t r = 0; r < R; r++) {
+      titans__vf av = titans__vload(a + r * lda + p);
+      for (size_t s = 0; s < S; s++) acc[r][s] = titans__vfma(av, bv[s], acc[r][s]);
+    }
+  }
+  if (p < k) { /* the tail: masked lanes add 0 * 0 */
+    titans__gemm_mask mk = titans__gemm_mask_n(k - p);
+    titans__vf bv[8];
+    for (size_t s = 0; s < S; s++) bv[s] = titans__gemm_vload_m(bs[s] + p, mk);
+    for (size_t r = 0; r < R; r++) {
+      titans__vf av = titans__gemm_vload_m(a + r * lda + p, mk);
+      for (size_t s = 0; s < S; s++) acc[r][s] = titans__vfma(av, bv[s], acc[r][s]);
+    }
+  }
+  for (size_t r = 0; r < R; r++) {
+    for (size_t s0 = 0; s0 < S; s0 += 4) {
+      float sum[4];
+      titans__gemm_reduce4(sum, acc[r][s0], acc[r][s0 + 1], acc[r][s0 + 2], acc[r][s0 + 3]);
+      for (size_t q = 0; q < 4 && s0 + q < ns; q++) {
+        float *cp = c + r * ldc + s0 + q;
+        float o = alpha * sum[q];
+        if (beta != 0.0f) o += beta * *cp;
+        *cp = o;
+      }
+    }
+  }
+}
+
+/* The S columns starting at b for an R-row block of a: a tile of S = 8 (R <= 2) or two of S = 4. */
+TITANS__GEMM_INLINE void titans__gemm_dot_cols8(const size_t R, float *c, size_t ldc, const float *a, size_t lda,
+                                                const float *b, size_t ldb, size_t ns, size_t k, float alpha,
+                                                float beta) {
+  if (R <= 2) {
+    titans__gemm_dot_tile(R, 8, c, ldc, a, lda, b, ldb, ns, k, alpha, beta);
+  } else {
+    titans__gemm_dot_tile(R, 4, c, ldc, a, lda, b, ldb, ns < 4 ? ns : 4, k, alpha, beta);
+    if (ns > 4) titans__gemm_dot_tile(R, 4, c + 4, ldc, a, lda, b + 4 * ldb, ldb, ns - 4, k, alpha, beta);
+  }
+}
+
+static void titans__gemm_dot_block(size_t rows, float *c, size_t ldc, const float *a, size_t lda, const float *b,
+                                   size_t ldb, size_t ns, size_t k, float alpha, float beta) {
+  switch (rows) {
+    case 1: titans__gemm_dot_cols8(1, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
+    case 2: titans__gemm_dot_cols8(2, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
+    case 3: titans__gemm_dot_cols8(3, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
+    default: titans__gemm_dot_cols8(4, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
+  }
+}
+
+/* C [m, n] = alpha * A B^T + beta * C with A [m, lda], B [n, ldb] (rows along k). The operand with
+   fewer rows is walked by the inner loop so that it stays in cache. */
+static void titans__gemm_dot(size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
+                             size_t ldb, float beta, float *c, size_t ldc) {
+  if (m <= n) {
+    for (size_t j = 0; j < n; j += 8)
+      for (size_t i = 0; i < m; i += 4)
+        titans__gemm_dot_block(m - i < 4 ? m - i : 4, c + i * ldc + j, ldc, a + i * lda, lda, b + j * ldb, ldb,
+                               n - j < 8 ? n - j : 8, k, alpha, beta);
+  } else {
+    for (size_t i = 0; i < m; i += 4)
+      for (size_t j = 0; j < n; j += 8)
+        titans__gemm_dot_block(m - i < 4 ? m - i : 4, c + i * ldc + j, ldc, a + i * lda, lda, b + j * ldb, ldb,
+                               n - j < 8 ? n - j : 8, k, alpha, beta);
+  }
+}
+
+/* The dot method for trans_a == 1 (op(A) = A^T, A [k, lda]) and m <= TITANS__GEMM_SMALL: op(A) is
+   copied in k slices of KD into [m, KD] rows; slices after the first add to C. */
+TITANS__GEMM_NOINLINE void titans__gemm_dot_ta(size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
+                                               const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+  TITANS__GEMM_ALIGN float at[TITANS__GEMM_SMALL * TITANS__GEMM_KD]; /* [m, kd] */
+  for (size_t p0 = 0; p0 < k; p0 += TITANS__GEMM_KD) {
+    size_t kd = k - p0 < TITANS__GEMM_KD ? k - p0 : TITANS__GEMM_KD;
+    for (size_t p = 0; p < kd; p++)
+      for (size_t i = 0; i < m; i++) at[i * kd + p] = a[(p0 + p) * lda + i];
+    titans__gemm_dot(m, n, kd, alpha, at, kd, b + p0, ldb, p0 == 0 ? beta : 1.0f, c, ldc);
+  }
+}
+
+/* ---- transposed dot method (AVX-512): trans_b == 1 and m <= 16 ------------------------------------
+   One vector covers all rows of op(A): with mp = m rounded up to a power of two and G = 16 / mp, lane
+   i * G + q holds row i at k offset q, so a step consumes G values of k. at [kd / G][16] is op(A) packed
+   that way (zero padded). For 16 rows j of B, acc[j] += broadcast(b[j, p .. p + G)) * at[p / G]; then
+   the 16 x 16 tile is transposed in registers, the G lanes of a row are added by a fixed tree, and row
+   i of C receives 16 consecutive values. */
+#if defined(TITANS__AVX512) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define TITANS__GEMM_HAVE_TDOT 1
+
+/* b[0 .. G) repeated over the vector (only the first cnt < G read when masked). */
+TITANS__GEMM_INLINE __m512 titans__gemm_bcast(const size_t G, const float *b, int masked, size_t cnt) {
+  if (G == 1) return _mm512_set1_ps(*b);
+  if (G == 2) /* two floats by an unaligned 64-bit load */
+    return _mm512_broadcast_f32x2(masked ? _mm_load_ss(b)
+                                         : _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)b)));
+  if (G == 4)
+    return _mm512_broadcast_f32x4(masked ? _mm_maskz_loadu_ps((__mmask8)((1u << cnt) - 1u), b) : _mm_loadu_ps(b));
+  if (G == 8)
+    return _mm512_broadcast_f32x8(masked ? _mm256_maskz_loadu_ps((__mmask8)((1u << cnt) - 1u), b) : _mm256_loadu_ps(b));
+  return masked ? _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1u), b) : _mm512_loadu_ps(b);
+}
+
+TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, float *c /* [m, ldc] */, size_t ldc, size_t m,
+                                                const float *at /* [ceil(k / G), 16] */,
+                                                const float *b /* [nj, ldb] */, size_t ldb, size_t nj, size_t k,
+                                                float alpha, float beta) {
+  __m512 acc[16];
+  const float *bs[16];
+  for (size_t j = 0; j < 16; j++) { /* rows past nj repeat the last one and are not stored */
+    bs[j] = b + (j < nj ? j : nj - 1) * ldb;
+    acc[j] = _mm512_setzero_ps();
+  }
+  size_t p = 0;
+  for (; p + G <= k; p += G, at += 16) {
+    __m512 av = _mm512_loadu_ps(at);
+    if (G >= 4 && p % 16 == 0 && p + 128 < k) /* 16 row streams: help the prefetcher, 8 lines ahead */
+      for (size_t j = 0; j < 16; j++) TITANS__GEMM_PREFETCH(bs[j] + p + 128);
+    for (size_t j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(titans__gemm_bcast(G, bs[j] + p, 0, G), av, acc[j]);
+  }
+  if (p < k) { /* k tail: the missing b values load as 0, at is zero there too */
+    __m512 av = _mm512_loadu_ps(at);
+    for (size_t j = 0; j < 16; j++)
+      acc[j] = _mm512_fmadd_ps(titans__gemm_bcast(G, bs[j] + p, 1, k - p), av, acc[j]);
+  }
+  titans__gemm_tr16(acc); /* acc[i * G + q] lane j: row i of C, column j, partial sum q */
+  for (size_t w = G / 2; w >= 1; w /= 2)
+    for (size_t i = 0; i < 16 / G; i++)
+      for (size_t q = 0; q < w; q++) acc[i * G + q] = _mm512_add_ps(acc[i * G + q], acc[i * G + q + w]);
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __mmask16 mj = (__mmask16)((1u << nj) - 1u);
+  for (size_t i = 0; i < m; i++) {
+    if (nj == 16) titans__gemm_put(c + i * ldc, acc[i * G], va, vb, beta);
+    else titans__gemm_put_m(c + i * ldc, acc[i * G], va, vb, beta, mj);
+  }
+}
+
+/* op(A) rows [m, k slice] into at [ceil(kd / G), 16]: at[g * 16 + i * G + q] = op(A)[i, p0 + g * G + q],
+   zero where i >= m or p0 + g * G + q >= p0 + kd. */
+TITANS__GEMM_INLINE void titans__gemm_tdot_pack(float *at, const size_t G, int trans_a, size_t m, const float *a,
+                                                 size_t lda, size_t p0, size_t kd) {
+  size_t groups = (kd + G - 1) / G, full = kd / G, mp = 16 / G;
+  if (trans_a) { /* op(A)[i, p] = a[p * lda + i]: row p of a holds the m values of a k step */
+    if (G == 1) {
+      __mmask16 mm = (__mmask16)((1u << m) - 1u);
+      for (size_t p = 0; p < kd; p++) _mm512_storeu_ps(at + p * 16, _mm512_maskz_loadu_ps(mm, a + (p0 + p) * lda));
+      return;
+    }
+    for (size_t g = 0; g < groups; g++)
+      for (size_t i = 0; i < mp; i++)
+        for (size_t q = 0; q < G; q++) {
+          size_t p = g * G + q;
+          at[g * 16 + i * G + q] = i < m && p < kd ? a[(p0 + p) * lda + i] : 0.0f;
+        }
+    return;
+  }
+  if (G == 1) { /* 16 x 16 transposes; rows past m repeat row m - 1 and are zeroed by the mask */
+    __mmask16 mm = (__mmask16)((1u << m) - 1u);
+    size_t p = 0;
+    for (; p + 16 <= kd; p += 16) {
+      __m512 r[16];
+      for (size_t i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(a + (i < m ? i : m - 1) * lda + p0 + p);
+      titans__gemm_tr16(r);
+      for (size_t q = 0; q < 16; q++) _mm512_storeu_ps(at + (p + q) * 16, _mm512_maskz_mov_ps(mm, r[q]));
+    }
+    for (; p < kd; p++)
+      for (size_t i = 0; i < 16; i++) at[p * 16 + i] = i < m ? a[i * lda + p0 + p] : 0.0f;
+    return;
+  }
+  for (size_t i = 0; i < mp; i++) { /* G > 1: row i's k values are already in the right order, G at a time */
+    const float *src = a + i * lda + p0;
+    float *dst = at + i * G;
+    if (i >= m) {
+      for (size_t g = 0; g < groups; g++)
+        for (size_t q = 0; q < G; q++) dst[g * 16 + q] = 0.0f;
+      continue;
+    }
+    for (size_t g = 0; g < full; g++) memcpy(dst + g * 16, src + g * G, G * sizeof(float));
+    if (full < groups)
+      for (size_t q = 0; q < G; q++) dst[full * 16 + q] = full * G + q < kd ? src[full * G + q] : 0.0f;
+  }
+}
+
+/* One k slice: pack op(A), then the column tiles. */
+TITANS__GEMM_INLINE void titans__gemm_tdot_slice(const size_t G, float *at, int trans_a, size_t m, size_t n,
+                                                 size_t p0, size_t kd, float alpha, const float *a, size_t lda,
+                                                 const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+  titans__gemm_tdot_pack(at, G, trans_a, m, a, lda, p0, kd);
+  for (size_t j = 0; j < n; j += 16)
+    titans__gemm_tdot_tile(G, c + j, ldc, m, at, b + j * ldb + p0, ldb, n - j < 16 ? n - j : 16, kd, alpha, beta);
+}
+
+TITANS__GEMM_NOINLINE void titans__gemm_tdot(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
+                                             size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+  TITANS__GEMM_ALIGN float at[TITANS__GEMM_KD * 16]; /* op(A) slice, lanes as above */
+  for (size_t p0 = 0; p0 < k; p0 += TITANS__GEMM_KD) {
+    size_t kd = k - p0 < TITANS__GEMM_KD ? k - p0 : TITANS__GEMM_KD;
+    float bs = p0 == 0 ? beta : 1.0f; /* later slices add to C */
+    if (m <= 1) titans__gemm_tdot_slice(16, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
+    else if (m <= 2) titans__gemm_tdot_slice(8, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
+    else if (m <= 4) titans__gemm_tdot_slice(4, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
+    else if (m <= 8) titans__gemm_tdot_slice(2, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
+    else titans__gemm_tdot_slice(1, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
+  }
+}
+#endif
+
+/* ---- packed method -------------------------------------------------------------------------------- */
+
+
+/* op(B)[p0 : p0 + kc, j0 : j0 + nc] into panels bp [ceil(nc / NR)][kc][NR], zero padded to NR. */
+static void titans__gemm_pack_b(float *bp, const float *b, size_t ldb, int trans_b, size_t p0, size_t kc, size_t j0,
+                                size_t nc) {
+  for (size_t jp = 0; jp < nc; jp += TITANS__GEMM_NR) {
+    size_t w = nc - jp < TITANS__GEMM_NR ? nc - jp : TITANS__GEMM_NR;
+    float *dst = bp + jp * kc;
+    if (!trans_b) {
+      const float *src = b + p0 * ldb + j0 + jp;
+      if (w == TITANS__GEMM_NR) {
+        for (size_t p = 0; p < kc; p++)
+          for (size_t v = 0; v < TITANS__GEMM_NV; v++)
+            titans__vstore(dst + p * TITANS__GEMM_NR + v * TITANS__VW, titans__vload(src + p * ldb + v * TITANS__VW));
+      } else {
+        for (size_t p = 0; p < kc; p++)
+          for (size_t j = 0; j < TITANS__GEMM_NR; j++) dst[p * TITANS__GEMM_NR + j] = j < w ? src[p * ldb + j] : 0.0f;
+      }
+    } else {
+      const float *src = b + (j0 + jp) * ldb + p0; /* op(B)[p, j] = src[j * ldb + p] */
+#if defined(TITANS__AVX512)
+      if (w == TITANS__GEMM_NR) {
+        size_t p = 0;
+        for (; p + 16 <= kc; p += 16)
+          for (size_t h = 0; h < TITANS__GEMM_NR; h += 16)
+            titans__gemm_transpose16(dst + p * TITANS__GEMM_NR + h, TITANS__GEMM_NR, src + h * ldb + p, ldb);
+        for (; p < kc; p++)
+          for (size_t j = 0; j < TITANS__GEMM_NR; j++) dst[p * TITANS__GEMM_NR + j] = src[j * ldb + p];
+        continue;
+      }
+#endif
+      for (size_t j = 0; j < TITANS__GEMM_NR; j++) {
+        if (j < w)
+          for (size_t p = 0; p < kc; p++) dst[p * TITANS__GEMM_NR + j] = src[j * ldb + p];
+        else
+          for (size_t p = 0; p < kc; p++) dst[p * TITANS__GEMM_NR + j] = 0.0f;
+      }
+    }
+  }
+}
+
+/* op(A)[i0 : i0 + mb, p0 : p0 + kc] into panels ap [ceil(mb / MR)][kc][MR] (zero padded to MR rows) for
+   trans_a == 1: op(A)[i, p] = a[p * lda + i], so row p of a holds the block's mb consecutive i, read whole.
+   (For trans_a == 0 the micro-kernel reads the rows of A in place.) */
+static void titans__gemm_pack_a(float *ap, const float *a, size_t lda, size_t i0, size_t mb, size_t p0, size_t kc) {
+  for (size_t p = 0; p < kc; p++) {
+    const float *src = a + (p0 + p) * lda + i0;
+    for (size_t ip = 0; ip < mb; ip += TITANS__GEMM_MR) {
+      size_t mr = mb - ip < TITANS__GEMM_MR ? mb - ip : TITANS__GEMM_MR;
+      float *dst = ap + ip * kc + p * TITANS__GEMM_MR;
+#if (defined(TITANS__AVX512) || defined(TITANS__AVX2)) && TITANS__GEMM_MR == 8
+      if (mr == 8) { /* a plain copy: masked stores are slow on some cores */
+        _mm256_storeu_ps(dst, _mm256_loadu_ps(src + ip));
+        continue;
+      }
+#endif
+      for (size_t r = 0; r < TITANS__GEMM_MR; r++) dst[r] = r < mr ? src[ip + r] : 0.0f;
+    }
+  }
+}
+
+/* One MR x NR tile: C[0:mr, 0:nr] = alpha * sum_p op(A)[r, p] bp[p][.] + beta * C. op(A) is either a
+   packed panel ap [kc][MR] (zero padded) or, when in_place, the rows a + r * lda themselves (rows past mr
+   repeat row mr - 1). bp is zero padded, so the loop always runs on the full tile; only the stores are
+   cut to mr x nr. */
+TITANS__GEMM_INLINE void titans__gemm_micro_body(const int in_place, float *c /* [mr, ldc] */, size_t ldc,
+                                                 const float *a, size_t lda, const float *bp /* [kc, NR] */,
+                                                 size_t kc, float alpha, float beta, size_t mr, size_t nr) {
+  titans__vf acc[TITANS__GEMM_MR][TITANS__GEMM_NV];
+  const float *ar[TITANS__GEMM_MR];
+  for (size_t r = 0; r < TITANS__GEMM_MR; r++) {
+    ar[r] = in_place ? a + (r < mr ? r : mr - 1) * lda : a + r;
+    for (size_t v = 0; v < TITANS__GEMM_NV; v++) acc[r][v] = titans__vset1(0.0f);
+  }
+  for (size_t r = 0; r < mr; r++) { /* the C tile arrives in cache while the loop runs */
+    TITANS__GEMM_PREFETCHW(c + r * ldc);
+    TITANS__GEMM_PREFETCHW(c + r * ldc + nr - 1);
+  }
+  for (size_t p = 0; p < kc; p++) {
+    titans__vf bv[TITANS__GEMM_NV];
+    for (size_t v = 0; v < TITANS__GEMM_NV; v++) bv[v] = titans__vload(bp + p * TITANS__GEMM_NR + v * TITANS__VW);
+    for (size_t r = 0; r < TITANS__GEMM_MR; r++) {
+      titans__vf av = titans__vset1(in_place ? ar[r][p] : a[p * TITANS__GEMM_MR + r]);
+      for (size_t v = 0; v < TITANS__GEMM_NV; v++) acc[r][v] = titans__vfma(av, bv[v], acc[r][v]);
+    }
+  }
+  titans__vf va = titans__vset1(alpha), vb = titans__vset1(beta);
+  if (mr == TITANS__GEMM_MR && nr == TITANS__GEMM_NR) {
+    for (size_t r = 0; r < TITANS__GEMM_MR; r++)
+      for (size_t v = 0; v < TITANS__GEMM_NV; v++)
+        titans__gemm_put(c + r * ldc + v * TITANS__VW, acc[r][v], va, vb, beta);
+  } else {
+    for (size_t r = 0; r < TITANS__GEMM_MR; r++) {
+      if (r >= mr) break;
+      for (size_t v = 0; v < TITANS__GEMM_NV; v++) {
+        size_t col = v * TITANS__VW;
+        if (col >= nr) break;
+        size_t cnt = nr - col < TITANS__VW ? nr - col : TITANS__VW;
+        titans__gemm_put_m(c + r * ldc + col, acc[r][v], va, vb, beta, titans__gemm_mask_n(cnt));
+      }
+    }
+  }
+}
+
+/* Not inlined: the kernel's registers are then allocated on their own, whatever the loops around it. */
+TITANS__GEMM_NOINLINE void titans__gemm_micro(float *c, size_t ldc, const float *ap /* [kc, MR] */,
+                                            const float *bp /* [kc, NR] */, size_t kc, float alpha, float beta,
+                                            size_t mr, size_t nr) {
+  titans__gemm_micro_body(0, c, ldc, ap, 0, bp, kc, alpha, beta, mr, nr);
+}
+TITANS__GEMM_NOINLINE void titans__gemm_micro_in_place(float *c, size_t ldc, const float *a /* [mr, lda] */,
+                                                     size_t lda, const float *bp /* [kc, NR] */, size_t kc,
+                                                     float alpha, float beta, size_t mr, size_t nr) {
+  titans__gemm_micro_body(1, c, ldc, a, lda, bp, kc, alpha, beta, mr, nr);
+}
+
+/* A stream of prefetches into L2 over a block of rows (rows x row_bytes, stride apart), issued a few
+   lines at a time between micro-kernel calls, so that the next block to pack is in cache when its
+   turn comes (its rows often lie in different pages, which the hardware prefetcher does not follow). */
+typedef struct titans__gemm_pf {
+  const char *base;
+  size_t rows, row_bytes, stride, r, off, per_step;
+} titans__gemm_pf;
+
+static void titans__gemm_pf_init(titans__gemm_pf *pf, const float *base, size_t rows, size_t row_floats,
+                                 size_t stride_floats, size_t steps) {
+  pf->base = (const char *)base;
+  pf->rows = base ? rows : 0;
+  pf->row_bytes = row_floats * sizeof(float);
+  pf->stride = stride_floats * sizeof(float);
+  pf->r = 0;
+  pf->off = 0;
+  pf->per_step = (pf->rows * (pf->row_bytes / 64 + 1) + steps - 1) / (steps ? steps : 1);
+}
+
+TITANS__GEMM_INLINE void titans__gemm_pf_step(titans__gemm_pf *pf) {
+  for (size_t i = 0; i < pf->per_step && pf->r < pf->rows; i++) {
+    const char *row = pf->base + pf->r * pf->stride;
+    if (pf->off < pf->row_bytes) {
+      TITANS__GEMM_PREFETCH_L2(row + pf->off);
+      pf->off += 64;
+    } else { /* the row's last byte: its line may be one more */
+      TITANS__GEMM_PREFETCH_L2(row + pf->row_bytes - 1);
+      pf->off = 0;
+      pf->r++;
+    }
+  }
+}
+
+TITANS__GEMM_NOINLINE void titans__gemm_packed(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                                               const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                                               float *c, size_t ldc) {
+  TITANS__GEMM_ALIGN float bpack[TITANS__GEMM_KC * TITANS__GEMM_NC]; /* [NC / NR][kc][NR] */
+  TITANS__GEMM_ALIGN float apack[TITANS__GEMM_KC * TITANS__GEMM_MC]; /* [MC / MR][kc][MR] */
+  /* whole panels per block (the buffers hold KC * MC and KC * NC floats) */
+  const size_t MR = TITANS__GEMM_MR, NR = TITANS__GEMM_NR;
+  const size_t MC = TITANS__GEMM_MC / MR * MR, NC = TITANS__GEMM_NC / NR * NR;
+  size_t nslices = (k + TITANS__GEMM_KC - 1) / TITANS__GEMM_KC;
+  size_t kslice = (k + nslices - 1) / nslices; /* equal slices, a function of k only */
+  titans__gemm_pf pfa;
+  for (size_t jc = 0; jc < n; jc += NC) {
+    size_t nc = n - jc < NC ? n - jc : NC, ntiles = (nc + NR - 1) / NR;
+    for (size_t pc = 0; pc < k; pc += kslice) {
+      size_t kc = k - pc < kslice ? k - pc : kslice;
+      float beta_s = pc == 0 ? beta : 1.0f; /* later slices add to C */
+      titans__gemm_pack_b(bpack, b, ldb, trans_b, pc, kc, jc, nc);
+      for (size_t ic = 0; ic < m; ic += MC) {
+        size_t mb = m - ic < MC ? m - ic : MC;
+        if (!trans_a) { /* rows of A are read in place: packing them costs more than it saves */
+          for (size_t ir = 0; ir < mb; ir += MR)
+            for (size_t jr = 0; jr < nc; jr += NR)
+              titans__gemm_micro_in_place(c + (ic + ir) * ldc + jc + jr, ldc, a + (ic + ir) * lda + pc, lda,
+                                          bpack + jr * kc, kc, alpha, beta_s, mb - ir < MR ? mb - ir : MR,
+                                          nc - jr < NR ? nc - jr : NR);
+          continue;
+        }
+        titans__gemm_pack_a(apack, a, lda, ic, mb, pc, kc);
+        { /* the next A block: next rows, else the first rows of the next slice or column block */
+          size_t in = ic + MC, pn = pc, calls = (mb + MR - 1) / MR * ntiles;
+          int any = 1;
+          if (in >= m) {
+            in = 0;
+            pn = pc + kslice;
+            if (pn >= k) { pn = 0; any = jc + NC < n; }
+          }
+          size_t mn = m - in < MC ? m - in : MC, kn = k - pn < kslice ? k - pn : kslice;
+          titans__gemm_pf_init(&pfa, any ? a + pn * lda + in : NULL, kn, mn, lda, calls);
+        }
+        for (size_t ir = 0; ir < mb; ir += MR)
+          for (size_t jr = 0; jr < nc; jr += NR) {
+            titans__gemm_pf_step(&pfa);
+            titans__gemm_micro(c + (ic + ir) * ldc + jc + jr, ldc, apack + ir * kc, bpack + jr * kc, kc, alpha, beta_s,
+                               mb - ir < MR ? mb - ir : MR, nc - jr < NR ? nc - jr : NR);
+          }
+      }
+    }
+  }
+}
+
+/* ---- dispatch and threads ------------------------------------------------------------------------- */
+
+enum { TITANS__GEMM_DIRECT, TITANS__GEMM_DOT, TITANS__GEMM_TDOT, TITANS__GEMM_PACKED, TITANS__GEMM_BDIRECT };
+
+typedef struct titans__gemm_job {
+  int trans_a, trans_b, method;
+  size_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+} titans__gemm_job;
+
+/* Rows [i0, i1) x columns [j0, j1) of the job's C, by its method. */
+static void titans__gemm_run(const titans__gemm_job *g, size_t i0, size_t i1, size_t j0, size_t j1) {
+  size_t m = i1 - i0, n = j1 - j0, k = g->k;
+  const float *a = g->a + (g->trans_a ? i0 : i0 * g->lda);
+  const float *b = g->b + (g->trans_b ? j0 * g->ldb : j0);
+  float *c = g->c + i0 * g->ldc + j0;
+  if (m == 0 || n == 0) return;
+  if (g->method == TITANS__GEMM_DIRECT) {
+    titans__gemm_direct(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+#if defined(TITANS__GEMM_HAVE_TDOT)
+  } else if (g->method == TITANS__GEMM_TDOT) {
+    titans__gemm_tdot(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+#endif
+  } else if (g->method == TITANS__GEMM_BDIRECT) {
+    titans__gemm_bdirect(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+  } else if (g->method == TITANS__GEMM_DOT) {
+    if (g->trans_a) titans__gemm_dot_ta(m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    else titans__gemm_dot(m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+  } else {
+    titans__gemm_packed(g->trans_a, g->trans_b, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+  }
+}
+
+#ifdef _OPENMP
+/* The pieces the threads share: C cut along one dimension into about 4 pieces per thread, claimed
+   dynamically, so that a thread the OS runs late finds its share done by the others instead of holding
+   everyone up. Columns for few rows of C (or when the packed method's blocks stay squarer that way),
+   rows otherwise. Pieces stay large enough that what each piece packs again (op(B) for row pieces,
+   op(A) for column pieces) costs little: 256 columns or 128 rows, 64 columns for the small-m methods. */
+typedef struct titans__gemm_split {
+  int by_cols;
+  size_t step, count;
+} titans__gemm_split;
+
+static titans__gemm_split titans__gemm_split_for(const titans__gemm_job *g, int nt) {
+  titans__gemm_split sp;
+  int packed = g->method == TITANS__GEMM_PACKED;
+  sp.by_cols = packed ? g->n >= g->m : g->m <= TITANS__GEMM_SMALL;
+  size_t len = sp.by_cols ? g->n : g->m, quantum = sp.by_cols ? TITANS__GEMM_NR : TITANS__GEMM_MR;
+  size_t least = sp.by_cols ? (packed ? 256 : 64) : 128, want = (size_t)nt * 4;
+  if (quantum < 16) quantum = 16; /* whole vectors and whole 16-column tiles of the transposed dot */
+  size_t step = (len + want - 1) / want;
+  if (step < least) step = least;
+  step = (step + quantum - 1) / quantum * quantum;
+  sp.step = step;
+  sp.count = (len + step - 1) / step;
+  return sp;
+}
+
+static void titans__gemm_piece(const titans__gemm_job *g, const titans__gemm_split *sp, size_t i) {
+  size_t lo = i * sp->step, len = sp->by_cols ? g->n : g->m, hi = lo + sp->step < len ? lo + sp->step : len;
+  if (sp->by_cols) titans__gemm_run(g, 0, g->m, lo, hi);
+  else titans__gemm_run(g, lo, hi, 0, g->n);
+}
+#endif
+
+/* The method for a shape (measured on an AVX-512 core; the shape alone decides, never the threads).
+   Small m: direct (trans_b == 0) or the (transposed) dot method, except m > 8 with an op(B) of many MiB,
+   which the packed method streams better. Otherwise direct or bdirect while op(B) is narrow (n <= 256)
+   and small: packing A, as the packed method does, would cost about 32 / n of the FMAs. */
+static int titans__gemm_method(int trans_a, int trans_b, size_t m, size_t n, size_t k) {
+  double kn = (double)k * (double)n;
+  if (m <= TITANS__GEMM_SMALL) {
+    if (m > 8 && kn > 2097152.0) return TITANS__GEMM_PACKED;
+    if (!trans_b) return TITANS__GEMM_DIRECT;
+#if defined(TITANS__GEMM_HAVE_TDOT)
+    if (m <= 2 && k >= 1024) return TITANS__GEMM_DOT; /* fewer B rows in flight at once */
+    return TITANS__GEMM_TDOT;
+#else
+    return trans_a ? TITANS__GEMM_PACKED : TITANS__GEMM_DOT;
+#endif
+  }
+  /* op(A) = A^T in place steps to a new row of A every k: fine for a short k only */
+  int narrow = trans_a ? k <= 256 && kn <= 32768.0 : n <= 256 && kn <= 131072.0;
+  if (!trans_b) return n <= TITANS__GEMM_SMALL || narrow ? TITANS__GEMM_DIRECT : TITANS__GEMM_PACKED;
+  if (narrow && kn <= (double)TITANS__GEMM_BD_FLOATS) return TITANS__GEMM_BDIRECT;
+  if (n <= TITANS__GEMM_SMALL && !trans_a) return TITANS__GEMM_DOT;
+  return TITANS__GEMM_PACKED;
+}
+
+TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
+                           size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) { /* C = beta * C, A and B not read (as BLAS) */
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  titans__gemm_job g;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = lda;
+  g.ldb = ldb;
+  g.ldc = ldc;
+  g.alpha = alpha;
+  g.beta = beta;
+  g.a = a;
+  g.b = b;
+  g.c = c;
+  g.method = titans__gemm_method(trans_a, trans_b, m, n, k);
+#ifdef _OPENMP
+  {
+    double work = (double)m * (double)n * (double)k;
+    if (work >= 2.0 * TITANS__GEMM_PAR_WORK) { /* small calls skip the OpenMP queries altogether */
+      int nt = omp_get_max_threads();
+      if (work < TITANS__GEMM_PAR_WORK * nt) nt = (int)(work / TITANS__GEMM_PAR_WORK);
+      if (nt > 1 && !omp_in_parallel()) {
+        titans__gemm_split sp = titans__gemm_split_for(&g, nt);
+        if (sp.count > 1) {
+          long count = (long)sp.count;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+          for (long i = 0; i < count; i++) titans__gemm_piece(&g, &sp, (size_t)i);
+          return;
+        }
+      }
+    }
+  }
+#endif
+  titans__gemm_run(&g, 0, m, 0, n);
+}
+/* ---- 3. Kernels (implementation) -------------------------------------------------------------- */
+
+#define TITANS__OPS_BLOCK 16384    /* floats per elementwise work unit; a multiple of every TITANS__VW */
+#define TITANS__OPS_PAR_WORK 65536 /* floats of work below which starting threads costs more than it saves */
+#define TITANS__OPS_CB 64          /* channels (columns) per conv / gain / embedding block; multiple of VW */
+#define TITANS__OPS_TB 32          /* sequence rows per conv block */
+#define TITANS__OPS_SG 8           /* conv taps per pass of the weight gradient */
+#define TITANS__OPS_CE_PARTS 64    /* cross-entropy row groups: a fixed count fixes the loss's sum order */
+
+/* ---- private SIMD extensions: what exp, sigmoid, tanh and AdamW need beyond the core layer ------- */
+#if defined(TITANS__AVX512)
+static inline titans__vf titans__ops_vdiv(titans__vf a, titans__vf b) { return _mm512_div_ps(a, b); }
+static inline titans__vf titans__ops_vsqrt(titans__vf a) { return _mm512_sqrt_ps(a); }
+static inline titans__vf titans__ops_vabs(titans__vf a) { return _mm512_abs_ps(a); }
+/* a < b ? x : y per lane (false when a or b is NaN) */
+static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans__vf x, titans__vf y) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);
+}
+/* max(lo, min(hi, x)) keeping NaN: x86 min/max return the second operand when one is NaN */
+static inline titans__vf titans__ops_vclamp(titans__vf x, float lo, float hi) {
+  return _mm512_max_ps(_mm512_set1_ps(lo), _mm512_min_ps(_mm512_set1_ps(hi), x));
+}
+static inline titans__vf titans__ops_vround(titans__vf x) {
+  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+/* 2^n for integral n in [-126, 127], written into the exponent field */
+static inline titans__vf titans__ops_vpow2i(titans__vf n) {
+  __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+}
+/* p 2^n for integral n by adding n to the exponent field; exact while the result stays normal */
+static inline titans__vf titans__ops_vldexp(titans__vf p, titans__vf n) {
+  __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+}
+#elif defined(TITANS__AVX2)
+static inline titans__vf titans__ops_vdiv(titans__vf a, titans__vf b) { return _mm256_div_ps(a, b); }
+static inline titans__vf titans__ops_vsqrt(titans__vf a) { return _mm256_sqrt_ps(a); }
+static inline titans__vf titans__ops_vabs(titans__vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans__vf x, titans__vf y) {
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+}
+static inline titans__vf titans__ops_vclamp(titans__vf x, float lo, float hi) {
+  return _mm256_max_ps(_mm256_set1_ps(lo), _mm256_min_ps(_mm256_set1_ps(hi), x));
+}
+static inline titans__vf titans__ops_vround(titans__vf x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+static inline titans__vf titans__ops_vpow2i(titans__vf n) {
+  __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+static inline titans__vf titans__ops_vldexp(titans__vf p, titans__vf n) {
+  __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+#elif defined(TITANS__NEON)
+static inline titans__vf titans__ops_vdiv(titans__vf a, titans__vf b) { return vdivq_f32(a, b); }
+static inline titans__vf titans__ops_vsqrt(titans__vf a) { return vsqrtq_f32(a); }
+static inline titans__vf titans__ops_vabs(titans__vf a) { return vabsq_f32(a); }
+static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans__vf x, titans__vf y) {
+  return vbslq_f32(vcltq_f32(a, b), x, y);
+}
+/* NEON min/max return NaN when either operand is NaN */
+static inline titans__vf titans__ops_vclamp(titans__vf x, float lo, float hi) {
+  return vmaxq_f32(vdupq_n_f32(lo), vminq_f32(vdupq_n_f32(hi), x));
+}
+static inline titans__vf titans__ops_vround(titans__vf x) { return vrndnq_f32(x); }
+static inline titans__vf titans__ops_vpow2i(titans__vf n) {
+  return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23));
+}
+static inline titans__vf titans__ops_vldexp(titans__vf p, titans__vf n) {
+  return vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(p), vshlq_n_s32(vcvtnq_s32_f32(n), 23)));
+}
+#else
+static inline titans__vf titans__ops_vdiv(titans__vf a, titans__vf b) { return a / b; }
+static inline titans__vf titans__ops_vsqrt(titans__vf a) { return sqrtf(a); }
+static inline titans__vf titans__ops_vabs(titans__vf a) { return fabsf(a); }
+static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans__vf x, titans__vf y) {
+  return a < b ? x : y;
+}
+#endif
+
+/* ---- exp, sigmoid, tanh ------------------------------------------------------------------------
+   exp(x) = 2^n exp(r) with n = round(x / ln2) and r = x - n ln2 in [-ln2/2, ln2/2] (ln2 split in a
+   9-bit head, so n * head is exact, and a tail). exp(r) = 1 + r + r^2 g(r), g a degree-4 Chebyshev
+   fit of (exp(r) - 1 - r) / r^2 (made for this file; polynomial error 1.1e-8 relative, 0.1 ulp).
+   x is clamped to [-104, 89]: exp is 0 below -103.98 and +Inf above 88.73 in float, and the clamp
+   keeps n in [-150, 128]. 2^n is applied in two steps: n1 = clamp(n, -125, 127) is added to the
+   exponent bits of p (exact: the result stays normal), then one multiply by 2^(n - n1), n - n1 in
+   [-25, 1], rounds once into a subnormal or overflows to +Inf. With a single float multiply there is
+   nothing for -ffast-math reassociation to regroup. NaN passes through the clamp and propagates. */
+static const float titans__exp_g[5] = {1.39263919e-3f, 8.363345811e-3f, 4.166655336e-2f, 1.666657599e-1f, 0.5f};
+static const float titans__ln2_hi = 0.693359375f, titans__ln2_lo = -2.12194440e-4f; /* hi + lo = ln 2 */
+
+/* Scalar exp: the vector code's algorithm, for the tails of vector loops. */
+static inline float titans__expf(float x) {
+  if (x != x) return x;
+  x = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  float n = floorf(x * 1.44269504f + 0.5f);
+  float r = x - n * titans__ln2_hi;
+  r = r - n * titans__ln2_lo;
+  const float *c = titans__exp_g;
+  float g = (((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4];
+  return ldexpf(1.0f + r * (1.0f + r * g), (int)n);
+}
+
+#if defined(TITANS__SCALAR)
+static inline titans__vf titans__vexp(titans__vf x) { return titans__expf(x); }
+#else
+static inline titans__vf titans__vexp(titans__vf x) {
+  x = titans__ops_vclamp(x, -104.0f, 89.0f);
+  titans__vf n = titans__ops_vround(titans__vmul(x, titans__vset1(1.44269504f)));
+  titans__vf r = titans__vfma(n, titans__vset1(-titans__ln2_hi), x);
+  r = titans__vfma(n, titans__vset1(-titans__ln2_lo), r);
+  const float *c = titans__exp_g;
+  titans__vf g = titans__vfma(titans__vset1(c[0]), r, titans__vset1(c[1]));
+  g = titans__vfma(g, r, titans__vset1(c[2]));
+  g = titans__vfma(g, r, titans__vset1(c[3]));
+  g = titans__vfma(g, r, titans__vset1(c[4]));
+  titans__vf one = titans__vset1(1.0f);
+  titans__vf p = titans__vfma(r, titans__vfma(r, g, one), one);
+  titans__vf n1 = titans__ops_vclamp(n, -125.0f, 127.0f);
+  return titans__vmul(titans__ops_vldexp(p, n1), titans__ops_vpow2i(titans__vsub(n, n1)));
+}
+#endif
+
+/* sigma(x) from e = exp(-|x|) <= 1, which never overflows: 1/(1+e) for x >= 0, e/(1+e) below. */
+static inline float titans__sigmoidf(float x) {
+  float e = titans__expf(-fabsf(x));
+  float s = 1.0f / (1.0f + e);
+  return x < 0.0f ? e * s : s;
+}
+
+static inline titans__vf titans__vsigmoid(titans__vf x) {
+  titans__vf zero = titans__vset1(0.0f), one = titans__vset1(1.0f);
+  titans__vf e = titans__vexp(titans__vsub(zero, titans__ops_vabs(x)));
+  titans__vf s = titans__ops_vdiv(one, titans__vadd(one, e));
+  return titans__ops_vsel_lt(x, zero, titans__vmul(e, s), s);
+}
+
+/* tanh: below |x| = 0.55, x (1 + x^2 h(x^2)) with h a degree-4 Chebyshev fit of (tanh(x) - x) / x^3
+   (error 4e-9 relative), where (1 - e)/(1 + e) would cancel; above, sign(x) (1 - e)/(1 + e) with
+   e = exp(-2|x|). */
+static const float titans__tanh_h[5] = {-6.610227831e-3f, 2.130938866e-2f, -5.390942883e-2f, 1.333311373e-1f,
+                                        -3.333333201e-1f};
+
+static inline float titans__tanhf(float x) {
+  float ax = fabsf(x);
+  if (ax < 0.55f) {
+    const float *c = titans__tanh_h;
+    float y = x * x;
+    return x * (1.0f + y * ((((c[0] * y + c[1]) * y + c[2]) * y + c[3]) * y + c[4])); /* keeps -0 */
+  }
+  float e = titans__expf(-2.0f * ax);
+  float t = (1.0f - e) / (1.0f + e);
+  return x < 0.0f ? -t : t;
+}
+
+static inline titans__vf titans__vtanh(titans__vf x) {
+  titans__vf zero = titans__vset1(0.0f), one = titans__vset1(1.0f), ax = titans__ops_vabs(x);
+  titans__vf e = titans__vexp(titans__vmul(ax, titans__vset1(-2.0f)));
+  titans__vf big = titans__ops_vdiv(titans__vsub(one, e), titans__vadd(one, e));
+  big = titans__ops_vsel_lt(x, zero, titans__vsub(zero, big), big);
+  const float *c = titans__tanh_h;
+  titans__vf y = titans__vmul(x, x);
+  titans__vf h = titans__vfma(titans__vset1(c[0]), y, titans__vset1(c[1]));
+  h = titans__vfma(h, y, titans__vset1(c[2]));
+  h = titans__vfma(h, y, titans__vset1(c[3]));
+  h = titans__vfma(h, y, titans__vset1(c[4]));
+  titans__vf small = titans__vmul(x, titans__vfma(y, h, one)); /* x (1 + y h) keeps the sign of -0 */
+  return titans__ops_vsel_lt(ax, titans__vset1(0.55f), small, big);
+}
+
+/* ---- threads and row helpers ------------------------------------------------------------------ */
+static inline size_t titans__ops_min(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t titans__ops_ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
+/* a * b + c rounded as the vector lanes round it (one rounding with FMA), for scalar tails that must
+   match them bit for bit */
+static inline float titans__ops_fmaf(float a, float b, float c) {
+#if defined(TITANS__SCALAR)
+  return a * b + c;
+#else
+  return fmaf(a, b, c);
+#endif
+}
+
+#ifdef _OPENMP
+/* Start threads only when the work (floats touched) pays for them, there are at least two units
+   (blocks, rows) to share, and the caller is not in a parallel region already (then the kernel runs
+   on the calling thread). */
+static inline int titans__ops_par(size_t work, size_t units) {
+  return work >= TITANS__OPS_PAR_WORK && units > 1 && !omp_in_parallel();
+}
+#endif
+
+typedef void (*titans__ops_fwd_fn)(float *out, const float *inp, size_t n);
+typedef void (*titans__ops_bwd_fn)(float *dinp, const float *dout, const float *saved, size_t n);
+
+/* fn over n floats in blocks of TITANS__OPS_BLOCK, threaded when large. Blocks start at multiples of
+   the vector width, so which elements take the scalar tail depends on n only, not on the threads. */
+static void titans__ops_map_fwd(titans__ops_fwd_fn fn, float *out, const float *inp, size_t n) {
+  ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(n, TITANS__OPS_BLOCK);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(n, (size_t)nb))
+#endif
+  for (ptrdiff_t b = 0; b < nb; b++) {
+    size_t i0 = (size_t)b * TITANS__OPS_BLOCK;
+    fn(out + i0, inp + i0, titans__ops_min(n - i0, TITANS__OPS_BLOCK));
+  }
+}
+
+static void titans__ops_map_bwd(titans__ops_bwd_fn fn, float *dinp, const float *dout, const float *saved, size_t n) {
+  ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(n, TITANS__OPS_BLOCK);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(n, (size_t)nb))
+#endif
+  for (ptrdiff_t b = 0; b < nb; b++) {
+    size_t i0 = (size_t)b * TITANS__OPS_BLOCK;
+    fn(dinp + i0, dout + i0, saved + i0, titans__ops_min(n - i0, TITANS__OPS_BLOCK));
+  }
+}
+
+/* Largest element of x [n], n >= 1. A NaN may be skipped here; it still reaches the row's result
+   through the sum of exps. */
+static float titans__ops_rowmax(const float *x, size_t n) {
+  float m = x[0];
+  size_t i = 0;
+  if (n >= TITANS__VW) {
+    float lanes[TITANS__VW];
+    titans__vf acc = titans__vload(x);
+    for (i = TITANS__VW; i + TITANS__VW <= n; i += TITANS__VW) acc = titans__vmax(acc, titans__vload(x + i));
+    titans__vstore(lanes, acc);
+    for (size_t k = 0; k < TITANS__VW; k++) m = lanes[k] > m ? lanes[k] : m;
+  }
+  for (; i < n; i++) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+/* out [n] = exp(x - shift) (out may be NULL: sum only; may alias x); returns the sum. Runs of 256
+   floats are summed in float vector lanes and the runs in double, so a 50000-wide row (a vocabulary)
+   keeps its sum accurate to ~1e-7 whatever the vector width. */
+static float titans__ops_exp_sum(float *out, const float *x, float shift, size_t n) {
+  titans__vf vs = titans__vset1(shift);
+  double total = 0.0;
+  size_t i = 0;
+  while (i + TITANS__VW <= n) {
+    titans__vf acc = titans__vset1(0.0f);
+    size_t end = titans__ops_min(n, i + 256);
+    for (; i + TITANS__VW <= end; i += TITANS__VW) {
+      titans__vf e = titans__vexp(titans__vsub(titans__vload(x + i), vs));
+      if (out) titans__vstore(out + i, e);
+      acc = titans__vadd(acc, e);
+    }
+    total += (double)titans__vsum(acc);
+  }
+  for (; i < n; i++) {
+    float e = titans__expf(x[i] - shift);
+    if (out) out[i] = e;
+    total += (double)e;
+  }
+  return (float)total;
+}
+
+/* x [n] *= a */
+static inline void titans__ops_scale(float *x, float a, size_t n) {
+  titans__vf va = titans__vset1(a);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(x + i, titans__vmul(titans__vload(x + i), va));
+  for (; i < n; i++) x[i] *= a;
+}
+
+/* y [n] += a [n] * b [n] */
+static inline void titans__ops_fma_row(float *y, const float *a, const float *b, size_t n) {
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW)
+    titans__vstore(y + i, titans__vfma(titans__vload(a + i), titans__vload(b + i), titans__vload(y + i)));
+  for (; i < n; i++) y[i] += a[i] * b[i];
+}
+
+/* sum_i a[i] b[i] c[i] */
+static inline float titans__ops_dot3(const float *a, const float *b, const float *c, size_t n) {
+  titans__vf acc = titans__vset1(0.0f);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW)
+    acc = titans__vfma(titans__vmul(titans__vload(a + i), titans__vload(b + i)), titans__vload(c + i), acc);
+  float s = titans__vsum(acc);
+  for (; i < n; i++) s += a[i] * b[i] * c[i];
+  return s;
+}
+
+/* ---- SiLU, sigmoid, tanh ---------------------------------------------------------------------- */
+static inline void titans__silu_forward_ref(float *out, const float *inp, size_t n) { /* [n] */
+  for (size_t i = 0; i < n; i++) out[i] = inp[i] / (1.0f + expf(-inp[i]));
+}
+
+static inline void titans__silu_backward_ref(float *dinp, const float *dout, const float *inp, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float s = 1.0f / (1.0f + expf(-inp[i]));
+    dinp[i] += dout[i] * s * (1.0f + inp[i] * (1.0f - s));
+  }
+}
+
+static void titans__silu_fwd_span(float *out, const float *inp, size_t n) {
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf x = titans__vload(inp + i);
+    titans__vstore(out + i, titans__vmul(x, titans__vsigmoid(x)));
+  }
+  for (; i < n; i++) out[i] = inp[i] * titans__sigmoidf(inp[i]);
+}
+
+/* SiLU'(x) = s + x s (1 - s) = s (1 + x (1 - s)), s = sigma(x) */
+static void titans__silu_bwd_span(float *dinp, const float *dout, const float *inp, size_t n) {
+  titans__vf one = titans__vset1(1.0f);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf x = titans__vload(inp + i), s = titans__vsigmoid(x);
+    titans__vf dx = titans__vmul(s, titans__vfma(x, titans__vsub(one, s), one));
+    titans__vstore(dinp + i, titans__vfma(titans__vload(dout + i), dx, titans__vload(dinp + i)));
+  }
+  for (; i < n; i++) {
+    float s = titans__sigmoidf(inp[i]);
+    dinp[i] += dout[i] * (s * (1.0f + inp[i] * (1.0f - s)));
+  }
+}
+
+TITANSDEF void titans_silu_forward(float *out, const float *inp, size_t n) {
+  titans__ops_map_fwd(titans__silu_fwd_span, out, inp, n);
+}
+
+TITANSDEF void titans_silu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
+  titans__ops_map_bwd(titans__silu_bwd_span, dinp, dout, inp, n);
+}
+
+static inline void titans__sigmoid_forward_ref(float *out, const float *inp, size_t n) { /* [n] */
+  for (size_t i = 0; i < n; i++) out[i] = 1.0f / (1.0f + expf(-inp[i]));
+}
+
+static inline void titans__sigmoid_backward_ref(float *dinp, const float *dout, const float *out, size_t n) {
+  for (size_t i = 0; i < n; i++) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+}
+
+static void titans__sigmoid_fwd_span(float *out, const float *inp, size_t n) {
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(out + i, titans__vsigmoid(titans__vload(inp + i)));
+  for (; i < n; i++) out[i] = titans__sigmoidf(inp[i]);
+}
+
+/* sigma' = y (1 - y) from the output y */
+static void titans__sigmoid_bwd_span(float *dinp, const float *dout, const float *out, size_t n) {
+  titans__vf one = titans__vset1(1.0f);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf y = titans__vload(out + i);
+    titans__vf dy = titans__vmul(titans__vload(dout + i), titans__vmul(y, titans__vsub(one, y)));
+    titans__vstore(dinp + i, titans__vadd(titans__vload(dinp + i), dy));
+  }
+  for (; i < n; i++) dinp[i] += dout[i] * (out[i] * (1.0f - out[i]));
+}
+
+TITANSDEF void titans_sigmoid_forward(float *out, const float *inp, size_t n) {
+  titans__ops_map_fwd(titans__sigmoid_fwd_span, out, inp, n);
+}
+
+TITANSDEF void titans_sigmoid_backward(float *dinp, const float *dout, const float *out, size_t n) {
+  titans__ops_map_bwd(titans__sigmoid_bwd_span, dinp, dout, out, n);
+}
+
+static inline void titans__tanh_forward_ref(float *out, const float *inp, size_t n) { /* [n] */
+  for (size_t i = 0; i < n; i++) out[i] = tanhf(inp[i]);
+}
+
+static inline void titans__tanh_backward_ref(float *dinp, const float *dout, const float *out, size_t n) {
+  for (size_t i = 0; i < n; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+
+static void titans__tanh_fwd_span(float *out, const float *inp, size_t n) {
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(out + i, titans__vtanh(titans__vload(inp + i)));
+  for (; i < n; i++) out[i] = titans__tanhf(inp[i]);
+}
+
+/* tanh' = 1 - y^2 from the output y */
+static void titans__tanh_bwd_span(float *dinp, const float *dout, const float *out, size_t n) {
+  titans__vf one = titans__vset1(1.0f);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf y = titans__vload(out + i);
+    titans__vf dy = titans__vsub(one, titans__vmul(y, y));
+    titans__vstore(dinp + i, titans__vfma(titans__vload(dout + i), dy, titans__vload(dinp + i)));
+  }
+  for (; i < n; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+
+TITANSDEF void titans_tanh_forward(float *out, const float *inp, size_t n) {
+  titans__ops_map_fwd(titans__tanh_fwd_span, out, inp, n);
+}
+
+TITANSDEF void titans_tanh_backward(float *dinp, const float *dout, const float *out, size_t n) {
+  titans__ops_map_bwd(titans__tanh_bwd_span, dinp, dout, out, n);
+}
+
+/* ---- softmax ---------------------------------------------------------------------------------- */
+static inline void titans__softmax_forward_ref(float *out, const float *inp, size_t rows, size_t cols) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *x = inp + r * cols; /* [cols] */
+    float *y = out + r * cols;       /* [cols] */
+    float mx = -INFINITY, sum = 0.0f;
+    for (size_t j = 0; j < cols; j++) mx = x[j] > mx ? x[j] : mx;
+    if (mx == -INFINITY) mx = 0.0f;
+    for (size_t j = 0; j < cols; j++) sum += (y[j] = expf(x[j] - mx));
+    for (size_t j = 0; j < cols; j++) y[j] = sum == 0.0f ? 0.0f : y[j] / sum;
+  }
+}
+
+static inline void titans__softmax_backward_ref(float *dinp, const float *dout, const float *out, size_t rows,
+                                                size_t cols) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *g = dout + r * cols, *y = out + r * cols; /* [cols] */
+    float dot = 0.0f;
+    for (size_t j = 0; j < cols; j++) dot += g[j] * y[j];
+    for (size_t j = 0; j < cols; j++) dinp[r * cols + j] += y[j] * (g[j] - dot);
+  }
+}
+
+static void titans__softmax_row(float *out, const float *inp, size_t n) { /* [n] */
+  if (n == 0) return;
+  float mx = titans__ops_rowmax(inp, n);
+  if (mx == -INFINITY) mx = 0.0f; /* all -Inf: every exp is 0 and the row becomes zeros */
+  float sum = titans__ops_exp_sum(out, inp, mx, n);
+  titans__ops_scale(out, sum == 0.0f ? 0.0f : 1.0f / sum, n); /* a NaN sum keeps the row NaN */
+}
+
+/* dx += y (g - y.g) */
+static void titans__softmax_bwd_row(float *dx, const float *g, const float *y, size_t n) { /* [n] */
+  float dot = titans__dot(g, y, n);
+  titans__vf vd = titans__vset1(dot);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf gy = titans__vsub(titans__vload(g + i), vd);
+    titans__vstore(dx + i, titans__vfma(titans__vload(y + i), gy, titans__vload(dx + i)));
+  }
+  for (; i < n; i++) dx[i] += y[i] * (g[i] - dot);
+}
+
+TITANSDEF void titans_softmax_forward(float *out, const float *inp, size_t rows, size_t cols) {
+  ptrdiff_t nr = (ptrdiff_t)rows;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(rows * cols, rows))
+#endif
+  for (ptrdiff_t r = 0; r < nr; r++) titans__softmax_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
+}
+
+TITANSDEF void titans_softmax_backward(float *dinp, const float *dout, const float *out, size_t rows, size_t cols) {
+  ptrdiff_t nr = (ptrdiff_t)rows;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(rows * cols, rows))
+#endif
+  for (ptrdiff_t r = 0; r < nr; r++) {
+    size_t o = (size_t)r * cols;
+    titans__softmax_bwd_row(dinp + o, dout + o, out + o, cols);
+  }
+}
+
+/* ---- RMSNorm ---------------------------------------------------------------------------------- */
+static inline void titans__rmsnorm_forward_ref(float *out, float *rstd, const float *inp, const float *gain,
+                                               size_t rows, size_t cols) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *x = inp + r * cols; /* [cols] */
+    float ss = 0.0f;
+    for (size_t j = 0; j < cols; j++) ss += x[j] * x[j];
+    rstd[r] = 1.0f / sqrtf((cols ? ss / (float)cols : 0.0f) + 1e-6f);
+    for (size_t j = 0; j < cols; j++) out[r * cols + j] = x[j] * rstd[r] * gain[j];
+  }
+}
+
+static inline void titans__rmsnorm_backward_ref(float *dinp, float *dgain, const float *dout, const float *inp,
+                                                const float *gain, const float *rstd, size_t rows, size_t cols) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *g = dout + r * cols, *x = inp + r * cols; /* [cols] */
+    float s = rstd[r], dot = 0.0f;
+    for (size_t j = 0; j < cols; j++) dot += g[j] * gain[j] * x[j];
+    for (size_t j = 0; j < cols; j++) {
+      dinp[r * cols + j] += s * (g[j] * gain[j] - x[j] * s * s * dot / (float)cols);
+      dgain[j] += g[j] * x[j] * s;
+    }
+  }
+}
+
+/* out [n] = x * rstd * gain; returns rstd = 1 / sqrt(mean(x^2) + 1e-6) */
+static float titans__rmsnorm_row(float *out, const float *x, const float *gain, size_t n) {
+  float ms = n ? titans__dot(x, x, n) / (float)n : 0.0f;
+  float s = 1.0f / sqrtf(ms + 1e-6f);
+  titans__vf vs = titans__vset1(s);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW)
+    titans__vstore(out + i, titans__vmul(titans__vmul(titans__vload(x + i), vs), titans__vload(gain + i)));
+  for (; i < n; i++) out[i] = x[i] * s * gain[i];
+  return s;
+}
+
+/* Differentiates out_j = x_j s gain_j, s = (mean(x^2) + eps)^(-1/2), ds/dx_j = -s^3 x_j / n:
+   dx_j += s (g_j gain_j - x_j s^2 (sum_i g_i gain_i x_i) / n); and, when dgain is not NULL,
+   dgain_j += g_j x_j s exactly as titans__rmsnorm_dgain_row adds it. */
+static void titans__rmsnorm_bwd_row(float *dx, float *dgain, const float *g, const float *x, const float *gain,
+                                    float s, size_t n) {
+  float c = n ? s * s * titans__ops_dot3(g, gain, x, n) / (float)n : 0.0f;
+  titans__vf vs = titans__vset1(s), vc = titans__vset1(-c);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf gi = titans__vload(g + i), xi = titans__vload(x + i);
+    titans__vf t = titans__vfma(xi, vc, titans__vmul(gi, titans__vload(gain + i)));
+    titans__vstore(dx + i, titans__vfma(vs, t, titans__vload(dx + i)));
+    if (dgain) titans__vstore(dgain + i, titans__vfma(titans__vmul(gi, xi), vs, titans__vload(dgain + i)));
+  }
+  for (; i < n; i++) {
+    dx[i] += s * (g[i] * gain[i] - x[i] * c);
+    if (dgain) dgain[i] = titans__ops_fmaf(g[i] * x[i], s, dgain[i]);
+  }
+}
+
+/* dgain [m] += g [m] * x [m] * s for one row. The threaded and the serial backward both add every
+   row through this, in row order, so dgain comes out bit-identical whatever the thread count. */
+static inline void titans__rmsnorm_dgain_row(float *dgain, const float *g, const float *x, float s, size_t m) {
+  titans__vf vs = titans__vset1(s);
+  size_t i = 0;
+  for (; i + TITANS__VW <= m; i += TITANS__VW)
+    titans__vstore(dgain + i, titans__vfma(titans__vmul(titans__vload(g + i), titans__vload(x + i)), vs,
+                                           titans__vload(dgain + i)));
+  for (; i < m; i++) dgain[i] = titans__ops_fmaf(g[i] * x[i], s, dgain[i]);
+}
+
+TITANSDEF void titans_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *gain, size_t rows,
+                                      size_t cols) {
+  ptrdiff_t nr = (ptrdiff_t)rows;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(rows * cols, rows))
+#endif
+  for (ptrdiff_t r = 0; r < nr; r++) {
+    size_t o = (size_t)r * cols;
+    rstd[r] = titans__rmsnorm_row(out + o, inp + o, gain, cols);
+  }
+}
+
+/* Serial: one pass over the rows, dinp and dgain together. Threaded: dinp over rows, then dgain over
+   column blocks (it sums over rows, so splitting rows would make two threads add into one element). */
+TITANSDEF void titans_rmsnorm_backward(float *dinp, float *dgain, const float *dout, const float *inp,
+                                       const float *gain, const float *rstd, size_t rows, size_t cols) {
+  ptrdiff_t nr = (ptrdiff_t)rows, nb = (ptrdiff_t)titans__ops_ceil_div(cols, TITANS__OPS_CB);
+  int par = 0;
+#ifdef _OPENMP
+  par = titans__ops_par(rows * cols, rows) && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(static) if (par)
+#endif
+  for (ptrdiff_t r = 0; r < nr; r++) {
+    size_t o = (size_t)r * cols;
+    titans__rmsnorm_bwd_row(dinp + o, par ? NULL : dgain, dout + o, inp + o, gain, rstd[r], cols);
+  }
+  if (!dgain || !par) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (ptrdiff_t b = 0; b < nb; b++) {
+    size_t j0 = (size_t)b * TITANS__OPS_CB, m = titans__ops_min(cols, j0 + TITANS__OPS_CB) - j0;
+    for (size_t r = 0; r < rows; r++)
+      titans__rmsnorm_dgain_row(dgain + j0, dout + r * cols + j0, inp + r * cols + j0, rstd[r], m);
+  }
+}
+
+/* ---- L2Norm ----------------------------------------------------------------------------------- */
+static inline void titans__l2norm_forward_ref(float *out, float *rnorm, const float *inp, size_t rows, size_t cols) {
+  for (size_t r = 0; r < rows; r++) {
+    float ss = 0.0f;
+    for (size_t j = 0; j < cols; j++) ss += inp[r * cols + j] * inp[r * cols + j];
+    rnorm[r] = 1.0f / sqrtf(ss + 1e-6f);
+    for (size_t j = 0; j < cols; j++) out[r * cols + j] = inp[r * cols + j] * rnorm[r];
+  }
+}
+
+static inline void titans__l2norm_backward_ref(float *dinp, const float *dout, const float *inp, const float *rnorm,
+                                               size_t rows, size_t cols) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *g = dout + r * cols, *x = inp + r * cols; /* [cols] */
+    float s = rnorm[r], dot = 0.0f;
+    for (size_t j = 0; j < cols; j++) dot += g[j] * x[j];
+    for (size_t j = 0; j < cols; j++) dinp[r * cols + j] += s * (g[j] - x[j] * s * s * dot);
+  }
+}
+
+/* out [n] = x * rnorm; returns rnorm = 1 / sqrt(sum(x^2) + 1e-6) */
+static float titans__l2norm_row(float *out, const float *x, size_t n) {
+  float s = 1.0f / sqrtf(titans__dot(x, x, n) + 1e-6f);
+  titans__vf vs = titans__vset1(s);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(out + i, titans__vmul(titans__vload(x + i), vs));
+  for (; i < n; i++) out[i] = x[i] * s;
+  return s;
+}
+
+/* Differentiates out_j = x_j s, s = (sum(x^2) + eps)^(-1/2): dx_j += s (g_j - x_j s^2 (g . x)). */
+static void titans__l2norm_bwd_row(float *dx, const float *g, const float *x, float s, size_t n) {
+  float c = s * s * titans__dot(g, x, n);
+  titans__vf vs = titans__vset1(s), vc = titans__vset1(-c);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf t = titans__vfma(titans__vload(x + i), vc, titans__vload(g + i));
+    titans__vstore(dx + i, titans__vfma(vs, t, titans__vload(dx + i)));
+  }
+  for (; i < n; i++) dx[i] += s * (g[i] - x[i] * c);
+}
+
+TITANSDEF void titans_l2norm_forward(float *out, float *rnorm, const float *inp, size_t rows, size_t cols) {
+  ptrdiff_t nr = (ptrdiff_t)rows;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(rows * cols, rows))
+#endif
+  for (ptrdiff_t r = 0; r < nr; r++) {
+    size_t o = (size_t)r * cols;
+    rnorm[r] = titans__l2norm_row(out + o, inp + o, cols);
+  }
+}
+
+TITANSDEF void titans_l2norm_backward(float *dinp, const float *dout, const float *inp, const float *rnorm,
+                                      size_t rows, size_t cols) {
+  ptrdiff_t nr = (ptrdiff_t)rows;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(rows * cols, rows))
+#endif
+  for (ptrdiff_t r = 0; r < nr; r++) {
+    size_t o = (size_t)r * cols;
+    titans__l2norm_bwd_row(dinp + o, dout + o, inp + o, rnorm[r], cols);
+  }
+}
+
+/* ---- causal depthwise conv -------------------------------------------------------------------- */
+
+/* Row tau of the sequence extended by its tail: inp row tau for tau >= 0, tail row K-1+tau for
+   -(K-1) <= tau < 0, NULL (zeros) there when there is no tail. K >= 1. */
+static inline const float *titans__conv_row(const float *inp, const float *tail, ptrdiff_t tau, size_t C, size_t K) {
+  if (tau >= 0) return inp + (size_t)tau * C;
+  if (!tail) return NULL;
+  return tail + (size_t)((ptrdiff_t)K - 1 + tau) * C;
+}
+
+static inline void titans__conv_forward_ref(float *out, const float *inp, const float *tail, const float *weight,
+                                            size_t T, size_t C, size_t K) {
+  for (size_t t = 0; t < T; t++) {
+    for (size_t j = 0; j < C; j++) {
+      float acc = 0.0f;
+      for (size_t s = 0; s < K; s++) {
+        const float *u = titans__conv_row(inp, tail, (ptrdiff_t)(t + s) - (ptrdiff_t)(K - 1), C, K);
+        if (u) acc += weight[j * K + s] * u[j];
+      }
+      out[t * C + j] = acc;
+    }
+  }
+}
+
+static inline void titans__conv_backward_ref(float *dinp, float *dweight, const float *dout, const float *inp,
+                                             const float *tail, const float *weight, size_t T, size_t C, size_t K) {
+  for (size_t t = 0; t < T; t++) {
+    for (size_t j = 0; j < C; j++) {
+      for (size_t s = 0; s < K; s++) {
+        ptrdiff_t tau = (ptrdiff_t)(t + s) - (ptrdiff_t)(K - 1);
+        const float *u = titans__conv_row(inp, tail, tau, C, K);
+        if (u) dweight[j * K + s] += dout[t * C + j] * u[j];
+        if (tau >= 0) dinp[(size_t)tau * C + j] += dout[t * C + j] * weight[j * K + s];
+      }
+    }
+  }
+}
+
+/* out rows [t0, t1) x channels [j0, j1): taps added in order s = 0..K-1 with the weight column of tap
+   s gathered into a contiguous vector (weight is [C, K]). */
+static void titans__conv_fwd_block(float *out, const float *inp, const float *tail, const float *weight, size_t t0,
+                                   size_t t1, size_t j0, size_t j1, size_t C, size_t K) {
+  float w[TITANS__OPS_CB];
+  size_t m = j1 - j0;
+  for (size_t t = t0; t < t1; t++) memset(out + t * C + j0, 0, m * sizeof(float));
+  for (size_t s = 0; s < K; s++) {
+    for (size_t j = 0; j < m; j++) w[j] = weight[(j0 + j) * K + s];
+    for (size_t t = t0; t < t1; t++) {
+      const float *u = titans__conv_row(inp, tail, (ptrdiff_t)(t + s) - (ptrdiff_t)(K - 1), C, K);
+      if (u) titans__ops_fma_row(out + t * C + j0, w, u + j0, m);
+    }
+  }
+}
+
+/* dinp rows [t0, t1) x channels [j0, j1): input row tau fed outputs t = tau + K-1-s, s = 0..K-1. */
+static void titans__conv_bwd_inp_block(float *dinp, const float *dout, const float *weight, size_t t0, size_t t1,
+                                       size_t j0, size_t j1, size_t T, size_t C, size_t K) {
+  float w[TITANS__OPS_CB];
+  size_t m = j1 - j0;
+  for (size_t s = 0; s < K; s++) {
+    for (size_t j = 0; j < m; j++) w[j] = weight[(j0 + j) * K + s];
+    for (size_t tau = t0; tau < t1; tau++) {
+      size_t t = tau + (K - 1 - s);
+      if (t < T) titans__ops_fma_row(dinp + tau * C + j0, w, dout + t * C + j0, m);
+    }
+  }
+}
+
+/* dweight for channels [j0, j1): each tap summed over the whole sequence in order, then added. Up to
+   TITANS__OPS_SG taps share one pass over the sequence (their input rows are neighbours in cache). */
+static void titans__conv_bwd_w_block(float *dweight, const float *dout, const float *inp, const float *tail,
+                                     size_t j0, size_t j1, size_t T, size_t C, size_t K) {
+  float acc[TITANS__OPS_SG][TITANS__OPS_CB];
+  size_t m = j1 - j0;
+  for (size_t s0 = 0; s0 < K; s0 += TITANS__OPS_SG) {
+    size_t ns = titans__ops_min(TITANS__OPS_SG, K - s0);
+    memset(acc, 0, sizeof acc);
+    for (size_t t = 0; t < T; t++) {
+      for (size_t s = 0; s < ns; s++) {
+        const float *u = titans__conv_row(inp, tail, (ptrdiff_t)(t + s0 + s) - (ptrdiff_t)(K - 1), C, K);
+        if (u) titans__ops_fma_row(acc[s], dout + t * C + j0, u + j0, m);
+      }
+    }
+    for (size_t s = 0; s < ns; s++)
+      for (size_t j = 0; j < m; j++) dweight[(j0 + j) * K + s0 + s] += acc[s][j];
+  }
+}
+
+TITANSDEF void titans_conv_forward(float *out, const float *inp, const float *tail, const float *weight, size_t T,
+                                   size_t C, size_t K) {
+  size_t ncb = titans__ops_ceil_div(C, TITANS__OPS_CB);
+  ptrdiff_t nb = (ptrdiff_t)(titans__ops_ceil_div(T, TITANS__OPS_TB) * ncb);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(T * C * (K + 1), (size_t)nb))
+#endif
+  for (ptrdiff_t b = 0; b < nb; b++) {
+    size_t t0 = (size_t)b / ncb * TITANS__OPS_TB, j0 = (size_t)b % ncb * TITANS__OPS_CB;
+    titans__conv_fwd_block(out, inp, tail, weight, t0, titans__ops_min(T, t0 + TITANS__OPS_TB), j0,
+                           titans__ops_min(C, j0 + TITANS__OPS_CB), C, K);
+  }
+}
+
+TITANSDEF void titans_conv_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                                    const float *tail, const float *weight, size_t T, size_t C, size_t K) {
+  size_t ncb = titans__ops_ceil_div(C, TITANS__OPS_CB);
+  ptrdiff_t nb = dinp ? (ptrdiff_t)(titans__ops_ceil_div(T, TITANS__OPS_TB) * ncb) : 0;
+  ptrdiff_t nc = dweight ? (ptrdiff_t)ncb : 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(T * C * K, (size_t)nb))
+#endif
+  for (ptrdiff_t b = 0; b < nb; b++) {
+    size_t t0 = (size_t)b / ncb * TITANS__OPS_TB, j0 = (size_t)b % ncb * TITANS__OPS_CB;
+    titans__conv_bwd_inp_block(dinp, dout, weight, t0, titans__ops_min(T, t0 + TITANS__OPS_TB), j0,
+                               titans__ops_min(C, j0 + TITANS__OPS_CB), T, C, K);
+  }
+  /* dweight sums over the sequence: split over channels, so one thread owns each weight */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(T * C * K, (size_t)nc))
+#endif
+  for (ptrdiff_t b = 0; b < nc; b++) {
+    size_t j0 = (size_t)b * TITANS__OPS_CB;
+    titans__conv_bwd_w_block(dweight, dout, inp, tail, j0, titans__ops_min(C, j0 + TITANS__OPS_CB), T, C, K);
+  }
+}
+
+/* ---- embedding -------------------------------------------------------------------------------- */
+TITANSDEF int titans_embedding_forward(float *out, const int *tokens, const float *table, size_t n, size_t vocab,
+                                       size_t d) {
+  for (size_t i = 0; i < n; i++)
+    if (tokens[i] < 0 || (size_t)tokens[i] >= vocab) return TITANS_ERR_ARG;
+  if (d == 0) return TITANS_OK;
+  ptrdiff_t nn = (ptrdiff_t)n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(n * d, n))
+#endif
+  for (ptrdiff_t i = 0; i < nn; i++) memcpy(out + (size_t)i * d, table + (size_t)tokens[i] * d, d * sizeof(float));
+  return TITANS_OK;
+}
+
+/* Repeated tokens add into one table row, so threads split the d columns: each thread adds its
+   columns of every token, in token order. */
+TITANSDEF void titans_embedding_backward(float *dtable, const float *dout, const int *tokens, size_t n, size_t d) {
+  ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(d, TITANS__OPS_CB);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(n * d, (size_t)nb))
+#endif
+  for (ptrdiff_t b = 0; b < nb; b++) {
+    size_t j0 = (size_t)b * TITANS__OPS_CB, m = titans__ops_min(d, j0 + TITANS__OPS_CB) - j0;
+    for (size_t i = 0; i < n; i++)
+      if (tokens[i] >= 0) titans__axpy(dtable + (size_t)tokens[i] * d + j0, 1.0f, dout + i * d + j0, m);
+  }
+}
+
+/* ---- cross-entropy ---------------------------------------------------------------------------- */
+static inline float titans__cross_entropy_ref(float *dlogits, const float *logits, const int *targets, size_t n,
+                                              size_t V, float scale) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (targets[i] >= 0 && (size_t)targets[i] >= V) return NAN;
+    count += targets[i] >= 0;
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const float *x = logits + i * V; /* [V] */
+    if (targets[i] < 0) {
+      if (dlogits) memset(dlogits + i * V, 0, V * sizeof(float));
+      continue;
+    }
+    float mx = -INFINITY, sum = 0.0f;
+    for (size_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    for (size_t j = 0; j < V; j++) sum += expf(x[j] - mx);
+    total += (double)(mx - x[targets[i]] + logf(sum));
+    for (size_t j = 0; dlogits && j < V; j++)
+      dlogits[i * V + j] = scale * (expf(x[j] - mx) / sum - (j == (size_t)targets[i])) / (float)count;
+  }
+  return count ? (float)(total / (double)count) : 0.0f;
+}
+
+/* Loss of one row, -log softmax(x)[target] = (max - x[target]) + log(sum exp(x - max)); when drow is
+   not NULL it gets gscale * (softmax - onehot). */
+static float titans__ce_row(float *drow, const float *x, int target, size_t V, float gscale) {
+  float mx = titans__ops_rowmax(x, V);
+  float sum = titans__ops_exp_sum(drow, x, mx, V);
+  if (drow) {
+    titans__ops_scale(drow, gscale / sum, V);
+    drow[target] -= gscale;
+  }
+  return (mx - x[target]) + logf(sum);
+}
+
+TITANSDEF float titans_cross_entropy(float *dlogits, const float *logits, const int *targets, size_t n, size_t V,
+                                     float scale) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (targets[i] >= 0 && (size_t)targets[i] >= V) return NAN;
+    count += targets[i] >= 0;
+  }
+  float gscale = count ? scale / (float)count : 0.0f;
+  double part[TITANS__OPS_CE_PARTS] = {0}; /* loss sums of fixed row groups, added in order at the end */
+  size_t per = titans__ops_ceil_div(n, TITANS__OPS_CE_PARTS);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(n * V, n))
+#endif
+  for (ptrdiff_t p = 0; p < TITANS__OPS_CE_PARTS; p++) {
+    size_t i1 = titans__ops_min(n, ((size_t)p + 1) * per);
+    for (size_t i = titans__ops_min(n, (size_t)p * per); i < i1; i++) {
+      float *drow = dlogits ? dlogits + i * V : NULL; /* [V] */
+      if (targets[i] >= 0) part[p] += titans__ce_row(drow, logits + i * V, targets[i], V, gscale);
+      else if (drow && V) memset(drow, 0, V * sizeof(float));
+    }
+  }
+  double total = 0.0;
+  for (size_t p = 0; p < TITANS__OPS_CE_PARTS; p++) total += part[p];
+  return count ? (float)(total / (double)count) : 0.0f;
+}
+
+/* ---- AdamW ------------------------------------------------------------------------------------ */
+typedef struct titans__adamw_hp {
+  float lr, beta1, beta2, eps, wd;
+  float c1; /* 1 / (1 - beta1^step) */
+  float c2; /* 1 / sqrt(1 - beta2^step) */
+} titans__adamw_hp;
+
+static titans__adamw_hp titans__adamw_make(float lr, float beta1, float beta2, float eps, float wd, long step) {
+  titans__adamw_hp h;
+  double t = (double)(step < 1 ? 1 : step);
+  h.lr = lr;
+  h.beta1 = beta1;
+  h.beta2 = beta2;
+  h.eps = eps;
+  h.wd = wd;
+  h.c1 = (float)(1.0 / (1.0 - pow((double)beta1, t)));
+  h.c2 = (float)(1.0 / sqrt(1.0 - pow((double)beta2, t)));
+  return h;
+}
+
+static inline void titans__adamw_update_ref(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                                            float beta1, float beta2, float eps, float weight_decay, long step) {
+  titans__adamw_hp h = titans__adamw_make(lr, beta1, beta2, eps, weight_decay, step);
+  for (size_t i = 0; i < n; i++) {
+    m[i] = beta1 * m[i] + (1.0f - beta1) * grad[i];
+    v[i] = beta2 * v[i] + (1.0f - beta2) * grad[i] * grad[i];
+    param[i] -= lr * (m[i] * h.c1 / (sqrtf(v[i]) * h.c2 + eps) + weight_decay * param[i]);
+  }
+}
+
+static void titans__adamw_span(float *p, const float *g, float *m, float *v, size_t n, const titans__adamw_hp *h) {
+  titans__vf b1 = titans__vset1(h->beta1), b2 = titans__vset1(h->beta2), a1 = titans__vset1(1.0f - h->beta1);
+  titans__vf a2 = titans__vset1(1.0f - h->beta2), c1 = titans__vset1(h->c1), c2 = titans__vset1(h->c2);
+  titans__vf eps = titans__vset1(h->eps), wd = titans__vset1(h->wd), nlr = titans__vset1(-h->lr);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf gi = titans__vload(g + i), pi = titans__vload(p + i);
+    titans__vf mi = titans__vfma(b1, titans__vload(m + i), titans__vmul(a1, gi));
+    titans__vf vi = titans__vfma(b2, titans__vload(v + i), titans__vmul(titans__vmul(a2, gi), gi));
+    titans__vf den = titans__vfma(titans__ops_vsqrt(vi), c2, eps);
+    titans__vf upd = titans__vfma(wd, pi, titans__ops_vdiv(titans__vmul(mi, c1), den));
+    titans__vstore(m + i, mi);
+    titans__vstore(v + i, vi);
+    titans__vstore(p + i, titans__vfma(nlr, upd, pi));
+  }
+  for (; i < n; i++) {
+    m[i] = h->beta1 * m[i] + (1.0f - h->beta1) * g[i];
+    v[i] = h->beta2 * v[i] + (1.0f - h->beta2) * g[i] * g[i];
+    p[i] -= h->lr * (m[i] * h->c1 / (sqrtf(v[i]) * h->c2 + h->eps) + h->wd * p[i]);
+  }
+}
+
+TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                                   float beta1, float beta2, float eps, float weight_decay, long step) {
+  titans__adamw_hp h = titans__adamw_make(lr, beta1, beta2, eps, weight_decay, step);
+  ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(n, TITANS__OPS_BLOCK);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(n, (size_t)nb))
+#endif
+  for (ptrdiff_t b = 0; b < nb; b++) {
+    size_t i0 = (size_t)b * TITANS__OPS_BLOCK;
+    titans__adamw_span(param + i0, grad + i0, m + i0, v + i0, titans__ops_min(n - i0, TITANS__OPS_BLOCK), &h);
+  }
+}
+/* ---- 4. Neural long-term memory layer (implementation) ---------------------------------------- */
+
+/* Sizes derived from a config. Memory layer i (0-based) maps width n[i] to n[i+1]: W_i [n[i+1], n[i]]. */
+typedef struct titans__mem_dims {
+  size_t d, H, dh, dm, L, b, K; /* model width, heads, head width, H*dh, depth, chunk, conv width */
+  size_t n[TITANS_MEM_MAX_DEPTH + 1];  /* layer widths n_0 .. n_L */
+  size_t wofs[TITANS_MEM_MAX_DEPTH];   /* offset of W_i inside one head's weights */
+  size_t head_size;                    /* floats of one head's weights: sum_i n[i+1] n[i] */
+  size_t nmax;                         /* largest width */
+} titans__mem_dims;
+
+static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
+  titans__mem_dims m;
+  memset(&m, 0, sizeof m);
+  m.d = (size_t)c->d;
+  m.H = (size_t)c->heads;
+  m.dh = (size_t)c->head_dim;
+  m.dm = m.H * m.dh;
+  m.L = (size_t)c->depth;
+  m.b = (size_t)c->chunk;
+  m.K = (size_t)c->conv_width;
+  for (size_t i = 0; i <= m.L; i++) m.n[i] = (i == 0 || i == m.L) ? m.dh : m.dh * (size_t)c->hidden_mult;
+  m.nmax = m.dh;
+  for (size_t i = 0; i < m.L; i++) {
+    m.wofs[i] = m.head_size;
+    m.head_size += m.n[i + 1] * m.n[i];
+    if (m.n[i + 1] > m.nmax) m.nmax = m.n[i + 1];
+  }
+  return m;
+}
+
+TITANSDEF titans_mem_config titans_mem_config_default(int d) {
+  titans_mem_config c;
+  c.d = d;
+  c.heads = 4;
+  c.head_dim = d / 4 > 0 ? d / 4 : 1;
+  c.depth = 2;
+  c.hidden_mult = 4;
+  c.chunk = 16;
+  c.conv_width = 4;
+  c.residual = 0;
+  c.theta_max = 0.02f;
+  return c;
+}
+
+TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
+  /* The bounds keep every size product far from overflow (d_m, n_hid <= 2^16, b <= 2^12). */
+  if (c->d < 1 || c->d > 65536) return titans__error(err, TITANS_ERR_ARG, "memory: d = %d, want 1..65536", c->d);
+  if (c->heads < 1 || c->head_dim < 1 || (long)c->heads * c->head_dim > 65536)
+    return titans__error(err, TITANS_ERR_ARG, "memory: heads = %d, head_dim = %d, want >= 1 and product <= 65536",
+                         c->heads, c->head_dim);
+  if (c->depth < 1 || c->depth > TITANS_MEM_MAX_DEPTH)
+    return titans__error(err, TITANS_ERR_ARG, "memory: depth = %d, want 1..%d", c->depth, TITANS_MEM_MAX_DEPTH);
+  if (c->depth >= 2 && (c->hidden_mult < 1 || (long)c->hidden_mult * c->head_dim > 65536))
+    return titans__error(err, TITANS_ERR_ARG, "memory: hidden_mult = %d, want >= 1 and hidden width <= 65536",
+                         c->hidden_mult);
+  if (c->chunk < 1 || c->chunk > 4096) return titans__error(err, TITANS_ERR_ARG, "memory: chunk = %d, want 1..4096", c->chunk);
+  if (c->conv_width < 0 || c->conv_width > 64)
+    return titans__error(err, TITANS_ERR_ARG, "memory: conv_width = %d, want 0..64", c->conv_width);
+  if (c->residual != 0 && c->residual != 1) return titans__error(err, TITANS_ERR_ARG, "memory: residual must be 0 or 1");
+  if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
+    return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
+  return TITANS_OK;
+}
+
+/* ---- parameter layout ------------------------------------------------------------------------- */
+
+/* Appends one parameter at *offset: records it in list (when there is room) and returns its offset. */
+static size_t titans__param_push(titans_param *list, size_t max, size_t *count, size_t *offset, const char *prefix,
+                                 const char *name, int kind, int ndim, size_t s0, size_t s1, size_t s2) {
+  size_t shape[3] = {s0, s1, s2}, size = 1, at = *offset;
+  for (int i = 0; i < ndim; i++) size *= shape[i];
+  if (list && *count < max) {
+    titans_param *p = &list[*count];
+    memset(p, 0, sizeof *p);
+    size_t lp = strlen(prefix), ln = strlen(name);
+    if (lp + ln >= sizeof p->name) lp = ln = 0; /* cannot happen with the library's prefixes */
+    memcpy(p->name, prefix, lp);
+    memcpy(p->name + lp, name, ln);
+    p->ndim = ndim;
+    for (int i = 0; i < ndim; i++) p->shape[i] = shape[i];
+    p->size = size;
+    p->offset = at;
+    p->kind = kind;
+  }
+  (*count)++;
+  *offset += size;
+  return at;
+}
+
+/* The one place that fixes the order of the memory layer's parameters: records the list and/or binds
+   the pointers of w (either may be NULL). Returns the number of parameters; *offset advances. */
+static size_t titans__mem_walk(const titans_mem_config *cfg, titans_mem_weights *w, float *slab, titans_param *list,
+                               size_t max, const char *prefix, size_t *offset) {
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  size_t count = 0, o;
+  static const char *const w0_names[TITANS_MEM_MAX_DEPTH] = {"w0.0", "w0.1", "w0.2", "w0.3",
+                                                             "w0.4", "w0.5", "w0.6", "w0.7"};
+#define TITANS__MEM_PARAM(field, name, kind, nd, a, b_, c_)                                 \
+  o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, c_); \
+  if (w) w->field = slab + o;
+  TITANS__MEM_PARAM(wq, "wq", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0)
+  TITANS__MEM_PARAM(wk, "wk", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0)
+  TITANS__MEM_PARAM(wv, "wv", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0)
+  if (m.K > 0) {
+    TITANS__MEM_PARAM(conv_q, "conv_q", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0)
+    TITANS__MEM_PARAM(conv_k, "conv_k", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0)
+    TITANS__MEM_PARAM(conv_v, "conv_v", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0)
+  } else if (w) {
+    w->conv_q = w->conv_k = w->conv_v = NULL;
+  }
+  TITANS__MEM_PARAM(lr_w, "lr_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0)
+  TITANS__MEM_PARAM(lr_b, "lr_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0)
+  TITANS__MEM_PARAM(mom_w, "mom_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0)
+  TITANS__MEM_PARAM(mom_b, "mom_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0)
+  TITANS__MEM_PARAM(decay_w, "decay_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0)
+  TITANS__MEM_PARAM(decay_b, "decay_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0)
+  for (size_t i = 0; i < m.L; i++) {
+    TITANS__MEM_PARAM(w0[i], w0_names[i], TITANS_PARAM_MATRIX, 3, m.H, m.n[i + 1], m.n[i])
+  }
+  if (w)
+    for (size_t i = m.L; i < TITANS_MEM_MAX_DEPTH; i++) w->w0[i] = NULL;
+  TITANS__MEM_PARAM(out_norm, "out_norm", TITANS_PARAM_GAIN, 1, m.dh, 0, 0)
+  TITANS__MEM_PARAM(wg, "wg", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0)
+  TITANS__MEM_PARAM(wo, "wo", TITANS_PARAM_MATRIX, 2, m.d, m.dm, 0)
+#undef TITANS__MEM_PARAM
+  return count;
+}
+
+TITANSDEF size_t titans_mem_param_count(const titans_mem_config *cfg) {
+  size_t offset = 0;
+  titans__mem_walk(cfg, NULL, NULL, NULL, 0, "", &offset);
+  return offset;
+}
+
+TITANSDEF void titans_mem_weights_bind(titans_mem_weights *w, const titans_mem_config *cfg, float *slab) {
+  size_t offset = 0;
+  titans__mem_walk(cfg, w, slab, NULL, 0, "", &offset);
+}
+
+TITANSDEF size_t titans_mem_param_list(titans_param *list, size_t max, const titans_mem_config *cfg, const char *prefix,
+                                       size_t base_offset) {
+  return titans__mem_walk(cfg, NULL, NULL, list, max, prefix ? prefix : "", &base_offset);
+}
+
+static void titans__fill_normal(float *p, size_t n, float std, titans_rng *rng) {
+  for (size_t i = 0; i < n; i++) p[i] = std * titans_rng_normal(rng);
+}
+
+static void titans__fill_const(float *p, size_t n, float value) {
+  for (size_t i = 0; i < n; i++) p[i] = value;
+}
+
+TITANSDEF void titans_mem_weights_init(const titans_mem_weights *w, const titans_mem_config *cfg, titans_rng *rng,
+                                       int n_layers) {
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  float out_std = 0.02f / sqrtf(2.0f * (float)(n_layers > 0 ? n_layers : 1));
+  titans__fill_normal(w->wq, m.dm * m.d, 0.02f, rng);
+  titans__fill_normal(w->wk, m.dm * m.d, 0.02f, rng);
+  titans__fill_normal(w->wv, m.dm * m.d, 0.02f, rng);
+  if (m.K > 0) {
+    /* Near-identity taps: the layer starts as its plain projections (a conv of small random taps would
+       shrink q, k, v by ~50x and slow early training). */
+    float *convs[3] = {w->conv_q, w->conv_k, w->conv_v};
+    for (int c = 0; c < 3; c++) {
+      titans__fill_normal(convs[c], m.dm * m.K, 0.02f, rng);
+      for (size_t j = 0; j < m.dm; j++) convs[c][j * m.K + m.K - 1] += 1.0f;
+    }
+  }
+  titans__fill_normal(w->lr_w, m.H * m.d, 0.02f, rng);
+  titans__fill_normal(w->mom_w, m.H * m.d, 0.02f, rng);
+  titans__fill_normal(w->decay_w, m.H * m.d, 0.02f, rng);
+  /* Gates start small and stable: theta = theta_max / 2, eta ~ 0.9, alpha ~ 0.02 (logits of those). */
+  titans__fill_const(w->lr_b, m.H, 0.0f);
+  titans__fill_const(w->mom_b, m.H, 2.1972246f);
+  titans__fill_const(w->decay_b, m.H, -3.8918203f);
+  for (size_t i = 0; i < m.L; i++) titans__fill_normal(w->w0[i], m.H * m.n[i + 1] * m.n[i], 1.0f / sqrtf((float)m.n[i]), rng);
+  titans__fill_const(w->out_norm, m.dh, 1.0f);
+  titans__fill_normal(w->wg, m.dm * m.d, 0.02f, rng);
+  titans__fill_normal(w->wo, m.d * m.dm, out_std, rng);
+}
+
+/* ---- scalar pieces ---------------------------------------------------------------------------- */
+
+static inline float titans__mem_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* SiLU'(z) = s (1 + z (1 - s)), s = sigmoid(z) (the chunk kernels keep s beside z) */
+static inline float titans__silu_d1(float z, float s) { return s * (1.0f + z * (1.0f - s)); }
+/* SiLU''(z) = s (1 - s) (2 + z (1 - 2 s)) */
+static inline float titans__silu_d2(float z, float s) { return s * (1.0f - s) * (2.0f + z * (1.0f - 2.0f * s)); }
+
+/* The chunk coefficients of SPEC 1.6 for n tokens with gates theta, eta, alpha [n]:
+   A, B, E [n]; C, D [n, n] lower triangular (zero above the diagonal). Built by the recurrences
+   A_t = (1-alpha_t) A_{t-1}, E_t = eta_t E_{t-1}, B_t = (1-alpha_t) B_{t-1} + E_t,
+   D_{t,i} = eta_t D_{t-1,i}, D_{t,t} = theta_t, C_{t,i} = (1-alpha_t) C_{t-1,i} + D_{t,i},
+   which form every product directly (never a ratio of cumulative products). */
+static void titans__mem_coeffs(float *A, float *B, float *E, float *C, float *D, const float *theta, const float *eta,
+                               const float *alpha, size_t n) {
+  for (size_t t = 0; t < n; t++) {
+    float keep = 1.0f - alpha[t];
+    float Ap = t ? A[t - 1] : 1.0f, Bp = t ? B[t - 1] : 0.0f, Ep = t ? E[t - 1] : 1.0f;
+    E[t] = eta[t] * Ep;
+    A[t] = keep * Ap;
+    B[t] = keep * Bp + E[t];
+    float *Ct = C + t * n, *Dt = D + t * n;
+    const float *Cp = C + (t - 1) * n, *Dp = D + (t - 1) * n;
+    for (size_t i = 0; i < t; i++) {
+      Dt[i] = eta[t] * Dp[i];
+      Ct[i] = keep * Cp[i] + Dt[i];
+    }
+    Dt[t] = theta[t];
+    Ct[t] = theta[t];
+    for (size_t i = t + 1; i < n; i++) Ct[i] = Dt[i] = 0.0f;
+  }
+}
+
+/* Backward of titans__mem_coeffs. dA, dB, dE [n], dC, dD [n, n] hold the gradients of the outputs and
+   are used as the adjoint accumulators (overwritten). Accumulates dtheta, deta, dalpha [n]. */
+static void titans__mem_coeffs_backward(float *dtheta, float *deta, float *dalpha, float *dA, float *dB, float *dE,
+                                        float *dC, float *dD, const float *A, const float *B, const float *E,
+                                        const float *C, const float *D, const float *eta, const float *alpha,
+                                        size_t n) {
+  for (size_t t = n; t-- > 0;) {
+    float keep = 1.0f - alpha[t];
+    float Ap = t ? A[t - 1] : 1.0f, Bp = t ? B[t - 1] : 0.0f, Ep = t ? E[t - 1] : 1.0f;
+    float *dCt = dC + t * n, *dDt = dD + t * n;
+    /* A_t = keep A_{t-1} */
+    dalpha[t] -= dA[t] * Ap;
+    if (t) dA[t - 1] += keep * dA[t];
+    /* B_t = keep B_{t-1} + E_t */
+    dalpha[t] -= dB[t] * Bp;
+    if (t) dB[t - 1] += keep * dB[t];
+    dE[t] += dB[t];
+    /* C_{t,i} = keep C_{t-1,i} + D_{t,i} (i < t); C_{t,t} = D_{t,t} */
+    for (size_t i = 0; i <= t; i++) dDt[i] += dCt[i];
+    if (t) {
+      const float *Cp = C + (t - 1) * n, *Dp = D + (t - 1) * n;
+      float *dCp = dC + (t - 1) * n, *dDp = dD + (t - 1) * n;
+      float da = 0.0f, de = 0.0f;
+      for (size_t i = 0; i < t; i++) {
+        da += dCt[i] * Cp[i];
+        dCp[i] += keep * dCt[i];
+        /* D_{t,i} = eta_t D_{t-1,i} */
+        de += dDt[i] * Dp[i];
+        dDp[i] += eta[t] * dDt[i];
+      }
+      dalpha[t] -= da;
+      deta[t] += de;
+    }
+    dtheta[t] += dDt[t];
+    /* E_t = eta_t E_{t-1} */
+    deta[t] += dE[t] * Ep;
+    if (t) dE[t - 1] += eta[t] * dE[t];
+  }
+}
+
+/* ---- the chunk kernel ------------------------------------------------------------------------- */
+
+/* Work space of one thread for one piece of at most b tokens of one head. */
+typedef struct titans__mem_work {
+  float *cA, *cB, *cE;                       /* [b] chunk coefficients */
+  float *cC, *cD;                            /* [b, b] */
+  float *th, *et, *al;                       /* [b] gates of the piece */
+  float *vv;                                 /* [b, dh] values */
+  float *ak[TITANS_MEM_MAX_DEPTH];           /* ak[i] [b, n_i]: key path input of layer i (ak[0] = keys) */
+  float *zk[TITANS_MEM_MAX_DEPTH];           /* zk[i] [b, n_{i+1}]: key path pre-activations */
+  float *sk[TITANS_MEM_MAX_DEPTH];           /* sk[i] [b, n_{i+1}]: sigmoid(zk[i]) (i < L-1) */
+  float *sq[TITANS_MEM_MAX_DEPTH];           /* sq[i] [b, n_{i+1}]: sigmoid(zq[i]) (i < L-1) */
+  float *gk[TITANS_MEM_MAX_DEPTH];           /* gk[i] [b, n_{i+1}]: delta[i+1] W_{i+1} (i < L-1) */
+  float *delta[TITANS_MEM_MAX_DEPTH];        /* delta[i] [b, n_{i+1}]: d l / d zk[i] */
+  float *aq[TITANS_MEM_MAX_DEPTH];           /* aq[i] [b, n_i]: query path input of layer i (aq[0] = queries) */
+  float *zq[TITANS_MEM_MAX_DEPTH];           /* zq[i] [b, n_{i+1}]: query path pre-activations */
+  float *p1[TITANS_MEM_MAX_DEPTH];           /* p1[i] [b, n_{i+1}]: aq[i] W_i^T */
+  float *p2[TITANS_MEM_MAX_DEPTH];           /* p2[i] [b, n_{i+1}]: aq[i] S_i^T */
+  float *mx[TITANS_MEM_MAX_DEPTH];           /* mx[i] [b, b]: aq[i] ak[i]^T */
+  float *cm;                                 /* [b, b] C o mx */
+  float *tmp, *tmp2;                         /* [b, nmax] */
+  /* backward only */
+  float *dA, *dB, *dE, *dth, *det, *dal;     /* [b] */
+  float *dC, *dD, *t1, *dmx;                 /* [b, b] */
+  float *ddelta[TITANS_MEM_MAX_DEPTH];       /* [b, n_{i+1}] */
+  float *dzk[TITANS_MEM_MAX_DEPTH];          /* [b, n_{i+1}] */
+  float *dak[TITANS_MEM_MAX_DEPTH];          /* [b, n_i] */
+  float *dz, *dp1, *dp2, *daq;               /* [b, nmax] */
+  float *dq, *dv;                            /* [b, dh] */
+  float *dW, *dS, *dWend, *dSend;            /* [head_size] */
+} titans__mem_work;
+
+/* Carves a work struct out of buf (NULL: only counts). Returns the number of floats used. */
+static size_t titans__mem_work_carve(titans__mem_work *wk, float *buf, const titans__mem_dims *m, int backward) {
+  size_t used = 0, b = m->b;
+#define TITANS__TAKE(ptr, count)        \
+  do {                                  \
+    if (buf) (ptr) = buf + used;        \
+    used += (count);                    \
+  } while (0)
+  titans__mem_work dummy;
+  if (!wk) wk = &dummy;
+  memset(wk, 0, sizeof *wk); /* every field is set below when buf is given; this keeps compilers sure */
+  TITANS__TAKE(wk->cA, b); TITANS__TAKE(wk->cB, b); TITANS__TAKE(wk->cE, b);
+  TITANS__TAKE(wk->cC, b * b); TITANS__TAKE(wk->cD, b * b);
+  TITANS__TAKE(wk->th, b); TITANS__TAKE(wk->et, b); TITANS__TAKE(wk->al, b);
+  TITANS__TAKE(wk->vv, b * m->dh);
+  for (size_t i = 0; i < m->L; i++) {
+    TITANS__TAKE(wk->ak[i], b * m->n[i]);
+    TITANS__TAKE(wk->zk[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->sk[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->sq[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->gk[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->delta[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->aq[i], b * m->n[i]);
+    TITANS__TAKE(wk->zq[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->p1[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->p2[i], b * m->n[i + 1]);
+    TITANS__TAKE(wk->mx[i], b * b);
+  }
+  TITANS__TAKE(wk->cm, b * b);
+  TITANS__TAKE(wk->tmp, b * m->nmax);
+  TITANS__TAKE(wk->tmp2, b * m->nmax);
+  if (backward) {
+    TITANS__TAKE(wk->dA, b); TITANS__TAKE(wk->dB, b); TITANS__TAKE(wk->dE, b);
+    TITANS__TAKE(wk->dth, b); TITANS__TAKE(wk->det, b); TITANS__TAKE(wk->dal, b);
+    TITANS__TAKE(wk->dC, b * b); TITANS__TAKE(wk->dD, b * b);
+    TITANS__TAKE(wk->t1, b * b); TITANS__TAKE(wk->dmx, b * b);
+    for (size_t i = 0; i < m->L; i++) {
+      TITANS__TAKE(wk->ddelta[i], b * m->n[i + 1]);
+      TITANS__TAKE(wk->dzk[i], b * m->n[i + 1]);
+      TITANS__TAKE(wk->dak[i], b * m->n[i]);
+    }
+    TITANS__TAKE(wk->dz, b * m->nmax); TITANS__TAKE(wk->dp1, b * m->nmax);
+    TITANS__TAKE(wk->dp2, b * m->nmax); TITANS__TAKE(wk->daq, b * m->nmax);
+    TITANS__TAKE(wk->dq, b * m->dh); TITANS__TAKE(wk->dv, b * m->dh);
+    TITANS__TAKE(wk->dW, m->head_size); TITANS__TAKE(wk->dS, m->head_size);
+    TITANS__TAKE(wk->dWend, m->head_size); TITANS__TAKE(wk->dSend, m->head_size);
+  }
+#undef TITANS__TAKE
+  return used;
+}
+
+/* Copies n rows of width w from a strided source [n, ld] to a packed [n, w]. */
+static void titans__copy_rows(float *dst, const float *src, size_t n, size_t w, size_t ld) {
+  for (size_t t = 0; t < n; t++) memcpy(dst + t * w, src + t * ld, w * sizeof(float));
+}
+
+/* Adds a packed [n, w] into strided rows [n, ld]. */
+static void titans__add_rows(float *dst, size_t ld, const float *src, size_t n, size_t w) {
+  for (size_t t = 0; t < n; t++) titans__axpy(dst + t * ld, 1.0f, src + t * w, w);
+}
+
+/* out[t, :] = s[t] * in[t, :] over [n, w] */
+static void titans__scale_rows(float *out, const float *s, const float *in, size_t n, size_t w) {
+  for (size_t t = 0; t < n; t++)
+    for (size_t j = 0; j < w; j++) out[t * w + j] = s[t] * in[t * w + j];
+}
+
+/* s = sigmoid(z) (vectorised) and y = SiLU(z) = z s over n floats; s is kept for the derivatives. */
+static void titans__silu_keep(float *y, float *s, const float *z, size_t n) {
+  titans_sigmoid_forward(s, z, n);
+  for (size_t j = 0; j < n; j++) y[j] = z[j] * s[j];
+}
+
+/* One piece of n <= b tokens of one head, from a running state (W, S) inside a chunk whose inner
+   gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a chunk start).
+   q, k, v [n, ld] (head slice at column 0), gates theta, eta, alpha [n] with stride gstride.
+   Writes y [n, ld] (unless y is NULL). When w_out / s_out are not NULL, writes the state after the piece there (they may
+   alias w / s: the update is done in place after every read of the old state). Leaves in wk everything
+   the backward needs. */
+static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
+                                      const float *k, const float *v, size_t ld, const float *theta,
+                                      const float *eta, const float *alpha, size_t gstride, const float *wgrad,
+                                      const float *w, const float *s, float *w_out, float *s_out, size_t n,
+                                      titans__mem_work *wk) {
+  const size_t L = m->L, dh = m->dh;
+  for (size_t t = 0; t < n; t++) {
+    wk->th[t] = theta[t * gstride];
+    wk->et[t] = eta[t * gstride];
+    wk->al[t] = alpha[t * gstride];
+  }
+  titans__copy_rows(wk->ak[0], k, n, dh, ld);
+  titans__copy_rows(wk->aq[0], q, n, dh, ld);
+  titans__copy_rows(wk->vv, v, n, dh, ld);
+  titans__mem_coeffs(wk->cA, wk->cB, wk->cE, wk->cC, wk->cD, wk->th, wk->et, wk->al, n);
+
+  /* Key path through the chunk-start weights: zk[i] = ak[i] Wg_i^T, ak[i+1] = SiLU(zk[i]). */
+  for (size_t i = 0; i < L; i++) {
+    titans_gemm(0, 1, n, m->n[i + 1], m->n[i], 1.0f, wk->ak[i], m->n[i], wgrad + m->wofs[i], m->n[i], 0.0f, wk->zk[i],
+                m->n[i + 1]);
+    if (i + 1 < L) titans__silu_keep(wk->ak[i + 1], wk->sk[i], wk->zk[i], n * m->n[i + 1]);
+  }
+  /* Errors of the inner loss: delta[L-1] = 2 (M(k) - v); delta[i] = (delta[i+1] W_{i+1}) o SiLU'(zk[i]). */
+  for (size_t t = 0; t < n; t++)
+    for (size_t j = 0; j < dh; j++) {
+      float pred = wk->zk[L - 1][t * dh + j] + (residual ? wk->ak[0][t * dh + j] : 0.0f);
+      wk->delta[L - 1][t * dh + j] = 2.0f * (pred - wk->vv[t * dh + j]);
+    }
+  for (size_t i = L - 1; i-- > 0;) {
+    size_t wi = m->n[i + 1];
+    titans_gemm(0, 0, n, wi, m->n[i + 2], 1.0f, wk->delta[i + 1], m->n[i + 2], wgrad + m->wofs[i + 1], wi, 0.0f,
+                wk->gk[i], wi);
+    for (size_t j = 0; j < n * wi; j++) wk->delta[i][j] = wk->gk[i][j] * titans__silu_d1(wk->zk[i][j], wk->sk[i][j]);
+  }
+
+  /* Query path through the per-token weights W_t = A_t W + B_t S - sum_i C_{t,i} u_i:
+     zq[i] = diag(A) aq[i] W_i^T + diag(B) aq[i] S_i^T - (C o (aq[i] ak[i]^T)) delta[i]. */
+  for (size_t i = 0; i < L; i++) {
+    size_t ni = m->n[i], no = m->n[i + 1];
+    titans_gemm(0, 1, n, no, ni, 1.0f, wk->aq[i], ni, w + m->wofs[i], ni, 0.0f, wk->p1[i], no);
+    titans_gemm(0, 1, n, no, ni, 1.0f, wk->aq[i], ni, s + m->wofs[i], ni, 0.0f, wk->p2[i], no);
+    titans_gemm(0, 1, n, n, ni, 1.0f, wk->aq[i], ni, wk->ak[i], ni, 0.0f, wk->mx[i], n);
+    for (size_t t = 0; t < n * n; t++) wk->cm[t] = wk->cC[t] * wk->mx[i][t];
+    for (size_t t = 0; t < n; t++)
+      for (size_t j = 0; j < no; j++)
+        wk->zq[i][t * no + j] = wk->cA[t] * wk->p1[i][t * no + j] + wk->cB[t] * wk->p2[i][t * no + j];
+    titans_gemm(0, 0, n, no, n, -1.0f, wk->cm, n, wk->delta[i], no, 1.0f, wk->zq[i], no);
+    if (i + 1 < L) titans__silu_keep(wk->aq[i + 1], wk->sq[i], wk->zq[i], n * no);
+  }
+  if (y)
+    for (size_t t = 0; t < n; t++)
+      for (size_t j = 0; j < dh; j++)
+        y[t * ld + j] = wk->zq[L - 1][t * dh + j] + (residual ? wk->aq[0][t * dh + j] : 0.0f);
+
+  /* State after the piece: W' = A_n W + B_n S - delta^T diag(C_n,.) ak, S' = E_n S - delta^T diag(D_n,.) ak.
+     W' first: it reads the old S, which the S update then overwrites. */
+  if (!w_out) return;
+  const float *crow = wk->cC + (n - 1) * n, *drow = wk->cD + (n - 1) * n;
+  float An = wk->cA[n - 1], Bn = wk->cB[n - 1], En = wk->cE[n - 1];
+  for (size_t i = 0; i < L; i++) {
+    size_t ni = m->n[i], no = m->n[i + 1], sz = ni * no;
+    const float *wi = w + m->wofs[i], *si = s + m->wofs[i];
+    float *wo = w_out + m->wofs[i], *so = s_out + m->wofs[i];
+    for (size_t j = 0; j < sz; j++) wo[j] = An * wi[j] + Bn * si[j];
+    titans__scale_rows(wk->tmp, crow, wk->ak[i], n, ni);
+    titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, wo, ni);
+    for (size_t j = 0; j < sz; j++) so[j] = En * si[j];
+    titans__scale_rows(wk->tmp, drow, wk->ak[i], n, ni);
+    titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, so, ni);
+  }
+}
+
+/* rowdot[t] = sum_j a[t, j] b[t, j] over [n, w], added into out[t] scaled by sign */
+static void titans__rowdot_acc(float *out, float sign, const float *a, const float *b, size_t n, size_t w) {
+  for (size_t t = 0; t < n; t++) out[t] += sign * titans__dot(a + t * w, b + t * w, w);
+}
+
+/* Backward of one whole chunk (piece starting at a chunk start, so the inner gradients are taken at w).
+   Inputs: the chunk's q, k, v, gates as in the forward; w, s [head_size] the state at the chunk start;
+   dy [n, ld] the gradient of y; wk->dWend, wk->dSend the gradient of the state after the chunk.
+   Outputs: wk->dW, wk->dS the gradient of the state at the chunk start; accumulates dq, dk, dv [n, ld]
+   and dtheta, deta, dalpha [n] (stride gstride). */
+static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, float *dq, float *dk, float *dv,
+                                       float *dtheta, float *deta, float *dalpha, const float *dy, const float *q,
+                                       const float *k, const float *v, size_t ld, const float *theta,
+                                       const float *eta, const float *alpha, size_t gstride, const float *w,
+                                       const float *s, size_t n, titans__mem_work *wk) {
+  const size_t L = m->L, dh = m->dh, hs = m->head_size;
+  titans__mem_piece_forward(m, residual, NULL, q, k, v, ld, theta, eta, alpha, gstride, w, w, s, NULL, NULL, n, wk);
+  memset(wk->dW, 0, hs * sizeof(float));
+  memset(wk->dS, 0, hs * sizeof(float));
+  memset(wk->dA, 0, n * sizeof(float));
+  memset(wk->dB, 0, n * sizeof(float));
+  memset(wk->dE, 0, n * sizeof(float));
+  memset(wk->dth, 0, n * sizeof(float));
+  memset(wk->det, 0, n * sizeof(float));
+  memset(wk->dal, 0, n * sizeof(float));
+  memset(wk->dC, 0, n * n * sizeof(float));
+  memset(wk->dD, 0, n * n * sizeof(float));
+  for (size_t i = 0; i < L; i++) {
+    memset(wk->ddelta[i], 0, n * m->n[i + 1] * sizeof(float));
+    memset(wk->dzk[i], 0, n * m->n[i + 1] * sizeof(float));
+    memset(wk->dak[i], 0, n * m->n[i] * sizeof(float));
+  }
+  memset(wk->dq, 0, n * dh * sizeof(float));
+  memset(wk->dv, 0, n * dh * sizeof(float));
+
+  /* State after the chunk: W' = A_n W + B_n S - delta^T diag(c) ak; S' = E_n S - delta^T diag(dd) ak. */
+  const float *crow = wk->cC + (n - 1) * n, *drow = wk->cD + (n - 1) * n;
+  float *dcrow = wk->dC + (n - 1) * n, *ddrow = wk->dD + (n - 1) * n;
+  float An = wk->cA[n - 1], Bn = wk->cB[n - 1], En = wk->cE[n - 1];
+  for (size_t i = 0; i < L; i++) {
+    size_t ni = m->n[i], no = m->n[i + 1], sz = ni * no, o = m->wofs[i];
+    const float *dWe = wk->dWend + o, *dSe = wk->dSend + o;
+    titans__axpy(wk->dW + o, An, dWe, sz);
+    titans__axpy(wk->dS + o, Bn, dWe, sz);
+    titans__axpy(wk->dS + o, En, dSe, sz);
+    wk->dA[n - 1] += titans__dot(dWe, w + o, sz);
+    wk->dB[n - 1] += titans__dot(dWe, s + o, sz);
+    wk->dE[n - 1] += titans__dot(dSe, s + o, sz);
+    /* through ak: R1 = delta dW', R2 = delta dS' [n, ni] */
+    titans_gemm(0, 0, n, ni, no, 1.0f, wk->delta[i], no, dWe, ni, 0.0f, wk->tmp, ni);
+    titans_gemm(0, 0, n, ni, no, 1.0f, wk->delta[i], no, dSe, ni, 0.0f, wk->tmp2, ni);
+    titans__rowdot_acc(dcrow, -1.0f, wk->tmp, wk->ak[i], n, ni);
+    titans__rowdot_acc(ddrow, -1.0f, wk->tmp2, wk->ak[i], n, ni);
+    for (size_t t = 0; t < n; t++)
+      for (size_t j = 0; j < ni; j++)
+        wk->dak[i][t * ni + j] -= crow[t] * wk->tmp[t * ni + j] + drow[t] * wk->tmp2[t * ni + j];
+    /* through delta: Q1 = ak dW'^T, Q2 = ak dS'^T [n, no] */
+    titans_gemm(0, 1, n, no, ni, 1.0f, wk->ak[i], ni, dWe, ni, 0.0f, wk->tmp, no);
+    titans_gemm(0, 1, n, no, ni, 1.0f, wk->ak[i], ni, dSe, ni, 0.0f, wk->tmp2, no);
+    for (size_t t = 0; t < n; t++)
+      for (size_t j = 0; j < no; j++)
+        wk->ddelta[i][t * no + j] -= crow[t] * wk->tmp[t * no + j] + drow[t] * wk->tmp2[t * no + j];
+  }
+
+  /* Query path, last layer first. dz = d zq[i]. */
+  titans__copy_rows(wk->dz, dy, n, dh, ld);
+  if (residual) titans__add_rows(wk->dq, dh, wk->dz, n, dh);
+  for (size_t i = L; i-- > 0;) {
+    size_t ni = m->n[i], no = m->n[i + 1], o = m->wofs[i];
+    /* zq[i] = diag(A) p1 + diag(B) p2 - (C o mx) delta[i] */
+    titans__rowdot_acc(wk->dA, 1.0f, wk->dz, wk->p1[i], n, no);
+    titans__rowdot_acc(wk->dB, 1.0f, wk->dz, wk->p2[i], n, no);
+    titans_gemm(0, 1, n, n, no, 1.0f, wk->dz, no, wk->delta[i], no, 0.0f, wk->t1, n);
+    for (size_t t = 0; t < n; t++)
+      for (size_t j = 0; j < n; j++) {
+        size_t tj = t * n + j;
+        wk->dC[tj] -= wk->t1[tj] * wk->mx[i][tj];
+        wk->dmx[tj] = -wk->cC[tj] * wk->t1[tj];
+        wk->cm[tj] = wk->cC[tj] * wk->mx[i][tj];
+      }
+    titans_gemm(1, 0, n, no, n, -1.0f, wk->cm, n, wk->dz, no, 1.0f, wk->ddelta[i], no);
+    titans__scale_rows(wk->dp1, wk->cA, wk->dz, n, no);
+    titans__scale_rows(wk->dp2, wk->cB, wk->dz, n, no);
+    /* p1 = aq W^T, p2 = aq S^T, mx = aq ak^T */
+    titans_gemm(0, 0, n, ni, no, 1.0f, wk->dp1, no, w + o, ni, 0.0f, wk->daq, ni);
+    titans_gemm(0, 0, n, ni, no, 1.0f, wk->dp2, no, s + o, ni, 1.0f, wk->daq, ni);
+    titans_gemm(0, 0, n, ni, n, 1.0f, wk->dmx, n, wk->ak[i], ni, 1.0f, wk->daq, ni);
+    titans_gemm(1, 0, no, ni, n, 1.0f, wk->dp1, no, wk->aq[i], ni, 1.0f, wk->dW + o, ni);
+    titans_gemm(1, 0, no, ni, n, 1.0f, wk->dp2, no, wk->aq[i], ni, 1.0f, wk->dS + o, ni);
+    titans_gemm(1, 0, n, ni, n, 1.0f, wk->dmx, n, wk->aq[i], ni, 1.0f, wk->dak[i], ni);
+    if (i > 0) {
+      /* aq[i] = SiLU(zq[i-1]) */
+      for (size_t j = 0; j < n * ni; j++) wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j], wk->sq[i - 1][j]);
+    } else {
+      for (size_t j = 0; j < n * dh; j++) wk->dq[j] += wk->daq[j];
+    }
+  }
+
+  /* Key path, the error recursion first: delta[i] = gk[i] o SiLU'(zk[i]), gk[i] = delta[i+1] W_{i+1}. */
+  for (size_t i = 0; i + 1 < L; i++) {
+    size_t no = m->n[i + 1], nn = m->n[i + 2], o1 = m->wofs[i + 1];
+    float *dg = wk->tmp;
+    for (size_t j = 0; j < n * no; j++) {
+      float z = wk->zk[i][j];
+      float sg = wk->sk[i][j];
+      dg[j] = wk->ddelta[i][j] * titans__silu_d1(z, sg);
+      wk->dzk[i][j] += wk->ddelta[i][j] * wk->gk[i][j] * titans__silu_d2(z, sg);
+    }
+    titans_gemm(0, 1, n, nn, no, 1.0f, dg, no, w + o1, no, 1.0f, wk->ddelta[i + 1], nn);
+    titans_gemm(1, 0, nn, no, n, 1.0f, wk->delta[i + 1], nn, dg, no, 1.0f, wk->dW + o1, no);
+  }
+  /* delta[L-1] = 2 (zk[L-1] + residual k - v) */
+  for (size_t j = 0; j < n * dh; j++) {
+    float g = 2.0f * wk->ddelta[L - 1][j];
+    wk->dzk[L - 1][j] += g;
+    wk->dv[j] -= g;
+    if (residual) wk->dak[0][j] += g;
+  }
+  /* zk[i] = ak[i] W_i^T, ak[i] = SiLU(zk[i-1]) */
+  for (size_t i = L; i-- > 0;) {
+    size_t ni = m->n[i], no = m->n[i + 1], o = m->wofs[i];
+    titans_gemm(1, 0, no, ni, n, 1.0f, wk->dzk[i], no, wk->ak[i], ni, 1.0f, wk->dW + o, ni);
+    titans_gemm(0, 0, n, ni, no, 1.0f, wk->dzk[i], no, w + o, ni, 1.0f, wk->dak[i], ni);
+    if (i > 0)
+      for (size_t j = 0; j < n * ni; j++) wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j], wk->sk[i - 1][j]);
+  }
+
+  /* Gates through the coefficients. */
+  titans__mem_coeffs_backward(wk->dth, wk->det, wk->dal, wk->dA, wk->dB, wk->dE, wk->dC, wk->dD, wk->cA, wk->cB,
+                              wk->cE, wk->cC, wk->cD, wk->et, wk->al, n);
+  for (size_t t = 0; t < n; t++) {
+    dtheta[t * gstride] += wk->dth[t];
+    deta[t * gstride] += wk->det[t];
+    dalpha[t * gstride] += wk->dal[t];
+  }
+  titans__add_rows(dq, ld, wk->dq, n, dh);
+  titans__add_rows(dk, ld, wk->dak[0], n, dh);
+  titans__add_rows(dv, ld, wk->dv, n, dh);
+}
+
+/* ---- streaming state -------------------------------------------------------------------------- */
+
+TITANSDEF int titans_mem_state_init(titans_mem_state *st, const titans_mem_config *cfg, size_t batch) {
+  memset(st, 0, sizeof *st);
+  int rc = titans_mem_config_check(cfg, st->error);
+  if (rc) return rc;
+  if (batch < 1 || batch > ((size_t)1 << 24)) return titans__error(st->error, TITANS_ERR_ARG, "memory state: batch = %zu", batch);
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  st->cfg = *cfg;
+  st->batch = batch;
+  st->head_size = m.head_size;
+  size_t per_row = 0, tail = m.K > 0 ? (m.K - 1) * m.dm : 0, total;
+  /* 4 weight-sized buffers per head, 4 conv tails per row */
+  if (!titans_size_mul(m.H, m.head_size, &per_row) || !titans_size_mul(per_row, 4, &per_row) ||
+      !titans_size_add(per_row, 4 * tail, &per_row) || !titans_size_mul(per_row, batch, &total))
+    return titans__error(st->error, TITANS_ERR_NOMEM, "memory state: size overflow");
+  float *slab = titans_alloc_floats(total);
+  if (!slab) return titans__error(st->error, TITANS_ERR_NOMEM, "memory state: cannot allocate %zu floats", total);
+  size_t wsz = batch * m.H * m.head_size, tsz = batch * tail;
+  st->w_chunk = slab;
+  st->w = slab + wsz;
+  st->s_chunk = slab + 2 * wsz;
+  st->s = slab + 3 * wsz;
+  st->tail_q = slab + 4 * wsz;
+  st->tail_k = st->tail_q + tsz;
+  st->tail_v = st->tail_k + tsz;
+  st->tail_rq = st->tail_v + tsz;
+  return TITANS_OK;
+}
+
+TITANSDEF void titans_mem_state_free(titans_mem_state *st) {
+  titans_free(st->w_chunk);
+  titans_free(st->scratch);
+  memset(st, 0, sizeof *st);
+}
+
+/* Floats of the state's slab (weights, momentum, tails), which save/load/copy move as one block. */
+static size_t titans__mem_state_slab_floats(const titans_mem_state *st) {
+  titans__mem_dims m = titans__mem_get_dims(&st->cfg);
+  size_t tail = m.K > 0 ? (m.K - 1) * m.dm : 0;
+  return st->batch * (4 * m.H * m.head_size + 4 * tail);
+}
+
+TITANSDEF void titans_mem_state_reset(titans_mem_state *st, const titans_mem_weights *w) {
+  titans__mem_dims m = titans__mem_get_dims(&st->cfg);
+  memset(st->w_chunk, 0, titans__mem_state_slab_floats(st) * sizeof(float));
+  for (size_t r = 0; r < st->batch; r++)
+    for (size_t h = 0; h < m.H; h++) {
+      float *wr = st->w + (r * m.H + h) * m.head_size;
+      for (size_t i = 0; i < m.L; i++) {
+        size_t sz = m.n[i + 1] * m.n[i];
+        memcpy(wr + m.wofs[i], w->w0[i] + h * sz, sz * sizeof(float));
+      }
+    }
+  memcpy(st->w_chunk, st->w, st->batch * m.H * m.head_size * sizeof(float));
+  st->position = 0;
+}
+
+TITANSDEF int titans_mem_state_copy(titans_mem_state *dst, const titans_mem_state *src) {
+  if (dst->batch != src->batch || memcmp(&dst->cfg, &src->cfg, sizeof src->cfg) != 0)
+    return titans__error(dst->error, TITANS_ERR_ARG, "memory state copy: configurations or batch sizes differ");
+  memcpy(dst->w_chunk, src->w_chunk, titans__mem_state_slab_floats(src) * sizeof(float));
+  dst->position = src->position;
+  return TITANS_OK;
+}
+
+/* dst takes src's memory, momentum, position and update-stream conv tails, and keeps its own
+   retrieval-stream tail (MAC commits the memory at a segment start this way). */
+static void titans__mem_state_commit(titans_mem_state *dst, const titans_mem_state *src) {
+  titans__mem_dims m = titans__mem_get_dims(&src->cfg);
+  size_t tail = src->batch * (m.K > 0 ? (m.K - 1) * m.dm : 0);
+  memcpy(dst->w_chunk, src->w_chunk, (titans__mem_state_slab_floats(src) - tail) * sizeof(float));
+  dst->position = src->position;
+}
+
+/* Layout of a saved state: [position as two floats holding 24-bit halves... ] -- see below. */
+TITANSDEF size_t titans_mem_state_floats(const titans_mem_state *st) { return 3 + titans__mem_state_slab_floats(st); }
+
+/* The position is stored exactly as three 21-bit pieces (each a float integer < 2^21), so any position
+   below 2^63 round-trips through float storage. */
+TITANSDEF void titans_mem_state_save(const titans_mem_state *st, float *buf) {
+  uint64_t p = (uint64_t)st->position;
+  buf[0] = (float)(p & 0x1FFFFF);
+  buf[1] = (float)((p >> 21) & 0x1FFFFF);
+  buf[2] = (float)((p >> 42) & 0x1FFFFF);
+  memcpy(buf + 3, st->w_chunk, titans__mem_state_slab_floats(st) * sizeof(float));
+}
+
+TITANSDEF int titans_mem_state_load(titans_mem_state *st, const float *buf, size_t count) {
+  if (count != titans_mem_state_floats(st))
+    return titans__error(st->error, TITANS_ERR_FORMAT, "memory state load: %zu floats, want %zu", count,
+                         titans_mem_state_floats(st));
+  uint64_t p = 0;
+  for (int i = 0; i < 3; i++) {
+    float f = buf[i];
+    if (!(f >= 0.0f && f < 2097152.0f) || f != floorf(f))
+      return titans__error(st->error, TITANS_ERR_FORMAT, "memory state load: bad position field");
+    p |= (uint64_t)f << (21 * i);
+  }
+  size_t n = titans__mem_state_slab_floats(st);
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(buf[3 + i])) return titans__error(st->error, TITANS_ERR_FORMAT, "memory state load: non-finite value");
+  memcpy(st->w_chunk, buf + 3, n * sizeof(float));
+  st->position = (long long)p;
+  return TITANS_OK;
+}
+
+TITANSDEF void titans_mem_ctx_init(titans_mem_ctx *ctx) { memset(ctx, 0, sizeof *ctx); }
+
+TITANSDEF void titans_mem_ctx_free(titans_mem_ctx *ctx) {
+  titans_free(ctx->proj);
+  titans_free(ctx->states);
+  memset(ctx, 0, sizeof *ctx);
+}
+
+/* ---- layer buffers ---------------------------------------------------------------------------- */
+
+/* Per-call activations of B x T tokens (in a ctx for training, in the state's scratch otherwise). */
+typedef struct titans__mem_bufs {
+  float *proj[3];  /* [B, T, d_m] q, k, v projections */
+  float *conv[3];  /* [B, T, d_m] conv outputs (= proj without conv) */
+  float *act[3];   /* [B, T, d_m] SiLU outputs; act[2] is v */
+  float *qk[2];    /* [B, T, d_m] L2-normalised q, k */
+  float *rnorm[2]; /* [B, T, H] */
+  float *gates[3]; /* [B, T, H] theta, eta, alpha */
+  float *y, *yn, *g, *gated; /* [B, T, d_m] */
+  float *rstd;     /* [B, T, H] */
+} titans__mem_bufs;
+
+/* Takes count floats from base at *used (base NULL: only counts). */
+static float *titans__take(float *base, size_t *used, size_t count) {
+  float *p = base ? base + *used : NULL;
+  *used += count;
+  return p;
+}
+
+static size_t titans__mem_bufs_carve(titans__mem_bufs *bf, float *base, const titans__mem_dims *m, size_t bt) {
+  size_t used = 0, v = bt * m->dm, s = bt * m->H;
+  for (int i = 0; i < 3; i++) bf->proj[i] = titans__take(base, &used, v);
+  for (int i = 0; i < 3; i++) bf->conv[i] = m->K > 0 ? titans__take(base, &used, v) : bf->proj[i];
+  for (int i = 0; i < 3; i++) bf->act[i] = titans__take(base, &used, v);
+  for (int i = 0; i < 2; i++) bf->qk[i] = titans__take(base, &used, v);
+  for (int i = 0; i < 2; i++) bf->rnorm[i] = titans__take(base, &used, s);
+  for (int i = 0; i < 3; i++) bf->gates[i] = titans__take(base, &used, s);
+  bf->y = titans__take(base, &used, v);
+  bf->yn = titans__take(base, &used, v);
+  bf->g = titans__take(base, &used, v);
+  bf->gated = titans__take(base, &used, v);
+  bf->rstd = titans__take(base, &used, s);
+  return used;
+}
+
+/* Grows *buf to at least count floats (contents lost). */
+static int titans__reserve(float **buf, size_t *cap, size_t count) {
+  if (*cap >= count && *buf) return 1;
+  titans_free(*buf);
+  *buf = titans_alloc_floats(count);
+  *cap = *buf ? count : 0;
+  return *buf != NULL;
+}
+
+static int titans__mem_thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/* ---- input and output paths ------------------------------------------------------------------- */
+
+/* tail [K-1, dm] becomes the last K-1 rows of [tail; seq], seq [T, dm]. */
+static void titans__mem_tail_advance(float *tail, const float *seq, size_t T, size_t K1, size_t dm) {
+  if (K1 == 0) return;
+  if (T >= K1) {
+    memcpy(tail, seq + (T - K1) * dm, K1 * dm * sizeof(float));
+  } else {
+    memmove(tail, tail + T * dm, (K1 - T) * dm * sizeof(float));
+    memcpy(tail + (K1 - T) * dm, seq, T * dm * sizeof(float));
+  }
+}
+
+/* q (nstreams = 1) or q, k, v and the gates (nstreams = 3) of B x T tokens x [B, T, d].
+   tails[s] [B, K-1, d_m] are the conv histories (advanced here); saved[s] (may be NULL) receives a copy of
+   them before they advance. */
+static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_mem_config *cfg, const titans_mem_weights *w,
+                                       titans__mem_bufs *bf, float *const *tails, float *const *saved, const float *x,
+                                       size_t B, size_t T, int nstreams) {
+  size_t bt = B * T, K1 = m->K > 0 ? m->K - 1 : 0;
+  const float *proj_w[3] = {w->wq, w->wk, w->wv}, *conv_w[3] = {w->conv_q, w->conv_k, w->conv_v};
+  for (int si = 0; si < nstreams; si++) {
+    titans_gemm(0, 1, bt, m->dm, m->d, 1.0f, x, m->d, proj_w[si], m->d, 0.0f, bf->proj[si], m->dm);
+    if (m->K > 0) {
+      if (saved && saved[si]) memcpy(saved[si], tails[si], B * K1 * m->dm * sizeof(float));
+      for (size_t r = 0; r < B; r++) {
+        float *tail = tails[si] + r * K1 * m->dm;
+        const float *in = bf->proj[si] + r * T * m->dm;
+        titans_conv_forward(bf->conv[si] + r * T * m->dm, in, tail, conv_w[si], T, m->dm, m->K);
+        titans__mem_tail_advance(tail, in, T, K1, m->dm);
+      }
+    }
+    titans_silu_forward(bf->act[si], bf->conv[si], bt * m->dm);
+    if (si < 2) titans_l2norm_forward(bf->qk[si], bf->rnorm[si], bf->act[si], bt * m->H, m->dh);
+  }
+  if (nstreams < 3) return;
+  /* gates: theta = theta_max sigmoid(lr_w x + lr_b), eta = sigmoid(mom_w x + mom_b), alpha likewise */
+  const float *gate_w[3] = {w->lr_w, w->mom_w, w->decay_w}, *gate_b[3] = {w->lr_b, w->mom_b, w->decay_b};
+  for (int gi = 0; gi < 3; gi++) {
+    float *g = bf->gates[gi];
+    titans_gemm(0, 1, bt, m->H, m->d, 1.0f, x, m->d, gate_w[gi], m->d, 0.0f, g, m->H);
+    for (size_t t = 0; t < bt; t++)
+      for (size_t h = 0; h < m->H; h++) g[t * m->H + h] += gate_b[gi][h];
+    titans_sigmoid_forward(g, g, bt * m->H);
+    if (gi == 0)
+      for (size_t j = 0; j < bt * m->H; j++) g[j] *= cfg->theta_max;
+  }
+}
+
+/* out [B*T, d] = wo (RMSNorm(y) * SiLU(wg x)) from bf->y */
+static void titans__mem_output_forward(const titans__mem_dims *m, const titans_mem_weights *w, titans__mem_bufs *bf,
+                                       float *out, const float *x, size_t bt) {
+  titans_rmsnorm_forward(bf->yn, bf->rstd, bf->y, w->out_norm, bt * m->H, m->dh);
+  titans_gemm(0, 1, bt, m->dm, m->d, 1.0f, x, m->d, w->wg, m->d, 0.0f, bf->g, m->dm);
+  titans_silu_forward(bf->gated, bf->g, bt * m->dm);
+  for (size_t j = 0; j < bt * m->dm; j++) bf->gated[j] *= bf->yn[j];
+  titans_gemm(0, 1, bt, m->d, m->dm, 1.0f, bf->gated, m->dm, w->wo, m->dm, 0.0f, out, m->d);
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+
+/* Allocates the call's buffers: in ctx (training) or the state's scratch; plus per-thread work. */
+static int titans__mem_prepare(const titans__mem_dims *m, titans_mem_state *st, titans_mem_ctx *ctx, size_t T,
+                               titans__mem_bufs *bf, float **work, size_t *work_floats, int backward) {
+  size_t bt, nbuf, nwork, total;
+  int nth = titans_threads();
+  if (!titans_size_mul(st->batch, T, &bt) || bt > ((size_t)1 << 40) / (m->dm + 1))
+    return titans__error(st->error, TITANS_ERR_NOMEM, "memory: %zu x %zu tokens is too many", st->batch, T);
+  nbuf = titans__mem_bufs_carve(bf, NULL, m, bt);
+  *work_floats = titans__mem_work_carve(NULL, NULL, m, backward);
+  nwork = *work_floats * (size_t)nth;
+  if (!titans_size_add(nwork, ctx ? 0 : nbuf, &total))
+    return titans__error(st->error, TITANS_ERR_NOMEM, "memory: size overflow");
+  if (!titans__reserve(&st->scratch, &st->scratch_size, total))
+    return titans__error(st->error, TITANS_ERR_NOMEM, "memory: cannot allocate %zu floats of work space", total);
+  *work = st->scratch;
+  if (!ctx) titans__mem_bufs_carve(bf, st->scratch + nwork, m, bt);
+  return TITANS_OK;
+}
+
+/* Sizes a ctx for B x T tokens and carves its buffers. */
+static int titans__mem_ctx_reserve(titans_mem_ctx *ctx, const titans__mem_dims *m, size_t B, size_t T,
+                                   titans__mem_bufs *bf, char *err) {
+  size_t bt = B * T, nchunks = (T + m->b - 1) / m->b, nbuf = titans__mem_bufs_carve(bf, NULL, m, bt);
+  size_t K1 = m->K > 0 ? m->K - 1 : 0;
+  size_t states = B * m->H * (nchunks + 1) * 2 * m->head_size;
+  size_t extra = 3 * 4 * B * K1 * m->dm + 2 * (B * m->H * 2 * m->head_size);
+  size_t bigger = states + extra;
+  if (!titans__reserve(&ctx->proj, &ctx->cap_bt, nbuf) || !titans__reserve(&ctx->states, &ctx->cap_states, bigger))
+    return titans__error(err, TITANS_ERR_NOMEM, "memory: cannot allocate the training context (%zu + %zu floats)",
+                         nbuf, bigger);
+  titans__mem_bufs_carve(bf, ctx->proj, m, bt);
+  ctx->conv = bf->conv[0];
+  ctx->act = bf->act[0];
+  ctx->qk = bf->qk[0];
+  ctx->rnorm = bf->rnorm[0];
+  ctx->gates = bf->gates[0];
+  ctx->y = bf->y;
+  ctx->yn = bf->yn;
+  ctx->g = bf->g;
+  ctx->gated = bf->gated;
+  ctx->rstd = bf->rstd;
+  ctx->tails = ctx->states + states;
+  ctx->dstate_final = ctx->tails + 4 * B * K1 * m->dm;
+  ctx->dstate_init = ctx->dstate_final + B * m->H * 2 * m->head_size;
+  ctx->dtails_final = ctx->dstate_init + B * m->H * 2 * m->head_size;
+  ctx->dtails_init = ctx->dtails_final + 4 * B * K1 * m->dm;
+  memset(ctx->dstate_final, 0, (2 * B * m->H * 2 * m->head_size + 8 * B * K1 * m->dm) * sizeof(float));
+  ctx->batch = B;
+  ctx->T = T;
+  ctx->nchunks = nchunks;
+  return TITANS_OK;
+}
+
+/* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
+   into states [nchunks + 1, 2, head_size] when not NULL. */
+static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
+                                  float *w, float *schunk, float *s, float *states, long long position, size_t r,
+                                  size_t h, size_t T, titans__mem_work *wk) {
+  size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size, c = 0;
+  for (size_t t = 0; t < T; c++) {
+    size_t off = (size_t)((unsigned long long)(position + (long long)t) % m->b), len = m->b - off;
+    if (len > T - t) len = T - t;
+    if (off == 0) {
+      memcpy(wchunk, w, hs * sizeof(float));
+      memcpy(schunk, s, hs * sizeof(float));
+    }
+    if (states) {
+      memcpy(states + c * 2 * hs, w, hs * sizeof(float));
+      memcpy(states + c * 2 * hs + hs, s, hs * sizeof(float));
+    }
+    titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld, bf->qk[1] + base + t * ld,
+                              bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
+                              bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, wchunk, w, s,
+                              w, s, len, wk);
+    t += len;
+  }
+  if (states) {
+    memcpy(states + c * 2 * hs, w, hs * sizeof(float));
+    memcpy(states + c * 2 * hs + hs, s, hs * sizeof(float));
+  }
+}
+
+TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
+                                 float *out, const float *x, size_t T, titans_mem_ctx *ctx) {
+  if (memcmp(cfg, &st->cfg, sizeof *cfg) != 0)
+    return titans__error(st->error, TITANS_ERR_ARG, "memory forward: the state was made for another configuration");
+  if (T == 0) return TITANS_OK;
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  if (ctx && st->position % (long long)m.b != 0)
+    return titans__error(st->error, TITANS_ERR_STATE,
+                         "memory forward: training calls must start at a chunk boundary (position %lld, chunk %zu)",
+                         st->position, m.b);
+  titans__mem_bufs bf;
+  float *work;
+  size_t work_floats, B = st->batch, hs = m.head_size;
+  int rc = titans__mem_prepare(&m, st, ctx, T, &bf, &work, &work_floats, 0);
+  if (rc) return rc;
+  if (ctx) {
+    rc = titans__mem_ctx_reserve(ctx, &m, B, T, &bf, st->error);
+    if (rc) return rc;
+    ctx->start_position = st->position;
+    ctx->retrieval = 0;
+  }
+  size_t K1 = m.K > 0 ? m.K - 1 : 0, tsz = B * K1 * m.dm;
+  float *tails[3] = {st->tail_q, st->tail_k, st->tail_v};
+  float *saved[3] = {ctx ? ctx->tails : NULL, ctx ? ctx->tails + tsz : NULL, ctx ? ctx->tails + 2 * tsz : NULL};
+  titans__mem_inputs_forward(&m, cfg, w, &bf, tails, saved, x, B, T, 3);
+
+  long long tasks = (long long)(B * m.H);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
+#endif
+  for (long long task = 0; task < tasks; task++) {
+    size_t r = (size_t)task / m.H, h = (size_t)task % m.H, at = (size_t)task * hs;
+    titans__mem_work wk;
+    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 0);
+    float *states = ctx ? ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs : NULL;
+    titans__mem_recur_one(&m, cfg->residual, &bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
+                          st->position, r, h, T, &wk);
+  }
+  st->position += (long long)T;
+  titans__mem_output_forward(&m, w, &bf, out, x, B * T);
+  return TITANS_OK;
+}
+
+/* y [n, ld] = M(q; W) for n <= b queries of one head; leaves activations in wk->aq, wk->zq. */
+static void titans__mem_read_block(const titans__mem_dims *m, int residual, float *y, size_t ldy, const float *q,
+                                   size_t ld, const float *w, size_t n, titans__mem_work *wk) {
+  titans__copy_rows(wk->aq[0], q, n, m->dh, ld);
+  for (size_t i = 0; i < m->L; i++) {
+    titans_gemm(0, 1, n, m->n[i + 1], m->n[i], 1.0f, wk->aq[i], m->n[i], w + m->wofs[i], m->n[i], 0.0f, wk->zq[i],
+                m->n[i + 1]);
+    if (i + 1 < m->L) titans__silu_keep(wk->aq[i + 1], wk->sq[i], wk->zq[i], n * m->n[i + 1]);
+  }
+  for (size_t t = 0; t < n; t++)
+    for (size_t j = 0; j < m->dh; j++)
+      y[t * ldy + j] = wk->zq[m->L - 1][t * m->dh + j] + (residual ? wk->aq[0][t * m->dh + j] : 0.0f);
+}
+
+TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
+                                  float *out, const float *x, size_t T, titans_mem_ctx *ctx) {
+  if (memcmp(cfg, &st->cfg, sizeof *cfg) != 0)
+    return titans__error(st->error, TITANS_ERR_ARG, "memory retrieve: the state was made for another configuration");
+  if (T == 0) return TITANS_OK;
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  titans__mem_bufs bf;
+  float *work;
+  size_t work_floats, B = st->batch, hs = m.head_size;
+  int rc = titans__mem_prepare(&m, st, ctx, T, &bf, &work, &work_floats, 0);
+  if (rc) return rc;
+  if (ctx) {
+    rc = titans__mem_ctx_reserve(ctx, &m, B, T, &bf, st->error);
+    if (rc) return rc;
+    ctx->start_position = st->position;
+    ctx->retrieval = 1;
+    memcpy(ctx->states, st->w, B * m.H * hs * sizeof(float)); /* [B, H, head_size]: the weights read */
+  }
+  float *tails[1] = {st->tail_rq};
+  size_t K1 = m.K > 0 ? m.K - 1 : 0;
+  float *saved[1] = {ctx ? ctx->tails + 3 * B * K1 * m.dm : NULL};
+  titans__mem_inputs_forward(&m, cfg, w, &bf, tails, saved, x, B, T, 1);
+  long long tasks = (long long)(B * m.H);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
+#endif
+  for (long long task = 0; task < tasks; task++) {
+    size_t r = (size_t)task / m.H, h = (size_t)task % m.H, base = r * T * m.dm + h * m.dh;
+    titans__mem_work wk;
+    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 0);
+    for (size_t t = 0; t < T; t += m.b) {
+      size_t n = T - t < m.b ? T - t : m.b;
+      titans__mem_read_block(&m, cfg->residual, bf.y + base + t * m.dm, m.dm, bf.qk[0] + base + t * m.dm, m.dm,
+                             st->w + (size_t)task * hs, n, &wk);
+    }
+  }
+  titans__mem_output_forward(&m, w, &bf, out, x, B * T);
+  return TITANS_OK;
+}
+
+/* ---- backward --------------------------------------------------------------------------------- */
+
+/* Gradients of the layer's intermediate vectors during a backward. */
+typedef struct titans__mem_grads {
+  float *dgated, *dyn, *tmp, *dg, *dy; /* [B, T, d_m] */
+  float *dvec[3];                      /* [B, T, d_m] d q, d k, d v (after L2Norm / SiLU) */
+  float *dact, *dconv, *dproj;         /* [B, T, d_m] reused per stream */
+  float *dgates[3];                    /* [B, T, H] d theta, d eta, d alpha, then of their logits */
+} titans__mem_grads;
+
+static size_t titans__mem_grads_carve(titans__mem_grads *gr, float *base, const titans__mem_dims *m, size_t bt) {
+  size_t used = 0, v = bt * m->dm;
+  gr->dgated = titans__take(base, &used, v);
+  gr->dyn = titans__take(base, &used, v);
+  gr->tmp = titans__take(base, &used, v);
+  gr->dg = titans__take(base, &used, v);
+  gr->dy = titans__take(base, &used, v);
+  for (int i = 0; i < 3; i++) gr->dvec[i] = titans__take(base, &used, v);
+  gr->dact = titans__take(base, &used, v);
+  gr->dconv = titans__take(base, &used, v);
+  gr->dproj = titans__take(base, &used, v);
+  for (int i = 0; i < 3; i++) gr->dgates[i] = titans__take(base, &used, bt * m->H);
+  return used;
+}
+
+/* out = wo (RMSNorm(y) * SiLU(g)): from dout [bt, d] writes gr->dy and accumulates d wo, d wg, d out_norm, dx. */
+static void titans__mem_output_backward(const titans__mem_dims *m, const titans_mem_weights *w,
+                                        const titans_mem_weights *grad, titans__mem_bufs *bf, titans__mem_grads *gr,
+                                        float *dx, const float *dout, const float *x, size_t bt) {
+  size_t n = bt * m->dm;
+  titans_gemm(1, 0, m->d, m->dm, bt, 1.0f, dout, m->d, bf->gated, m->dm, 1.0f, grad->wo, m->dm);
+  titans_gemm(0, 0, bt, m->dm, m->d, 1.0f, dout, m->d, w->wo, m->dm, 0.0f, gr->dgated, m->dm);
+  for (size_t j = 0; j < n; j++) {
+    float g = bf->g[j];
+    gr->dyn[j] = gr->dgated[j] * g * titans__mem_sigmoid(g);
+    gr->tmp[j] = gr->dgated[j] * bf->yn[j];
+  }
+  memset(gr->dg, 0, n * sizeof(float));
+  titans_silu_backward(gr->dg, gr->tmp, bf->g, n);
+  titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dg, m->dm, x, m->d, 1.0f, grad->wg, m->d);
+  titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dg, m->dm, w->wg, m->d, 1.0f, dx, m->d);
+  memset(gr->dy, 0, n * sizeof(float));
+  titans_rmsnorm_backward(gr->dy, grad->out_norm, gr->dyn, bf->y, w->out_norm, bf->rstd, bt * m->H, m->dh);
+}
+
+/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3). */
+/* The conv of one row reads concat = [tail (K-1 rows); proj (T rows)] and its final tail is the last
+   K-1 rows of concat. From dfinal (gradient of the final tail) and dconv (gradient of the conv
+   outputs) this adds the gradient of the initial tail into dinit and dfinal's share into dproj
+   (all [rows, dm]; weight [dm, K]). */
+static void titans__mem_tail_backward(float *dinit, float *dproj, const float *dfinal, const float *dconv,
+                                      const float *weight, size_t T, size_t K, size_t dm) {
+  size_t K1 = K - 1;
+  for (size_t j = 0; j < K1; j++) {
+    size_t c = T + j; /* concat index of final tail row j */
+    float *dst = c >= K1 ? dproj + (c - K1) * dm : dinit + c * dm;
+    titans__axpy(dst, 1.0f, dfinal + j * dm, dm);
+  }
+  /* output t reads concat[t + s] with tap s; concat index q < K1 is tail row q */
+  for (size_t q = 0; q < K1; q++)
+    for (size_t t = 0; t <= q && t < T; t++)
+      for (size_t c = 0; c < dm; c++) dinit[q * dm + c] += dconv[t * dm + c] * weight[c * K + (q - t)];
+}
+
+static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
+                                        const titans_mem_weights *w, const titans_mem_weights *grad,
+                                        titans__mem_bufs *bf, titans__mem_grads *gr, const float *saved_tails,
+                                        const float *dtails_final, float *dtails_init, float *dx, const float *x,
+                                        size_t B, size_t T, int nstreams) {
+  size_t bt = B * T, n = bt * m->dm, K1 = m->K > 0 ? m->K - 1 : 0, tsz = B * K1 * m->dm;
+  const float *proj_w[3] = {w->wq, w->wk, w->wv};
+  float *proj_g[3] = {grad->wq, grad->wk, grad->wv};
+  const float *conv_w[3] = {w->conv_q, w->conv_k, w->conv_v};
+  float *conv_g[3] = {grad->conv_q, grad->conv_k, grad->conv_v};
+  for (int si = 0; si < nstreams; si++) {
+    const float *dact = gr->dvec[si];
+    if (si < 2) { /* q, k = L2Norm(act) */
+      memset(gr->dact, 0, n * sizeof(float));
+      titans_l2norm_backward(gr->dact, gr->dvec[si], bf->act[si], bf->rnorm[si], bt * m->H, m->dh);
+      dact = gr->dact;
+    }
+    float *dconv = m->K > 0 ? gr->dconv : gr->dproj;
+    memset(dconv, 0, n * sizeof(float));
+    titans_silu_backward(dconv, dact, bf->conv[si], n);
+    if (m->K > 0) {
+      memset(gr->dproj, 0, n * sizeof(float));
+      for (size_t r = 0; r < B; r++) {
+        size_t o = r * T * m->dm, to = (size_t)si * tsz + r * K1 * m->dm;
+        titans_conv_backward(gr->dproj + o, conv_g[si], gr->dconv + o, bf->proj[si] + o, saved_tails + to,
+                             conv_w[si], T, m->dm, m->K);
+        if (K1 > 0)
+          titans__mem_tail_backward(dtails_init + to, gr->dproj + o, dtails_final + to, gr->dconv + o, conv_w[si], T,
+                                    m->K, m->dm);
+      }
+    }
+    titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dproj, m->dm, x, m->d, 1.0f, proj_g[si], m->d);
+    titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dproj, m->dm, proj_w[si], m->d, 1.0f, dx, m->d);
+  }
+  if (nstreams < 3) return;
+  const float *gate_w[3] = {w->lr_w, w->mom_w, w->decay_w};
+  float *gate_gw[3] = {grad->lr_w, grad->mom_w, grad->decay_w}, *gate_gb[3] = {grad->lr_b, grad->mom_b, grad->decay_b};
+  for (int gi = 0; gi < 3; gi++) {
+    float *dg = gr->dgates[gi];
+    const float *gv = bf->gates[gi];
+    /* theta = theta_max sigmoid(z): d z = d theta * theta (1 - theta / theta_max); eta, alpha: s (1 - s) */
+    float scale = gi == 0 ? 1.0f / cfg->theta_max : 1.0f;
+    for (size_t j = 0; j < bt * m->H; j++) dg[j] *= gv[j] * (1.0f - gv[j] * scale);
+    titans_gemm(1, 0, m->H, m->d, bt, 1.0f, dg, m->H, x, m->d, 1.0f, gate_gw[gi], m->d);
+    for (size_t t = 0; t < bt; t++)
+      for (size_t h = 0; h < m->H; h++) gate_gb[gi][h] += dg[t * m->H + h];
+    titans_gemm(0, 0, bt, m->d, m->H, 1.0f, dg, m->H, gate_w[gi], m->d, 1.0f, dx, m->d);
+  }
+}
+
+/* Backward of the recurrence of one (row, head), last chunk first. */
+static void titans__mem_recur_backward_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
+                                           titans__mem_grads *gr, const float *states, const float *dfinal,
+                                           float *dinit, size_t nchunks, size_t r, size_t h, size_t T,
+                                           titans__mem_work *wk) {
+  size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size;
+  memcpy(wk->dWend, dfinal, hs * sizeof(float));
+  memcpy(wk->dSend, dfinal + hs, hs * sizeof(float));
+  for (size_t c = nchunks; c-- > 0;) {
+    size_t t = c * m->b, len = T - t < m->b ? T - t : m->b, o = base + t * ld, g = gbase + t * m->H;
+    const float *wc = states + c * 2 * hs;
+    titans__mem_piece_backward(m, residual, gr->dvec[0] + o, gr->dvec[1] + o, gr->dvec[2] + o, gr->dgates[0] + g,
+                               gr->dgates[1] + g, gr->dgates[2] + g, gr->dy + o, bf->qk[0] + o, bf->qk[1] + o,
+                               bf->act[2] + o, ld, bf->gates[0] + g, bf->gates[1] + g, bf->gates[2] + g, m->H, wc,
+                               wc + hs, len, wk);
+    memcpy(wk->dWend, wk->dW, hs * sizeof(float));
+    memcpy(wk->dSend, wk->dS, hs * sizeof(float));
+  }
+  memcpy(dinit, wk->dWend, hs * sizeof(float));
+  memcpy(dinit + hs, wk->dSend, hs * sizeof(float));
+}
+
+/* Backward of the reads of one (row, head) with fixed weights w: dq rows, and d W added into dW. */
+static void titans__mem_read_backward_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
+                                          titans__mem_grads *gr, const float *w, float *dW, size_t r, size_t h,
+                                          size_t T, titans__mem_work *wk) {
+  size_t ld = m->dm, base = r * T * ld + h * m->dh;
+  for (size_t t = 0; t < T; t += m->b) {
+    size_t n = T - t < m->b ? T - t : m->b, o = base + t * ld;
+    titans__mem_read_block(m, residual, wk->tmp2, m->dh, bf->qk[0] + o, ld, w, n, wk);
+    titans__copy_rows(wk->dz, gr->dy + o, n, m->dh, ld);
+    if (residual) titans__add_rows(gr->dvec[0] + o, ld, wk->dz, n, m->dh);
+    for (size_t i = m->L; i-- > 0;) {
+      size_t ni = m->n[i], no = m->n[i + 1], wo = m->wofs[i];
+      titans_gemm(1, 0, no, ni, n, 1.0f, wk->dz, no, wk->aq[i], ni, 1.0f, dW + wo, ni);
+      titans_gemm(0, 0, n, ni, no, 1.0f, wk->dz, no, w + wo, ni, 0.0f, wk->daq, ni);
+      if (i > 0)
+        for (size_t j = 0; j < n * ni; j++) wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j], wk->sq[i - 1][j]);
+      else
+        titans__add_rows(gr->dvec[0] + o, ld, wk->daq, n, m->dh);
+    }
+  }
+}
+
+TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem_weights *w, const titans_mem_weights *grad,
+                                  float *dx, const float *dout, const float *x, titans_mem_ctx *ctx, int init_from_w0) {
+  if (!ctx->proj || ctx->T == 0)
+    return titans__error(ctx->error, TITANS_ERR_STATE, "memory backward: the context holds no forward");
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  size_t B = ctx->batch, T = ctx->T, bt = B * T, hs = m.head_size;
+  int nth = titans_threads();
+  titans__mem_bufs bf;
+  titans__mem_bufs_carve(&bf, ctx->proj, &m, bt);
+  titans__mem_grads gr;
+  size_t ngrad = titans__mem_grads_carve(&gr, NULL, &m, bt);
+  size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 1);
+  float *slab = titans_alloc_floats(ngrad + work_floats * (size_t)nth);
+  if (!slab) return titans__error(ctx->error, TITANS_ERR_NOMEM, "memory backward: cannot allocate work space");
+  titans__mem_grads_carve(&gr, slab, &m, bt); /* zeroed by the allocation */
+  float *work = slab + ngrad;
+
+  titans__mem_output_backward(&m, w, grad, &bf, &gr, dx, dout, x, bt);
+  long long tasks = (long long)(B * m.H);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
+#endif
+  for (long long task = 0; task < tasks; task++) {
+    size_t r = (size_t)task / m.H, h = (size_t)task % m.H;
+    titans__mem_work wk;
+    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 1);
+    const float *dfinal = ctx->dstate_final + (size_t)task * 2 * hs;
+    float *dinit = ctx->dstate_init + (size_t)task * 2 * hs;
+    if (ctx->retrieval) {
+      /* the state does not change: d(state before) = d(state after) + what the reads add */
+      memcpy(dinit, dfinal, 2 * hs * sizeof(float));
+      titans__mem_read_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * hs, dinit, r, h, T, &wk);
+    } else {
+      titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs,
+                                     dfinal, dinit, ctx->nchunks, r, h, T, &wk);
+    }
+  }
+  if (init_from_w0) /* W at the start was w0 for every row: sum the rows in a fixed order */
+    for (size_t h = 0; h < m.H; h++)
+      for (size_t r = 0; r < B; r++) {
+        const float *dw = ctx->dstate_init + (r * m.H + h) * 2 * hs;
+        for (size_t i = 0; i < m.L; i++) {
+          size_t sz = m.n[i + 1] * m.n[i];
+          titans__axpy(grad->w0[i] + h * sz, 1.0f, dw + m.wofs[i], sz);
+        }
+      }
+  size_t K1 = m.K > 0 ? m.K - 1 : 0, slot = ctx->retrieval ? 3 * B * K1 * m.dm : 0;
+  memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
+  titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails + slot, ctx->dtails_final + slot,
+                              ctx->dtails_init + slot, dx, x, B, T, ctx->retrieval ? 1 : 3);
+  titans_free(slab);
+  return TITANS_OK;
+}
+
+/* ---- direct associative access ---------------------------------------------------------------- */
+
+TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, const float *keys, const float *values,
+                               const float *theta, const float *eta, const float *alpha, size_t n) {
+  titans__mem_dims m = titans__mem_get_dims(&st->cfg);
+  if (row >= st->batch || head >= m.H)
+    return titans__error(st->error, TITANS_ERR_ARG, "memory write: row %zu / head %zu out of range", row, head);
+  if (!keys || !values || !theta) return titans__error(st->error, TITANS_ERR_ARG, "memory write: NULL input");
+  size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 0), zeros_off = work_floats;
+  if (!titans__reserve(&st->scratch, &st->scratch_size, work_floats + m.b))
+    return titans__error(st->error, TITANS_ERR_NOMEM, "memory write: cannot allocate work space");
+  titans__mem_work wk;
+  titans__mem_work_carve(&wk, st->scratch, &m, 0);
+  float *zeros = st->scratch + zeros_off; /* [b] gates of 0 where eta / alpha are NULL */
+  memset(zeros, 0, m.b * sizeof(float));
+  size_t at = (row * m.H + head) * m.head_size;
+  float *w = st->w + at, *s = st->s + at, *wc = st->w_chunk + at, *sc = st->s_chunk + at;
+  /* Each call starts a chunk of its own: the inner gradients of its first b pairs are taken at the
+     current weights, and so on. */
+  for (size_t t = 0; t < n; t += m.b) {
+    size_t len = n - t < m.b ? n - t : m.b;
+    memcpy(wc, w, m.head_size * sizeof(float));
+    memcpy(sc, s, m.head_size * sizeof(float));
+    titans__mem_piece_forward(&m, st->cfg.residual, NULL, keys + t * m.dh, keys + t * m.dh, values + t * m.dh, m.dh,
+                              theta + t, eta ? eta + t : zeros, alpha ? alpha + t : zeros, 1, wc, w, s, w, s, len,
+                              &wk);
+  }
+  memcpy(wc, w, m.head_size * sizeof(float));
+  memcpy(sc, s, m.head_size * sizeof(float));
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, float *out, const float *queries, size_t n) {
+  titans__mem_dims m = titans__mem_get_dims(&st->cfg);
+  if (row >= st->batch || head >= m.H)
+    return titans__error(st->error, TITANS_ERR_ARG, "memory read: row %zu / head %zu out of range", row, head);
+  size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 0);
+  if (!titans__reserve(&st->scratch, &st->scratch_size, work_floats))
+    return titans__error(st->error, TITANS_ERR_NOMEM, "memory read: cannot allocate work space");
+  titans__mem_work wk;
+  titans__mem_work_carve(&wk, st->scratch, &m, 0);
+  const float *w = st->w + (row * m.H + head) * m.head_size;
+  for (size_t t = 0; t < n; t += m.b) {
+    size_t len = n - t < m.b ? n - t : m.b;
+    titans__mem_read_block(&m, st->cfg.residual, out + t * m.dh, m.dh, queries + t * m.dh, m.dh, w, len, &wk);
+  }
+  return TITANS_OK;
+}
+/* ---- 5. Attention (implementation) ------------------------------------------------------------ */
+
+/* Bit-exactness between the code paths (fused and two-pass backward, batched forward and KV cache,
+   any thread count) rests on the private helpers below: a dot product is one vector accumulator,
+   reduced, then a scalar tail, whether computed alone or four at a time; a sum of scaled rows adds one
+   fma per element and term (multiply-add in the scalar tail) in term order, however the terms are
+   grouped into calls; exp is one function. They are private copies (not titans__dot / titans__axpy) so
+   the guarantee does not depend on how the core implements those. */
+
+/* Multiply-adds with one rounding rule for the whole part, so a scalar tail element gets the bits of a
+   vector lane whatever the compiler's contraction setting (C++ and GNU C contract a * b + c into an
+   fma by default, ISO C does not): fused whenever the hardware fuses (the SIMD layer's fma, or fmaf
+   where it is fast), a plain multiply-add otherwise (then no compiler can fuse either). */
+static inline float titans__attn_fma(float a, float b, float c) {
+#if !defined(TITANS__SCALAR) || defined(FP_FAST_FMAF)
+  return fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+#ifdef TITANS__SCALAR
+static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__vf c) {
+  return titans__attn_fma(a, b, c);
+}
+#else
+static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__vf c) { return titans__vfma(a, b, c); }
+#endif
+
+static inline float titans__attn_dot(const float *a, const float *b, size_t n) {
+  titans__vf acc = titans__vset1(0.0f);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) acc = titans__attn_vfma(titans__vload(a + i), titans__vload(b + i), acc);
+  float s = titans__vsum(acc);
+  for (; i < n; i++) s = titans__attn_fma(a[i], b[i], s);
+  return s;
+}
+
+/* s[t] = a . b_t for t < 4, each bit-identical to titans__attn_dot(a, b_t, n); four independent chains
+   hide the fma latency. */
+static inline void titans__attn_dot4(float *s, const float *a, const float *b0, const float *b1, const float *b2,
+                                     const float *b3, size_t n) {
+  titans__vf c0 = titans__vset1(0.0f), c1 = c0, c2 = c0, c3 = c0;
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf va = titans__vload(a + i);
+    c0 = titans__attn_vfma(va, titans__vload(b0 + i), c0);
+    c1 = titans__attn_vfma(va, titans__vload(b1 + i), c1);
+    c2 = titans__attn_vfma(va, titans__vload(b2 + i), c2);
+    c3 = titans__attn_vfma(va, titans__vload(b3 + i), c3);
+  }
+  float s0 = titans__vsum(c0), s1 = titans__vsum(c1), s2 = titans__vsum(c2), s3 = titans__vsum(c3);
+  for (; i < n; i++) {
+    s0 = titans__attn_fma(a[i], b0[i], s0);
+    s1 = titans__attn_fma(a[i], b1[i], s1);
+    s2 = titans__attn_fma(a[i], b2[i], s2);
+    s3 = titans__attn_fma(a[i], b3[i], s3);
+  }
+  s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+
+/* y += alpha[0] x_0 + ... + alpha[m-1] x_{m-1}, added in that order, one fma per element and term
+   (multiply-add in the scalar tail), so any split of the terms into calls gives the same bits; y stays
+   in registers across the m rows, four vectors at a time so that four independent fma chains hide the
+   latency. */
+static void titans__attn_axpy_many(float *y, const float *alpha, const float *const *x, size_t m, size_t n) {
+  size_t i = 0;
+  for (; i + 4 * TITANS__VW <= n; i += 4 * TITANS__VW) {
+    titans__vf a0 = titans__vload(y + i), a1 = titans__vload(y + i + TITANS__VW);
+    titans__vf a2 = titans__vload(y + i + 2 * TITANS__VW), a3 = titans__vload(y + i + 3 * TITANS__VW);
+    for (size_t t = 0; t < m; t++) {
+      titans__vf va = titans__vset1(alpha[t]);
+      const float *xt = x[t] + i;
+      a0 = titans__attn_vfma(va, titans__vload(xt), a0);
+      a1 = titans__attn_vfma(va, titans__vload(xt + TITANS__VW), a1);
+      a2 = titans__attn_vfma(va, titans__vload(xt + 2 * TITANS__VW), a2);
+      a3 = titans__attn_vfma(va, titans__vload(xt + 3 * TITANS__VW), a3);
+    }
+    titans__vstore(y + i, a0);
+    titans__vstore(y + i + TITANS__VW, a1);
+    titans__vstore(y + i + 2 * TITANS__VW, a2);
+    titans__vstore(y + i + 3 * TITANS__VW, a3);
+  }
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf acc = titans__vload(y + i);
+    for (size_t t = 0; t < m; t++) acc = titans__attn_vfma(titans__vset1(alpha[t]), titans__vload(x[t] + i), acc);
+    titans__vstore(y + i, acc);
+  }
+  for (; i < n; i++) {
+    float acc = y[i];
+    for (size_t t = 0; t < m; t++) acc = titans__attn_fma(alpha[t], x[t][i], acc);
+    y[i] = acc;
+  }
+}
+
+/* exp(x) in float from plain arithmetic that compilers vectorise (the softmax evaluates it once per
+   pair, and a libm call per pair costs a third of the forward): Cody-Waite reduction x = n ln2 + r,
+   a degree-7 polynomial for e^r (Cephes expf coefficients), scaling by 2^n through the exponent bits.
+   Relative error below 1.4 ulp on [-87, 1]; 0 below -87.3 (where expf is subnormal); NaN stays NaN.
+   Every code path of the kernels uses it, so they agree bit for bit. */
+static inline float titans__attn_exp(float x) {
+  const float lo = -87.33654f, hi = 88.0f, log2e = 1.44269504088896341f;
+  const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f, shifter = 12582912.0f; /* 1.5 * 2^23 */
+  float xc = x > lo ? x : lo;
+  xc = xc < hi ? xc : hi;
+  float t = xc * log2e + shifter; /* adding 1.5 * 2^23 rounds to an integer, held in t's low bits */
+  float n = t - shifter;
+  float r = xc - n * ln2_hi;
+  r = r - n * ln2_lo;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  int32_t ti, bits;
+  memcpy(&ti, &t, sizeof(ti));
+  bits = (ti - 0x4B400000 + 127) * (1 << 23); /* 2^n, n in [-126, 127] */
+  float scale;
+  memcpy(&scale, &bits, sizeof(scale));
+  y = y * scale;
+  return x < lo ? 0.0f : (x != x ? x : y);
+}
+
+/* ---- visible ranges: maximal non-decreasing runs of a position array, bisection within each ---- */
+
+typedef struct titans__attn_runs {
+  const int64_t *pos;                          /* [n] */
+  size_t n;
+  size_t nruns;                                /* 0 with n > 0: too many runs, scan instead */
+  size_t start[TITANS_ATTN_MAX_RUNS + 1];      /* run r is [start[r], start[r + 1]) */
+} titans__attn_runs;
+
+static void titans__attn_runs_init(titans__attn_runs *r, const int64_t *pos, size_t n) {
+  r->pos = pos;
+  r->n = n;
+  r->nruns = 0;
+  if (n == 0) return;
+  size_t nr = 0;
+  r->start[0] = 0;
+  for (size_t j = 1; j <= n; j++) {
+    if (j == n || pos[j] < pos[j - 1]) {
+      if (nr == TITANS_ATTN_MAX_RUNS) { /* too many runs: scan mode */
+        r->nruns = 0;
+        return;
+      }
+      r->start[++nr] = j;
+    }
+  }
+  r->nruns = nr;
+}
+
+/* Iterates, in index order, over the maximal stretches [b, e) of indices j with lo <= pos[j] <= hi. */
+typedef struct titans__attn_iter {
+  const titans__attn_runs *r;
+  int64_t lo, hi; /* inclusive bounds */
+  size_t run;     /* next run (bisection mode) */
+  size_t idx;     /* next index (scan mode) */
+} titans__attn_iter;
+
+static void titans__attn_iter_init(titans__attn_iter *it, const titans__attn_runs *r, int64_t lo, int64_t hi) {
+  it->r = r;
+  it->lo = lo;
+  it->hi = hi;
+  it->run = 0;
+  it->idx = 0;
+}
+
+static int titans__attn_iter_next(titans__attn_iter *it, size_t *b, size_t *e) {
+  const titans__attn_runs *r = it->r;
+  const int64_t *pos = r->pos;
+  if (r->nruns > 0) {
+    while (it->run < r->nruns) {
+      size_t r0 = r->start[it->run], r1 = r->start[it->run + 1];
+      it->run++;
+      size_t a = r0, z = r1; /* first index with pos >= lo */
+      while (a < z) {
+        size_t mid = a + (z - a) / 2;
+        if (pos[mid] < it->lo) a = mid + 1;
+        else z = mid;
+      }
+      size_t lo_idx = a;
+      z = r1; /* first index with pos > hi */
+      while (a < z) {
+        size_t mid = a + (z - a) / 2;
+        if (pos[mid] <= it->hi) a = mid + 1;
+        else z = mid;
+      }
+      if (lo_idx < a) {
+        *b = lo_idx;
+        *e = a;
+        return 1;
+      }
+    }
+    return 0;
+  }
+  size_t j = it->idx, n = r->n;
+  while (j < n && (pos[j] < it->lo || pos[j] > it->hi)) j++;
+  if (j == n) {
+    it->idx = n;
+    return 0;
+  }
+  *b = j;
+  while (j < n && pos[j] >= it->lo && pos[j] <= it->hi) j++;
+  *e = j;
+  it->idx = j;
+  return 1;
+}
+
+/* Positions of the keys a query at qp sees: (qp - window, qp], as inclusive bounds without overflow. */
+static void titans__attn_key_bounds(int64_t qp, int64_t window, int64_t *lo, int64_t *hi) {
+  *hi = qp;
+  *lo = (window > 0 && qp >= INT64_MIN + window) ? qp - window + 1 : INT64_MIN;
+}
+
+/* Positions of the queries that see a key at kp: [kp, kp + window). */
+static void titans__attn_query_bounds(int64_t kp, int64_t window, int64_t *lo, int64_t *hi) {
+  *lo = kp;
+  *hi = (window > 0 && kp <= INT64_MAX - (window - 1)) ? kp + (window - 1) : INT64_MAX;
+}
+
+/* ---- online softmax over tiles of keys, for a block of query rows ------------------------------ */
+
+/* A query folds its visible keys into its softmax one tile at a time: the prefix in chunks of
+   TITANS_ATTN_TILE rows, then the positioned keys in groups of consecutive keys whose positions share
+   floor(pos / TITANS_ATTN_TILE) (at most TITANS_ATTN_TILE keys a group). A tile updates the running
+   maximum once (rescaling the sums when it grows) and adds its terms in key order. For positions that
+   increase along the keys the tiles depend only on the keys a query sees, not on which queries are
+   processed alongside nor on where a ring buffer wraps: the batched forward and the KV cache then
+   fold the same tiles and give the same bits. */
+
+#define TITANS__ATTN_QB 8 /* query rows that share each key and value load in the forward */
+
+/* The online-softmax state of a block of query rows of one head. */
+typedef struct titans__attn_rows {
+  size_t n, d_a;
+  float scale;
+  const float *q[TITANS__ATTN_QB];                   /* [d_a] */
+  float *o[TITANS__ATTN_QB];                         /* [d_a] running numerator, then the output */
+  float m[TITANS__ATTN_QB];                          /* running max of the scores, -INFINITY before any */
+  float l[TITANS__ATTN_QB];                          /* running sum of exp(score - m) */
+  int64_t lo[TITANS__ATTN_QB], hi[TITANS__ATTN_QB];  /* positions of the keys the row sees */
+} titans__attn_rows;
+
+/* The pending tile of keys. */
+typedef struct titans__attn_tile {
+  size_t n;
+  int positioned;  /* 0: prefix rows, visible to every query */
+  int64_t group;   /* floor(pos / TITANS_ATTN_TILE) of the tile's keys */
+  const float *k[TITANS_ATTN_TILE], *v[TITANS_ATTN_TILE]; /* [d_a] head slices */
+  int64_t pos[TITANS_ATTN_TILE];
+} titans__attn_tile;
+
+static void titans__attn_rows_init(titans__attn_rows *R, size_t d_a, float scale) {
+  R->n = 0;
+  R->d_a = d_a;
+  R->scale = scale;
+}
+
+static void titans__attn_rows_add(titans__attn_rows *R, float *o, const float *q, int64_t qpos, int64_t window) {
+  size_t r = R->n++;
+  R->q[r] = q;
+  R->o[r] = o;
+  R->m[r] = -INFINITY;
+  R->l[r] = 0.0f;
+  memset(o, 0, R->d_a * sizeof(float));
+  titans__attn_key_bounds(qpos, window, &R->lo[r], &R->hi[r]);
+}
+
+/* o_r += sum_t p_r[t] v_t over the visible t of four rows (p and vis rows TITANS_ATTN_TILE apart; vis
+   NULL: all visible): each value row is loaded once for the four. Bit-identical to
+   titans__attn_axpy_many on each row's visible terms. */
+static void titans__attn_pv4(float *const *o, const float *p, const unsigned char *vis, const float *const *v,
+                             size_t nt, size_t d_a) {
+  const size_t W = TITANS_ATTN_TILE;
+  size_t i = 0;
+  for (; i + TITANS__VW <= d_a; i += TITANS__VW) {
+    titans__vf a0 = titans__vload(o[0] + i), a1 = titans__vload(o[1] + i);
+    titans__vf a2 = titans__vload(o[2] + i), a3 = titans__vload(o[3] + i);
+    if (!vis) {
+      for (size_t t = 0; t < nt; t++) {
+        titans__vf vv = titans__vload(v[t] + i);
+        a0 = titans__attn_vfma(titans__vset1(p[t]), vv, a0);
+        a1 = titans__attn_vfma(titans__vset1(p[W + t]), vv, a1);
+        a2 = titans__attn_vfma(titans__vset1(p[2 * W + t]), vv, a2);
+        a3 = titans__attn_vfma(titans__vset1(p[3 * W + t]), vv, a3);
+      }
+    } else {
+      for (size_t t = 0; t < nt; t++) {
+        titans__vf vv = titans__vload(v[t] + i);
+        if (vis[t]) a0 = titans__attn_vfma(titans__vset1(p[t]), vv, a0);
+        if (vis[W + t]) a1 = titans__attn_vfma(titans__vset1(p[W + t]), vv, a1);
+        if (vis[2 * W + t]) a2 = titans__attn_vfma(titans__vset1(p[2 * W + t]), vv, a2);
+        if (vis[3 * W + t]) a3 = titans__attn_vfma(titans__vset1(p[3 * W + t]), vv, a3);
+      }
+    }
+    titans__vstore(o[0] + i, a0);
+    titans__vstore(o[1] + i, a1);
+    titans__vstore(o[2] + i, a2);
+    titans__vstore(o[3] + i, a3);
+  }
+  for (; i < d_a; i++) {
+    float a[4];
+    for (size_t r = 0; r < 4; r++) a[r] = o[r][i];
+    for (size_t t = 0; t < nt; t++)
+      for (size_t r = 0; r < 4; r++)
+        if (!vis || vis[r * W + t]) a[r] = titans__attn_fma(p[r * W + t], v[t][i], a[r]);
+    for (size_t r = 0; r < 4; r++) o[r][i] = a[r];
+  }
+}
+
+/* Fold the pending tile into every row of the block. */
+static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
+  const size_t W = TITANS_ATTN_TILE;
+  size_t nt = T->n, n = R->n, d_a = R->d_a;
+  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE], s4[4];
+  unsigned char vis_buf[TITANS__ATTN_QB * TITANS_ATTN_TILE];
+  const unsigned char *vis = NULL; /* NULL: every row sees every key of the tile (the common case) */
+  const float *qr[TITANS__ATTN_QB];
+  size_t ri[TITANS__ATTN_QB];
+  if (nt == 0) return;
+  if (T->positioned) {
+    int64_t pmin = T->pos[0], pmax = T->pos[0];
+    for (size_t t = 1; t < nt; t++) {
+      pmin = T->pos[t] < pmin ? T->pos[t] : pmin;
+      pmax = T->pos[t] > pmax ? T->pos[t] : pmax;
+    }
+    for (size_t r = 0; r < n && !vis; r++)
+      if (pmin < R->lo[r] || pmax > R->hi[r]) vis = vis_buf;
+  }
+  /* scores q.k * scale of the visible pairs; a key row is loaded once for four query rows */
+  for (size_t t = 0; t < nt; t++) {
+    size_t m = 0, u = 0;
+    for (size_t r = 0; r < n; r++) {
+      int vr = !vis || (T->pos[t] >= R->lo[r] && T->pos[t] <= R->hi[r]);
+      if (vis) {
+        vis_buf[r * W + t] = (unsigned char)vr;
+        S[r * W + t] = 0.0f; /* defined values where no score is computed: the exp loop reads them */
+      }
+      if (vr) ri[m] = r, qr[m++] = R->q[r];
+    }
+    for (; u + 4 <= m; u += 4) {
+      titans__attn_dot4(s4, T->k[t], qr[u], qr[u + 1], qr[u + 2], qr[u + 3], d_a);
+      for (size_t w = 0; w < 4; w++) S[ri[u + w] * W + t] = s4[w] * R->scale;
+    }
+    for (; u < m; u++) S[ri[u] * W + t] = titans__attn_dot(T->k[t], qr[u], d_a) * R->scale;
+  }
+  /* per row: the tile's maximum, rescale if it grew, weights exp(s - m), their sum in key order */
+  for (size_t r = 0; r < n; r++) {
+    float *s = S + r * W;
+    const unsigned char *vr = vis ? vis + r * W : NULL;
+    size_t t0 = 0;
+    while (t0 < nt && vr && !vr[t0]) t0++;
+    if (t0 == nt) continue;
+    float mt = s[t0];
+    for (size_t t = t0 + 1; t < nt; t++)
+      if ((!vr || vr[t]) && s[t] > mt) mt = s[t];
+    if (mt > R->m[r]) {
+      if (R->m[r] != -INFINITY) { /* nothing to rescale before the first key */
+        float c = titans__attn_exp(R->m[r] - mt);
+        R->l[r] *= c;
+        for (size_t i = 0; i < d_a; i++) R->o[r][i] *= c;
+      }
+      R->m[r] = mt;
+    }
+    float l = R->l[r], mr = R->m[r];
+    for (size_t t = 0; t < nt; t++) s[t] = titans__attn_exp(s[t] - mr); /* all t: vectorises */
+    for (size_t t = t0; t < nt; t++)
+      if (!vr || vr[t]) l += s[t];
+    R->l[r] = l;
+  }
+  /* o += p v: four rows at a time share the value loads; the rest row by row */
+  size_t r = 0;
+  for (; r + 4 <= n; r += 4) titans__attn_pv4(R->o + r, S + r * W, vis ? vis + r * W : NULL, T->v, nt, d_a);
+  for (; r < n; r++) {
+    float p[TITANS_ATTN_TILE];
+    const float *vl[TITANS_ATTN_TILE];
+    size_t m = 0;
+    for (size_t t = 0; t < nt; t++)
+      if (!vis || vis[r * W + t]) p[m] = S[r * W + t], vl[m++] = T->v[t];
+    titans__attn_axpy_many(R->o[r], p, vl, m, d_a);
+  }
+  T->n = 0;
+}
+
+/* floor(pos / TITANS_ATTN_TILE) without overflow */
+static int64_t titans__attn_group(int64_t pos) {
+  int64_t g = pos / TITANS_ATTN_TILE;
+  return (g * TITANS_ATTN_TILE > pos) ? g - 1 : g;
+}
+
+static void titans__attn_tile_begin(titans__attn_tile *T, int positioned) {
+  T->n = 0;
+  T->positioned = positioned;
+  T->group = 0;
+}
+
+/* Add a key (head slices k, v) to the pending tile; folds the tile first when the key starts a new one. */
+static void titans__attn_tile_add(titans__attn_rows *R, titans__attn_tile *T, const float *k, const float *v,
+                                  int64_t pos) {
+  int64_t g = T->positioned ? titans__attn_group(pos) : 0;
+  if (T->n == TITANS_ATTN_TILE || (T->n > 0 && g != T->group)) titans__attn_fold(R, T);
+  if (T->n == 0) T->group = g;
+  T->k[T->n] = k;
+  T->v[T->n] = v;
+  T->pos[T->n] = pos;
+  T->n++;
+}
+
+/* Normalise the outputs; lse[r * stride] = log-sum-exp (-INFINITY, output zero, where no key was seen). */
+static void titans__attn_rows_finish(titans__attn_rows *R, float *lse, size_t stride) {
+  for (size_t r = 0; r < R->n; r++) {
+    float l = -INFINITY;
+    if (R->m[r] != -INFINITY) {
+      float inv = 1.0f / R->l[r];
+      for (size_t i = 0; i < R->d_a; i++) R->o[r][i] *= inv;
+      l = R->m[r] + logf(R->l[r]);
+    }
+    if (lse) lse[r * stride] = l;
+  }
+}
+
+static float titans__attn_scale(size_t d_a) { return (float)(1.0 / sqrt((double)d_a)); }
+
+/* ---- argument checks ------------------------------------------------------------------------- */
+
+/* Checks the shapes of a call; *ld = H * d_a. */
+static int titans__attn_check(size_t Tq, size_t P, size_t Tk, size_t H, size_t d_a, int64_t window,
+                              size_t *ld) {
+  size_t rows, n;
+  if (H == 0 || d_a == 0 || window < 0) return TITANS_ERR_ARG;
+  if (!titans_size_mul(H, d_a, ld) || !titans_size_add(P, Tk, &rows)) return TITANS_ERR_ARG;
+  if (!titans_size_mul(rows, *ld, &n) || !titans_size_mul(Tq, *ld, &n)) return TITANS_ERR_ARG;
+  if (!titans_size_mul(n, sizeof(float), &n)) return TITANS_ERR_ARG;
+  return TITANS_OK;
+}
+
+/* ---- RoPE ------------------------------------------------------------------------------------ */
+
+#define TITANS__ROPE_STACK 256 /* inverse frequencies kept on the stack up to this half width */
+
+static int titans__rope_apply(float *x, const int64_t *pos, size_t T, size_t H, size_t d_a, int inverse) {
+  size_t ld, n;
+  if (T == 0) return TITANS_OK;
+  if (!x || !pos || H == 0 || d_a == 0 || d_a % 2 != 0) return TITANS_ERR_ARG;
+  if (!titans_size_mul(H, d_a, &ld) || !titans_size_mul(T, ld, &n)) return TITANS_ERR_ARG;
+  size_t half = d_a / 2;
+  double inv_stack[TITANS__ROPE_STACK];
+  int cached = half <= TITANS__ROPE_STACK;
+  if (cached)
+    for (size_t i = 0; i < half; i++) inv_stack[i] = pow(TITANS_ROPE_BASE, -2.0 * (double)i / (double)d_a);
+  const double *inv = inv_stack;
+#ifdef _OPENMP
+  int par = n >= 16384 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (par)
+#endif
+  for (ptrdiff_t tt = 0; tt < (ptrdiff_t)T; tt++) {
+    size_t t = (size_t)tt;
+    float *row = x + t * ld;
+    double p = (double)pos[t];
+    for (size_t i = 0; i < half; i++) {
+      double f = cached ? inv[i] : pow(TITANS_ROPE_BASE, -2.0 * (double)i / (double)d_a);
+      double ang = p * f;
+      double c = cos(ang), s = sin(ang);
+      if (inverse) s = -s;
+      for (size_t h = 0; h < H; h++) {
+        float *xh = row + h * d_a;
+        double x1 = xh[i], x2 = xh[i + half];
+        xh[i] = (float)(x1 * c - x2 * s);
+        xh[i + half] = (float)(x1 * s + x2 * c);
+      }
+    }
+  }
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_rope_forward(float *x, const int64_t *pos, size_t T, size_t H, size_t d_a) {
+  return titans__rope_apply(x, pos, T, H, d_a, 0);
+}
+
+TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size_t H, size_t d_a) {
+  return titans__rope_apply(dx, pos, T, H, d_a, 1);
+}
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+#define TITANS__ATTN_QTILE 16 /* query rows per task */
+#define TITANS__ATTN_KTILE 16 /* key rows per task (two-pass backward) */
+#define TITANS__ATTN_PAR_WORK 65536 /* multiply-adds below which a call runs on one thread */
+
+/* Head h, query rows [i0, i1) (at most TITANS__ATTN_QB): the prefix, then every key that some row may
+   see (the rows' visibility filters the pairs). kh, vh point at the head's slice of row 0. */
+static void titans__attn_forward_block(float *out, float *lse, const float *q, const float *kh, const float *vh,
+                                       const int64_t *qpos, const titans__attn_runs *kr, size_t i0, size_t i1,
+                                       size_t P, size_t H, size_t h, size_t d_a, int64_t window, float scale) {
+  size_t ld = H * d_a;
+  titans__attn_rows R;
+  titans__attn_tile T;
+  titans__attn_rows_init(&R, d_a, scale);
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (size_t i = i0; i < i1; i++) {
+    titans__attn_rows_add(&R, out + i * ld + h * d_a, q + i * ld + h * d_a, qpos[i], window);
+    lo = R.lo[i - i0] < lo ? R.lo[i - i0] : lo;
+    hi = R.hi[i - i0] > hi ? R.hi[i - i0] : hi;
+  }
+  titans__attn_tile_begin(&T, 0);
+  for (size_t j = 0; j < P; j++) titans__attn_tile_add(&R, &T, kh + j * ld, vh + j * ld, 0);
+  titans__attn_fold(&R, &T);
+  titans__attn_tile_begin(&T, 1);
+  titans__attn_iter it;
+  titans__attn_iter_init(&it, kr, lo, hi);
+  size_t b, e;
+  while (titans__attn_iter_next(&it, &b, &e))
+    for (size_t j = b; j < e; j++) titans__attn_tile_add(&R, &T, kh + (P + j) * ld, vh + (P + j) * ld, kr->pos[j]);
+  titans__attn_fold(&R, &T);
+  titans__attn_rows_finish(&R, lse ? lse + i0 * H + h : NULL, H);
+}
+
+#ifdef _OPENMP
+/* An upper bound of the multiply-adds of a call (in double: never overflows); decides on threads. */
+static double titans__attn_work(size_t Tq, size_t P, size_t Tk, size_t ld) {
+  return (double)Tq * ((double)P + (double)Tk) * (double)ld;
+}
+#endif
+
+TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                       const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
+                                       size_t H, size_t d_a, int64_t window) {
+  size_t ld;
+  int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
+  if (st != TITANS_OK) return st;
+  if (Tq == 0) return TITANS_OK;
+  if (!out || !q || !qpos || ((P + Tk) > 0 && (!k || !v)) || (Tk > 0 && !kpos)) return TITANS_ERR_ARG;
+  titans__attn_runs kr;
+  titans__attn_runs_init(&kr, kpos, Tk);
+  float scale = titans__attn_scale(d_a);
+  size_t ntile = (Tq + TITANS__ATTN_QTILE - 1) / TITANS__ATTN_QTILE;
+  size_t ntask = H * ntile;
+#ifdef _OPENMP
+  int par = ntask > 1 && titans__attn_work(Tq, P, Tk, ld) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+#endif
+  for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
+    size_t h = (size_t)task % H, i0 = (size_t)task / H * TITANS__ATTN_QTILE;
+    size_t i1 = i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq;
+    const float *kh = k ? k + h * d_a : NULL, *vh = v ? v + h * d_a : NULL;
+    for (size_t b = i0; b < i1; b += TITANS__ATTN_QB)
+      titans__attn_forward_block(out, lse, q, kh, vh, qpos, &kr, b, b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1,
+                                 P, H, h, d_a, window, scale);
+  }
+  return TITANS_OK;
+}
+
+/* ---- backward -------------------------------------------------------------------------------- */
+
+/* Everything of one backward call. */
+typedef struct titans__attn_bwd {
+  float *dq, *dk, *dv;
+  const float *dout, *q, *k, *v, *out, *lse;
+  const int64_t *qpos, *kpos;
+  size_t Tq, P, Tk, H, d_a, ld;
+  int64_t window;
+  float scale;
+  titans__attn_runs kr, qr;
+} titans__attn_bwd;
+
+/* The pairs of one key with n query rows (head slices; n <= TITANS_ATTN_TILE):
+       p = exp(q.k * scale - lse)  (the forward's softmax weight),  g = scale * p * (dout.v - D)
+   with D = dout.out of the row. Every scheme of the backward computes its pairs here, so they agree
+   bit for bit. */
+static void titans__attn_bwd_pairs(float *p, float *g, const float *kj, const float *vj, const float *const *qr,
+                                   const float *const *dr, const float *lse, const float *D, size_t n, size_t d_a,
+                                   float scale) {
+  float s[TITANS_ATTN_TILE], dp[TITANS_ATTN_TILE];
+  size_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    titans__attn_dot4(s + t, kj, qr[t], qr[t + 1], qr[t + 2], qr[t + 3], d_a); /* = q.k of the forward */
+    titans__attn_dot4(dp + t, vj, dr[t], dr[t + 1], dr[t + 2], dr[t + 3], d_a);
+  }
+  for (; t < n; t++) {
+    s[t] = titans__attn_dot(kj, qr[t], d_a);
+    dp[t] = titans__attn_dot(vj, dr[t], d_a);
+  }
+  for (t = 0; t < n; t++) p[t] = titans__attn_exp(s[t] * scale - lse[t]);
+  for (t = 0; t < n; t++) g[t] = scale * (p[t] * (dp[t] - D[t]));
+}
+
+/* The rows of a query tile that see at least one key. */
+typedef struct titans__attn_qtile {
+  size_t n;
+  const float *q[TITANS__ATTN_QTILE];     /* [d_a] head slices of the rows */
+  const float *dout[TITANS__ATTN_QTILE];
+  float *dq[TITANS__ATTN_QTILE];
+  float lse[TITANS__ATTN_QTILE], D[TITANS__ATTN_QTILE];
+  int64_t lo[TITANS__ATTN_QTILE], hi[TITANS__ATTN_QTILE]; /* positions of the keys each row sees */
+} titans__attn_qtile;
+
+#define TITANS__ATTN_KGROUP 8 /* keys whose dq terms are added in one pass over dq */
+
+/* Keys b..e-1 (rows of k, v) against the rows of a query tile: dq_r += sum_j g k_j (keys in order);
+   when dkdv, dk_j += sum_r g q_r and dv_j += sum_r p dout_r (rows in order). Each key row is read
+   and written once per tile instead of once per query row. */
+static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans__attn_qtile *qt, size_t h, size_t b,
+                                        size_t e, int dkdv) {
+  size_t ld = c->ld, d_a = c->d_a, ho = h * d_a;
+  float G[TITANS__ATTN_KGROUP][TITANS__ATTN_QTILE], p[TITANS__ATTN_QTILE], g[TITANS__ATTN_QTILE];
+  float lq[TITANS__ATTN_QTILE], Dq[TITANS__ATTN_QTILE];
+  unsigned char vis[TITANS__ATTN_KGROUP][TITANS__ATTN_QTILE];
+  const float *qr[TITANS__ATTN_QTILE], *dr[TITANS__ATTN_QTILE], *kl[TITANS__ATTN_KGROUP];
+  for (size_t j0 = b; j0 < e; j0 += TITANS__ATTN_KGROUP) {
+    size_t nk = e - j0 < TITANS__ATTN_KGROUP ? e - j0 : TITANS__ATTN_KGROUP;
+    for (size_t t = 0; t < nk; t++) {
+      size_t j = j0 + t, m = 0;
+      int64_t kp = j < c->P ? 0 : c->kpos[j - c->P];
+      for (size_t r = 0; r < qt->n; r++) {
+        vis[t][r] = (unsigned char)(j < c->P || (kp >= qt->lo[r] && kp <= qt->hi[r]));
+        if (!vis[t][r]) continue;
+        qr[m] = qt->q[r], dr[m] = qt->dout[r], lq[m] = qt->lse[r], Dq[m] = qt->D[r];
+        m++;
+      }
+      if (m == 0) continue;
+      titans__attn_bwd_pairs(p, g, c->k + j * ld + ho, c->v + j * ld + ho, qr, dr, lq, Dq, m, d_a, c->scale);
+      for (size_t r = 0, u = 0; r < qt->n; r++)
+        if (vis[t][r]) G[t][r] = g[u++];
+      if (dkdv) {
+        titans__attn_axpy_many(c->dk + j * ld + ho, g, qr, m, d_a);
+        titans__attn_axpy_many(c->dv + j * ld + ho, p, dr, m, d_a);
+      }
+    }
+    for (size_t r = 0; r < qt->n; r++) {
+      size_t m = 0;
+      for (size_t t = 0; t < nk; t++)
+        if (vis[t][r]) {
+          g[m] = G[t][r];
+          kl[m] = c->k + (j0 + t) * ld + ho;
+          m++;
+        }
+      if (m) titans__attn_axpy_many(qt->dq[r], g, kl, m, d_a);
+    }
+  }
+}
+
+/* Head h, query rows [i0, i1) (at most a tile): dq of the rows and, when dkdv, their dk, dv terms.
+   Stores D = dout.out of each row in Dsave [Tq, H] when it is not NULL. */
+static void titans__attn_bwd_qtile_run(const titans__attn_bwd *c, size_t h, size_t i0, size_t i1, int dkdv,
+                                       float *Dsave) {
+  titans__attn_qtile qt;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  qt.n = 0;
+  for (size_t i = i0; i < i1; i++) {
+    size_t off = i * c->ld + h * c->d_a, n = qt.n;
+    float D = titans__attn_dot(c->dout + off, c->out + off, c->d_a);
+    if (Dsave) Dsave[i * c->H + h] = D;
+    if (c->lse[i * c->H + h] == -INFINITY) continue; /* sees no key: no gradient */
+    qt.q[n] = c->q + off, qt.dout[n] = c->dout + off, qt.dq[n] = c->dq + off;
+    qt.lse[n] = c->lse[i * c->H + h], qt.D[n] = D;
+    titans__attn_key_bounds(c->qpos[i], c->window, &qt.lo[n], &qt.hi[n]);
+    lo = qt.lo[n] < lo ? qt.lo[n] : lo;
+    hi = qt.hi[n] > hi ? qt.hi[n] : hi;
+    qt.n++;
+  }
+  if (qt.n == 0) return;
+  titans__attn_bwd_qtile_keys(c, &qt, h, 0, c->P, dkdv);
+  titans__attn_iter it; /* keys some row of the tile may see; the rows filter them */
+  titans__attn_iter_init(&it, &c->kr, lo, hi);
+  size_t b, e;
+  while (titans__attn_iter_next(&it, &b, &e)) titans__attn_bwd_qtile_keys(c, &qt, h, c->P + b, c->P + e, dkdv);
+}
+
+/* Key j, head h, query rows [i0, i1) that see it: the dk, dv terms, as the query-tile pass adds them
+   (same pairs, rows in order). D is [Tq, H] from the dq pass. */
+static void titans__attn_bwd_key_queries(const titans__attn_bwd *c, const float *D, size_t j, size_t h, size_t i0,
+                                         size_t i1) {
+  float p[TITANS_ATTN_TILE], g[TITANS_ATTN_TILE], lq[TITANS_ATTN_TILE], Dq[TITANS_ATTN_TILE];
+  const float *qr[TITANS_ATTN_TILE], *dr[TITANS_ATTN_TILE];
+  size_t ld = c->ld, d_a = c->d_a, ho = h * d_a;
+  while (i0 < i1) {
+    size_t m = 0, i = i0;
+    for (; i < i1 && m < TITANS_ATTN_TILE; i++) {
+      if (c->lse[i * c->H + h] == -INFINITY) continue;
+      qr[m] = c->q + i * ld + ho, dr[m] = c->dout + i * ld + ho;
+      lq[m] = c->lse[i * c->H + h], Dq[m] = D[i * c->H + h];
+      m++;
+    }
+    i0 = i;
+    if (m == 0) continue;
+    titans__attn_bwd_pairs(p, g, c->k + j * ld + ho, c->v + j * ld + ho, qr, dr, lq, Dq, m, d_a, c->scale);
+    titans__attn_axpy_many(c->dk + j * ld + ho, g, qr, m, d_a);
+    titans__attn_axpy_many(c->dv + j * ld + ho, p, dr, m, d_a);
+  }
+}
+
+/* Key j, head h: all query rows that see it, in index order. */
+static void titans__attn_bwd_key_run(const titans__attn_bwd *c, const float *D, size_t j, size_t h) {
+  if (j < c->P) {
+    titans__attn_bwd_key_queries(c, D, j, h, 0, c->Tq);
+    return;
+  }
+  int64_t lo, hi;
+  titans__attn_query_bounds(c->kpos[j - c->P], c->window, &lo, &hi);
+  titans__attn_iter it;
+  titans__attn_iter_init(&it, &c->qr, lo, hi);
+  size_t b, e;
+  while (titans__attn_iter_next(&it, &b, &e)) titans__attn_bwd_key_queries(c, D, j, h, b, e);
+}
+
+enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_TWO_PASS = 2 };
+
+/* The backward with a chosen scheme (tests compare them):
+   FUSED     one task per head: query tiles in order, each adding its dq and its dk, dv terms;
+   TWO_PASS  dq over heads x query tiles, then dk, dv over heads x key tiles (recomputes the pairs).
+   Both add every gradient element's terms in the same order with the same arithmetic. */
+static int titans__attention_backward_mode(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                           const float *k, const float *v, const float *out, const float *lse,
+                                           const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
+                                           size_t H, size_t d_a, int64_t window, int mode) {
+  titans__attn_bwd c;
+  int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &c.ld);
+  if (st != TITANS_OK) return st;
+  if (Tq == 0 || P + Tk == 0) return TITANS_OK;
+  if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse || !qpos || (Tk > 0 && !kpos))
+    return TITANS_ERR_ARG;
+  c.dq = dq, c.dk = dk, c.dv = dv, c.dout = dout, c.q = q, c.k = k, c.v = v, c.out = out, c.lse = lse;
+  c.qpos = qpos, c.kpos = kpos;
+  c.Tq = Tq, c.P = P, c.Tk = Tk, c.H = H, c.d_a = d_a, c.window = window;
+  c.scale = titans__attn_scale(d_a);
+  titans__attn_runs_init(&c.kr, kpos, Tk);
+  titans__attn_runs_init(&c.qr, qpos, Tq);
+  int par = 0, nth = 1;
+#ifdef _OPENMP
+  par = titans__attn_work(Tq, P, Tk, c.ld) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
+  if (par) nth = omp_get_max_threads();
+#endif
+  (void)par;
+  /* two passes cost ~1.8x the work of the fused pass, which only has H tasks: worth it from 3H threads */
+  if (mode == TITANS__ATTN_BWD_AUTO) mode = (size_t)nth >= 3 * H ? TITANS__ATTN_BWD_TWO_PASS : TITANS__ATTN_BWD_FUSED;
+  float *D = NULL;
+  if (mode == TITANS__ATTN_BWD_TWO_PASS) {
+    D = titans_alloc_floats(Tq * H); /* Tq * H <= Tq * ld: checked above */
+    if (!D) mode = TITANS__ATTN_BWD_FUSED;
+  }
+  size_t nqt = (Tq + TITANS__ATTN_QTILE - 1) / TITANS__ATTN_QTILE;
+  if (mode == TITANS__ATTN_BWD_FUSED) {
+    /* the dk, dv rows of a head are only touched by its task, query tiles in order */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static, 1) if (par && H > 1)
+#endif
+    for (ptrdiff_t hh = 0; hh < (ptrdiff_t)H; hh++)
+      for (size_t i0 = 0; i0 < Tq; i0 += TITANS__ATTN_QTILE)
+        titans__attn_bwd_qtile_run(&c, (size_t)hh, i0, i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq, 1,
+                                   NULL);
+    return TITANS_OK;
+  }
+  size_t ntask = H * nqt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+#endif
+  for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
+    size_t h = (size_t)task % H, i0 = (size_t)task / H * TITANS__ATTN_QTILE;
+    titans__attn_bwd_qtile_run(&c, h, i0, i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq, 0, D);
+  }
+  size_t nkt = (P + Tk + TITANS__ATTN_KTILE - 1) / TITANS__ATTN_KTILE;
+  ntask = H * nkt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+#endif
+  for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
+    size_t h = (size_t)task % H, j0 = (size_t)task / H * TITANS__ATTN_KTILE;
+    size_t j1 = j0 + TITANS__ATTN_KTILE < P + Tk ? j0 + TITANS__ATTN_KTILE : P + Tk;
+    for (size_t j = j0; j < j1; j++) titans__attn_bwd_key_run(&c, D, j, h);
+  }
+  titans_free(D);
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                        const float *k, const float *v, const float *out, const float *lse,
+                                        const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
+                                        size_t H, size_t d_a, int64_t window) {
+  return titans__attention_backward_mode(dq, dk, dv, dout, q, k, v, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, window,
+                                         TITANS__ATTN_BWD_AUTO);
+}
+
+/* ---- KV cache -------------------------------------------------------------------------------- */
+
+/* The public struct spells the error buffer's size out; it must be the core's. */
+typedef char titans__kv_cache_errlen_check[sizeof(((titans_kv_cache *)0)->error) == TITANS__ERRLEN ? 1 : -1];
+
+TITANSDEF int titans_kv_cache_init(titans_kv_cache *cache, size_t P, size_t capacity, size_t H, size_t d_a,
+                                   int64_t window) {
+  size_t ld, rows, n;
+  memset(cache, 0, sizeof(*cache));
+  if (capacity == 0 || H == 0 || d_a == 0 || window < 0)
+    return titans__error(cache->error, TITANS_ERR_ARG, "kv cache: capacity, H and d_a must be > 0, window >= 0");
+  if (!titans_size_mul(H, d_a, &ld) || !titans_size_add(P, capacity, &rows) || !titans_size_mul(rows, ld, &n))
+    return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: size overflows");
+  cache->k = titans_alloc_floats(n);
+  cache->v = titans_alloc_floats(n);
+  cache->pos = (int64_t *)titans_alloc_bytes(capacity, sizeof(int64_t));
+  if (!cache->k || !cache->v || !cache->pos) {
+    titans_kv_cache_free(cache);
+    return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: out of memory (%zu rows of %zu floats)", rows, ld);
+  }
+  cache->P = P;
+  cache->capacity = capacity;
+  cache->H = H;
+  cache->d_a = d_a;
+  cache->window = window;
+  return TITANS_OK;
+}
+
+TITANSDEF void titans_kv_cache_free(titans_kv_cache *cache) {
+  if (!cache) return;
+  titans_free(cache->k);
+  titans_free(cache->v);
+  titans_free(cache->pos);
+  memset(cache, 0, sizeof(*cache));
+}
+
+TITANSDEF void titans_kv_cache_set_prefix(titans_kv_cache *cache, const float *k_prefix, const float *v_prefix) {
+  size_t n = cache->P * cache->H * cache->d_a;
+  if (n == 0) return;
+  memcpy(cache->k, k_prefix, n * sizeof(float));
+  memcpy(cache->v, v_prefix, n * sizeof(float));
+}
+
+TITANSDEF void titans_kv_cache_reset(titans_kv_cache *cache) {
+  cache->count = 0;
+  cache->next = 0;
+}
+
+TITANSDEF int titans_kv_cache_copy(titans_kv_cache *dst, const titans_kv_cache *src) {
+  if (dst == src) return TITANS_OK;
+  if (!dst->k || dst->P != src->P || dst->capacity != src->capacity || dst->H != src->H || dst->d_a != src->d_a)
+    return titans__error(dst->error, TITANS_ERR_ARG, "kv cache copy: shapes differ");
+  size_t n = (src->P + src->capacity) * src->H * src->d_a;
+  memcpy(dst->k, src->k, n * sizeof(float));
+  memcpy(dst->v, src->v, n * sizeof(float));
+  memcpy(dst->pos, src->pos, src->capacity * sizeof(int64_t));
+  dst->window = src->window;
+  dst->count = src->count;
+  dst->next = src->next;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_kv_cache_clone(titans_kv_cache *dst, const titans_kv_cache *src) {
+  int st = titans_kv_cache_init(dst, src->P, src->capacity, src->H, src->d_a, src->window);
+  if (st != TITANS_OK) return st;
+  return titans_kv_cache_copy(dst, src);
+}
+
+TITANSDEF int titans_kv_cache_append(titans_kv_cache *cache, const float *k, const float *v,
+                                     const int64_t *pos, size_t n) {
+  if (n == 0) return TITANS_OK;
+  if (!cache->k) return titans__error(cache->error, TITANS_ERR_STATE, "kv cache append: cache not initialised");
+  if (!k || !v || !pos) return titans__error(cache->error, TITANS_ERR_ARG, "kv cache append: NULL buffer");
+  size_t ld = cache->H * cache->d_a, cap = cache->capacity;
+  size_t first = n > cap ? n - cap : 0; /* older rows would be overwritten within this call */
+  for (size_t r = first; r < n; r++) {
+    size_t slot = cache->next;
+    memcpy(cache->k + (cache->P + slot) * ld, k + r * ld, ld * sizeof(float));
+    memcpy(cache->v + (cache->P + slot) * ld, v + r * ld, ld * sizeof(float));
+    cache->pos[slot] = pos[r];
+    cache->next = slot + 1 == cap ? 0 : slot + 1;
+    if (cache->count < cap) cache->count++;
+  }
+  return TITANS_OK;
+}
+
+/* One head of a cached query: prefix, then the visible ring rows oldest first. */
+static float titans__kv_cache_attend_head(const titans_kv_cache *c, float *o, const float *qh, size_t h, int64_t qp,
+                                          float scale) {
+  size_t ld = c->H * c->d_a, cap = c->capacity;
+  const float *kh = c->k + h * c->d_a, *vh = c->v + h * c->d_a;
+  titans__attn_rows R;
+  titans__attn_tile T;
+  float lse;
+  titans__attn_rows_init(&R, c->d_a, scale);
+  titans__attn_rows_add(&R, o, qh, qp, c->window);
+  titans__attn_tile_begin(&T, 0);
+  for (size_t j = 0; j < c->P; j++) titans__attn_tile_add(&R, &T, kh + j * ld, vh + j * ld, 0);
+  titans__attn_fold(&R, &T);
+  titans__attn_tile_begin(&T, 1);
+  size_t oldest = (c->next + cap - c->count) % cap;
+  for (size_t m = 0; m < c->count; m++) {
+    size_t s = (oldest + m) % cap;
+    if (c->pos[s] >= R.lo[0] && c->pos[s] <= R.hi[0])
+      titans__attn_tile_add(&R, &T, kh + (c->P + s) * ld, vh + (c->P + s) * ld, c->pos[s]);
+  }
+  titans__attn_fold(&R, &T);
+  titans__attn_rows_finish(&R, &lse, 1);
+  return lse;
+}
+
+TITANSDEF int titans_kv_cache_attend(titans_kv_cache *cache, float *out, float *lse, const float *q,
+                                     int64_t qpos) {
+  if (!cache->k) return titans__error(cache->error, TITANS_ERR_STATE, "kv cache attend: cache not initialised");
+  if (!out || !q) return titans__error(cache->error, TITANS_ERR_ARG, "kv cache attend: NULL buffer");
+  const titans_kv_cache *c = cache;
+  size_t H = c->H, d_a = c->d_a;
+  float scale = titans__attn_scale(d_a);
+#ifdef _OPENMP
+  int par = H > 1 && titans__attn_work(1, c->P, c->count, H * d_a) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
+#pragma omp parallel for schedule(static, 1) if (par)
+#endif
+  for (ptrdiff_t hh = 0; hh < (ptrdiff_t)H; hh++) {
+    size_t h = (size_t)hh;
+    float l = titans__kv_cache_attend_head(c, out + h * d_a, q + h * d_a, h, qpos, scale);
+    if (lse) lse[h] = l;
+  }
+  return TITANS_OK;
+}
+
+TITANSDEF const char *titans_kv_cache_error(const titans_kv_cache *cache) { return cache->error; }
+/* ---- 6. Safetensors files (implementation) ---------------------------------------------------- */
+#include <stdlib.h> /* qsort */
+#ifndef TITANS_NO_STDIO
+#include <errno.h>
+#endif
+
+#define TITANS__ST_MAX_DEPTH 64 /* nesting of the JSON values skipped inside a tensor's entry */
+
+static const char *const titans__st_dtype_names[TITANS_ST_DTYPE_COUNT] = {
+    "BOOL", "F4",  "F6_E2M3", "F6_E3M2", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ",
+    "I16",  "U16", "F16",     "BF16",    "I32", "U32", "F32",     "C64",     "F64",     "I64",         "U64"};
+static const unsigned char titans__st_dtype_bits[TITANS_ST_DTYPE_COUNT] = {8,  4,  6,  6,  8,  8,  8,  8,  8,  8,  8,
+                                                                           16, 16, 16, 16, 32, 32, 32, 64, 64, 64, 64};
+
+TITANSDEF const char *titans_st_dtype_name(titans_st_dtype dtype) {
+  return (unsigned)dtype < TITANS_ST_DTYPE_COUNT ? titans__st_dtype_names[dtype] : "?";
+}
+
+TITANSDEF size_t titans_st_dtype_bits(titans_st_dtype dtype) {
+  return (unsigned)dtype < TITANS_ST_DTYPE_COUNT ? titans__st_dtype_bits[dtype] : 0;
+}
+
+/* 1 on a little-endian host: the file's bytes are then the floats' bytes. */
+static int titans__st_host_le(void) {
+  const uint32_t one = 1;
+  unsigned char b;
+  memcpy(&b, &one, 1);
+  return b == 1;
+}
+
+/* arr (elements of elem bytes, capacity *cap) with room for at least need elements: arr itself when it
+   has room, else a new array (doubled capacity) holding arr's elements, arr freed. NULL on overflow or
+   failure, arr untouched. Only titans_alloc_bytes / titans_free, so TITANS_MALLOC is honoured. */
+static void *titans__st_grow(void *arr, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap && arr) return arr;
+  size_t ncap = *cap ? *cap : 16;
+  while (ncap < need) {
+    if (!titans_size_mul(ncap, 2, &ncap)) return NULL;
+  }
+  void *p = titans_alloc_bytes(ncap, elem);
+  if (!p) return NULL;
+  if (arr) memcpy(p, arr, *cap * elem);
+  titans_free(arr);
+  *cap = ncap;
+  return p;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), or 0 when it is not valid UTF-8
+   (overlong forms, UTF-16 surrogates and code points above U+10FFFF are invalid). */
+static size_t titans__st_utf8_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else return 0;
+  if (n < len || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < len; i++)
+    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+  return len;
+}
+
+/* 1 when the NUL-terminated s is valid UTF-8. */
+static int titans__st_utf8_valid(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t n = strlen(s);
+  while (n) {
+    size_t k = titans__st_utf8_len(p, n);
+    if (!k) return 0;
+    p += k;
+    n -= k;
+  }
+  return 1;
+}
+
+/* Decimal digits of v into buf (at least 21 bytes), NUL-terminated; returns the length. */
+static size_t titans__st_u64_str(char *buf, uint64_t v) {
+  char tmp[20];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)('0' + (int)(v % 10));
+    v /= 10;
+  } while (v);
+  for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  buf[n] = 0;
+  return n;
+}
+
+/* "[2, 3]" into buf [cap]; truncated (still NUL-terminated) when it does not fit. For messages. */
+static void titans__st_shape_str(char *buf, size_t cap, size_t ndim, const size_t *shape) {
+  size_t n = 0;
+  char num[24];
+  buf[n++] = '[';
+  for (size_t i = 0; i < ndim; i++) {
+    size_t k = titans__st_u64_str(num, (uint64_t)shape[i]);
+    if (n + k + 4 >= cap) break;
+    if (i) {
+      buf[n++] = ',';
+      buf[n++] = ' ';
+    }
+    memcpy(buf + n, num, k);
+    n += k;
+  }
+  buf[n++] = ']';
+  buf[n] = 0;
+}
+
+/* prod(shape) into *numel and numel * bits / 8 into *nbytes; 0 on overflow or a fractional byte count. */
+static int titans__st_sizes(size_t ndim, const size_t *shape, size_t bits, size_t *numel, size_t *nbytes) {
+  size_t n = 1, nbits;
+  for (size_t i = 0; i < ndim; i++)
+    if (!titans_size_mul(n, shape[i], &n)) return 0;
+  if (!titans_size_mul(n, bits, &nbits) || nbits % 8) return 0;
+  *numel = n;
+  *nbytes = nbits / 8;
+  return 1;
+}
+
+/* ================================ reader: a strict JSON parser ================================ */
+
+/* The parser's cursor over the header s [n]. Strings are decoded into the reader's arena: a decoded
+   string and its NUL are never longer than its quoted JSON form, so the arena [n + 1] always fits. */
+typedef struct titans__st_parser {
+  const unsigned char *s;
+  size_t n, pos;
+  char *arena;
+  size_t arena_used;
+  char *err; /* [TITANS__ERRLEN] */
+} titans__st_parser;
+
+static int titans__st_fail(titans__st_parser *p, const char *what) {
+  return titans__error(p->err, TITANS_ERR_FORMAT, "safetensors: header byte %zu: %s", p->pos, what);
+}
+
+static void titans__st_ws(titans__st_parser *p) {
+  while (p->pos < p->n) {
+    unsigned char c = p->s[p->pos];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+    p->pos++;
+  }
+}
+
+/* Skip whitespace; 1 when the next byte is c (and consume it). */
+static int titans__st_accept(titans__st_parser *p, unsigned char c) {
+  titans__st_ws(p);
+  if (p->pos < p->n && p->s[p->pos] == c) {
+    p->pos++;
+    return 1;
+  }
+  return 0;
+}
+
+static int titans__st_hex4(const unsigned char *s, unsigned *out) {
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    unsigned c = s[i], d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return 0;
+    v = v * 16 + d;
+  }
+  *out = v;
+  return 1;
+}
+
+/* Parse a JSON string (after whitespace) and decode it, NUL-terminated, into the arena: *out points at
+   it and *len is its byte length. Raw control characters, invalid UTF-8, bad escapes, lone surrogates
+   and \u0000 (it would cut a C string) are errors. */
+static int titans__st_string(titans__st_parser *p, const char **out, size_t *len) {
+  titans__st_ws(p);
+  if (p->pos >= p->n || p->s[p->pos] != '"') return titans__st_fail(p, "expected a string");
+  size_t start = p->pos++;
+  char *dst = p->arena + p->arena_used;
+  size_t k = 0;
+  for (;;) {
+    if (p->pos >= p->n) {
+      p->pos = start;
+      return titans__st_fail(p, "unterminated string");
+    }
+    unsigned char c = p->s[p->pos];
+    if (c == '"') break;
+    if (c < 0x20) return titans__st_fail(p, "control character in a string (must be escaped)");
+    if (c != '\\') {
+      size_t u = titans__st_utf8_len(p->s + p->pos, p->n - p->pos);
+      if (!u) return titans__st_fail(p, "invalid UTF-8 in a string");
+      memcpy(dst + k, p->s + p->pos, u);
+      k += u;
+      p->pos += u;
+      continue;
+    }
+    if (p->pos + 1 >= p->n) return titans__st_fail(p, "unterminated escape in a string");
+    unsigned char e = p->s[p->pos + 1];
+    static const char esc_in[] = "\"\\/bfnrt", esc_out[] = "\"\\/\b\f\n\r\t";
+    const char *simple = e ? strchr(esc_in, e) : NULL;
+    if (simple) {
+      dst[k++] = esc_out[simple - esc_in];
+      p->pos += 2;
+      continue;
+    }
+    if (e != 'u') return titans__st_fail(p, "bad escape in a string");
+    unsigned cp, lo;
+    if (p->pos + 6 > p->n || !titans__st_hex4(p->s + p->pos + 2, &cp)) return titans__st_fail(p, "bad \\u escape");
+    if (cp >= 0xDC00 && cp <= 0xDFFF) return titans__st_fail(p, "lone low surrogate in a \\u escape");
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      if (p->pos + 12 > p->n || p->s[p->pos + 6] != '\\' || p->s[p->pos + 7] != 'u' ||
+          !titans__st_hex4(p->s + p->pos + 8, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+        return titans__st_fail(p, "high surrogate not followed by a low surrogate");
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      p->pos += 6;
+    }
+    if (cp == 0) return titans__st_fail(p, "\\u0000 in a string is not supported");
+    p->pos += 6;
+    /* UTF-8 of cp: never longer than the escape it came from (6 or 12 bytes). */
+    if (cp < 0x80) dst[k++] = (char)cp;
+    else if (cp < 0x800) {
+      dst[k++] = (char)(0xC0 | (cp >> 6));
+      dst[k++] = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      dst[k++] = (char)(0xE0 | (cp >> 12));
+      dst[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+      dst[k++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+      dst[k++] = (char)(0xF0 | (cp >> 18));
+      dst[k++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+      dst[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+      dst[k++] = (char)(0x80 | (cp & 0x3F));
+    }
+  }
+  p->pos++; /* closing quote */
+  dst[k] = 0;
+  /* k + 1 <= (pos - start): the quoted form is at least 2 bytes longer than the decoded bytes. */
+  TITANS_ASSERT(p->arena_used + k + 1 <= p->n + 1);
+  p->arena_used += k + 1;
+  *out = dst;
+  *len = k;
+  return TITANS_OK;
+}
+
+/* Parse a non-negative JSON integer (no sign, fraction, exponent or leading zero) that fits in u64. */
+static int titans__st_uint(titans__st_parser *p, uint64_t *out) {
+  titans__st_ws(p);
+  size_t start = p->pos;
+  uint64_t v = 0;
+  while (p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
+    unsigned d = (unsigned)(p->s[p->pos] - '0');
+    if (v > (UINT64_MAX - d) / 10) return titans__st_fail(p, "integer too large");
+    v = v * 10 + d;
+    p->pos++;
+  }
+  size_t digits = p->pos - start;
+  int more = p->pos < p->n && (p->s[p->pos] == '.' || p->s[p->pos] == 'e' || p->s[p->pos] == 'E');
+  if (digits == 0 || more || (digits > 1 && p->s[start] == '0')) {
+    p->pos = start;
+    return titans__st_fail(p, "expected a non-negative integer");
+  }
+  *out = v;
+  return TITANS_OK;
+}
+
+/* Skip any JSON number (full grammar), for the values of unknown fields. */
+static int titans__st_skip_number(titans__st_parser *p) {
+  const unsigned char *s = p->s;
+  size_t i = p->pos, n = p->n;
+  if (i < n && s[i] == '-') i++;
+  if (i < n && s[i] == '0') i++;
+  else if (i < n && s[i] >= '1' && s[i] <= '9')
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+  else return titans__st_fail(p, "bad number");
+  if (i < n && s[i] == '.') {
+    size_t d = ++i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    if (i == d) return titans__st_fail(p, "bad number");
+  }
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    i++;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    size_t d = i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    if (i == d) return titans__st_fail(p, "bad number");
+  }
+  p->pos = i;
+  return TITANS_OK;
+}
+
+/* Check and skip one JSON value of any kind; arrays and objects nest at most TITANS__ST_MAX_DEPTH deep
+   (recursion bounded by depth). Decoded strings are dropped from the arena. */
+static int titans__st_skip_value(titans__st_parser *p, int depth) {
+  titans__st_ws(p);
+  if (p->pos >= p->n) return titans__st_fail(p, "expected a value");
+  unsigned char c = p->s[p->pos];
+  if (c == '"') {
+    size_t mark = p->arena_used, len;
+    const char *str;
+    int rc = titans__st_string(p, &str, &len);
+    p->arena_used = mark;
+    return rc;
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) return titans__st_skip_number(p);
+  static const char *const lits[3] = {"true", "false", "null"};
+  for (int i = 0; i < 3; i++) {
+    size_t l = strlen(lits[i]);
+    if (p->n - p->pos >= l && memcmp(p->s + p->pos, lits[i], l) == 0) {
+      p->pos += l;
+      return TITANS_OK;
+    }
+  }
+  if (c != '[' && c != '{') return titans__st_fail(p, "expected a value");
+  if (depth >= TITANS__ST_MAX_DEPTH) return titans__st_fail(p, "JSON nested too deeply");
+  unsigned char close = c == '[' ? ']' : '}';
+  p->pos++;
+  if (titans__st_accept(p, close)) return TITANS_OK;
+  for (;;) {
+    int rc;
+    if (close == '}') {
+      size_t mark = p->arena_used, len;
+      const char *key;
+      if ((rc = titans__st_string(p, &key, &len)) != TITANS_OK) return rc;
+      p->arena_used = mark;
+      if (!titans__st_accept(p, ':')) return titans__st_fail(p, "expected ':'");
+    }
+    if ((rc = titans__st_skip_value(p, depth + 1)) != TITANS_OK) return rc;
+    if (titans__st_accept(p, close)) return TITANS_OK;
+    if (!titans__st_accept(p, ',')) return titans__st_fail(p, close == ']' ? "expected ',' or ']'" : "expected ',' or '}'");
+  }
+}
+
+/* ================================ reader: the safetensors schema ============================== */
+
+static int titans__st_named_fail(titans__st_parser *p, const char *name, const char *what) {
+  return titans__error(p->err, TITANS_ERR_FORMAT, "safetensors: header byte %zu: tensor '%.200s': %s", p->pos, name,
+                       what);
+}
+
+/* "__metadata__": null, or an object whose values are all strings (keys unique). */
+static int titans__st_parse_meta(titans__st_parser *p, titans_st_reader *r, size_t *cap) {
+  titans__st_ws(p);
+  if (p->n - p->pos >= 4 && memcmp(p->s + p->pos, "null", 4) == 0) {
+    p->pos += 4;
+    return TITANS_OK;
+  }
+  if (!titans__st_accept(p, '{')) return titans__st_fail(p, "__metadata__ must be an object of strings");
+  if (titans__st_accept(p, '}')) return TITANS_OK;
+  for (;;) {
+    const char *key, *value;
+    size_t klen, vlen;
+    int rc;
+    if ((rc = titans__st_string(p, &key, &klen)) != TITANS_OK) return rc;
+    if (!titans__st_accept(p, ':')) return titans__st_fail(p, "expected ':'");
+    titans__st_ws(p);
+    if (p->pos >= p->n || p->s[p->pos] != '"') return titans__st_fail(p, "__metadata__ values must be strings");
+    if ((rc = titans__st_string(p, &value, &vlen)) != TITANS_OK) return rc;
+    void *grown = titans__st_grow((void *)r->meta, cap, 2 * (r->n_meta + 1), sizeof(const char *));
+    if (!grown) return titans__error(p->err, TITANS_ERR_NOMEM, "safetensors: out of memory for metadata");
+    r->meta = (const char **)grown;
+    r->meta[2 * r->n_meta] = key;
+    r->meta[2 * r->n_meta + 1] = value;
+    r->n_meta++;
+    if (titans__st_accept(p, '}')) return TITANS_OK;
+    if (!titans__st_accept(p, ',')) return titans__st_fail(p, "expected ',' or '}'");
+  }
+}
+
+/* Array of at most max non-negative integers that fit in size_t into out; *count gets how many. */
+static int titans__st_parse_uints(titans__st_parser *p, const char *name, const char *field, size_t *out, size_t max,
+                                  size_t *count) {
+  char msg[64];
+  if (!titans__st_accept(p, '[')) {
+    strcpy(msg, field);
+    strcat(msg, " must be an array of integers");
+    return titans__st_named_fail(p, name, msg);
+  }
+  *count = 0;
+  if (titans__st_accept(p, ']')) return TITANS_OK;
+  for (;;) {
+    uint64_t v = 0;
+    int rc;
+    if (*count == max) {
+      strcpy(msg, field);
+      strcat(msg, ": too many entries");
+      return titans__st_named_fail(p, name, msg);
+    }
+    if ((rc = titans__st_uint(p, &v)) != TITANS_OK) return rc;
+    if (v > (uint64_t)SIZE_MAX) return titans__st_named_fail(p, name, "integer does not fit in size_t");
+    out[(*count)++] = (size_t)v;
+    if (titans__st_accept(p, ']')) return TITANS_OK;
+    if (!titans__st_accept(p, ',')) return titans__st_fail(p, "expected ',' or ']'");
+  }
+}
+
+/* One tensor entry {"dtype": ..., "shape": [...], "data_offsets": [b, e], (unknown fields skipped)}
+   into t, checked on its own: known dtype, ndim <= max, sizes without overflow, end - begin = bytes. */
+static int titans__st_parse_tensor(titans__st_parser *p, titans_st_tensor *t, size_t data_size) {
+  const char *name = t->name;
+  int have_dtype = 0, have_shape = 0, have_offsets = 0, rc;
+  size_t offs[2] = {0, 0};
+  if (!titans__st_accept(p, '{')) return titans__st_named_fail(p, name, "entry must be an object");
+  if (!titans__st_accept(p, '}')) {
+    for (;;) {
+      size_t mark = p->arena_used, klen;
+      const char *key;
+      if ((rc = titans__st_string(p, &key, &klen)) != TITANS_OK) return rc;
+      p->arena_used = mark; /* the key is not kept; it stays readable until the next string */
+      if (!titans__st_accept(p, ':')) return titans__st_fail(p, "expected ':'");
+      if (strcmp(key, "dtype") == 0) {
+        const char *dt;
+        size_t dlen, i;
+        if (have_dtype) return titans__st_named_fail(p, name, "duplicate field dtype");
+        titans__st_ws(p);
+        if (p->pos >= p->n || p->s[p->pos] != '"') return titans__st_named_fail(p, name, "dtype must be a string");
+        if ((rc = titans__st_string(p, &dt, &dlen)) != TITANS_OK) return rc;
+        p->arena_used = mark;
+        for (i = 0; i < TITANS_ST_DTYPE_COUNT; i++)
+          if (strcmp(dt, titans__st_dtype_names[i]) == 0) break;
+        if (i == TITANS_ST_DTYPE_COUNT) return titans__st_named_fail(p, name, "unknown dtype");
+        t->dtype = (titans_st_dtype)i;
+        have_dtype = 1;
+      } else if (strcmp(key, "shape") == 0) {
+        if (have_shape) return titans__st_named_fail(p, name, "duplicate field shape");
+        if ((rc = titans__st_parse_uints(p, name, "shape", t->shape, TITANS_ST_MAX_DIMS, &t->ndim)) != TITANS_OK) return rc;
+        have_shape = 1;
+      } else if (strcmp(key, "data_offsets") == 0) {
+        size_t cnt;
+        if (have_offsets) return titans__st_named_fail(p, name, "duplicate field data_offsets");
+        if ((rc = titans__st_parse_uints(p, name, "data_offsets", offs, 2, &cnt)) != TITANS_OK) return rc;
+        if (cnt != 2) return titans__st_named_fail(p, name, "data_offsets must be [begin, end]");
+        have_offsets = 1;
+      } else {
+        if ((rc = titans__st_skip_value(p, 2)) != TITANS_OK) return rc;
+      }
+      if (titans__st_accept(p, '}')) break;
+      if (!titans__st_accept(p, ',')) return titans__st_fail(p, "expected ',' or '}'");
+    }
+  }
+  if (!have_dtype) return titans__st_named_fail(p, name, "missing dtype");
+  if (!have_shape) return titans__st_named_fail(p, name, "missing shape");
+  if (!have_offsets) return titans__st_named_fail(p, name, "missing data_offsets");
+  if (!titans__st_sizes(t->ndim, t->shape, titans__st_dtype_bits[t->dtype], &t->numel, &t->nbytes))
+    return titans__st_named_fail(p, name, "shape too large (size overflow) or not a whole number of bytes");
+  if (offs[1] < offs[0]) return titans__st_named_fail(p, name, "data_offsets end < begin");
+  if (offs[1] > data_size) return titans__st_named_fail(p, name, "data_offsets beyond the end of the file");
+  if (offs[1] - offs[0] != t->nbytes)
+    return titans__st_named_fail(p, name, "data_offsets size does not match shape * dtype size");
+  t->offset = offs[0];
+  return TITANS_OK;
+}
+
+static int titans__st_cmp_tensor_name(const void *a, const void *b) {
+  return strcmp(((const titans_st_tensor *)a)->name, ((const titans_st_tensor *)b)->name);
+}
+
+static int titans__st_cmp_tensor_offset(const void *a, const void *b) {
+  const titans_st_tensor *x = *(const titans_st_tensor *const *)a, *y = *(const titans_st_tensor *const *)b;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
+  return strcmp(x->name, y->name); /* a total order: the first error reported does not depend on qsort */
+}
+
+static int titans__st_cmp_meta(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Whole-file checks once every entry is parsed: unique names, and the tensors' byte ranges tile the
+   data region exactly (from 0, no overlap, no gap, up to the end of the file), as Python demands. */
+static int titans__st_check_layout(titans_st_reader *r, size_t data_size) {
+  size_t n = r->n_tensors;
+  if (n > 1) qsort(r->tensors, n, sizeof(titans_st_tensor), titans__st_cmp_tensor_name);
+  for (size_t i = 1; i < n; i++)
+    if (strcmp(r->tensors[i - 1].name, r->tensors[i].name) == 0)
+      return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: duplicate tensor name '%.200s'", r->tensors[i].name);
+  if (r->n_meta > 1) qsort(r->meta, r->n_meta, 2 * sizeof(const char *), titans__st_cmp_meta);
+  for (size_t i = 1; i < r->n_meta; i++)
+    if (strcmp(r->meta[2 * i - 2], r->meta[2 * i]) == 0)
+      return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: duplicate __metadata__ key '%.200s'", r->meta[2 * i]);
+  size_t end = 0;
+  if (n) {
+    const titans_st_tensor **order = (const titans_st_tensor **)titans_alloc_bytes(n, sizeof(*order));
+    if (!order) return titans__error(r->error, TITANS_ERR_NOMEM, "safetensors: out of memory");
+    for (size_t i = 0; i < n; i++) order[i] = &r->tensors[i];
+    qsort(order, n, sizeof(*order), titans__st_cmp_tensor_offset);
+    for (size_t i = 0; i < n; i++) {
+      const titans_st_tensor *t = order[i];
+      if (t->offset != end) {
+        titans_free((void *)order);
+        return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: tensor '%.200s' at data offset %zu: %s",
+                             t->name, t->offset, t->offset < end ? "overlaps the tensor before it" : "leaves a gap before it");
+      }
+      end = t->offset + t->nbytes;
+    }
+    titans_free((void *)order);
+  }
+  if (end != data_size)
+    return titans__error(r->error, TITANS_ERR_FORMAT,
+                         "safetensors: the tensors cover %zu bytes of data but the file has %zu after the header", end,
+                         data_size);
+  return TITANS_OK;
+}
+
+/* The top-level object: "__metadata__" and the tensors, then only whitespace. */
+static int titans__st_parse_header(titans__st_parser *p, titans_st_reader *r, size_t data_size) {
+  size_t cap_tensors = 0, cap_meta = 0;
+  int have_meta = 0, rc;
+  if (!titans__st_accept(p, '{')) return titans__st_fail(p, "the header is not a JSON object");
+  if (!titans__st_accept(p, '}')) {
+    for (;;) {
+      const char *key;
+      size_t klen;
+      if ((rc = titans__st_string(p, &key, &klen)) != TITANS_OK) return rc;
+      if (!titans__st_accept(p, ':')) return titans__st_fail(p, "expected ':'");
+      if (strcmp(key, "__metadata__") == 0) {
+        if (have_meta) return titans__st_fail(p, "duplicate __metadata__");
+        have_meta = 1;
+        if ((rc = titans__st_parse_meta(p, r, &cap_meta)) != TITANS_OK) return rc;
+      } else {
+        if (klen > TITANS_ST_MAX_NAME) return titans__st_fail(p, "tensor name longer than TITANS_ST_MAX_NAME bytes");
+        void *grown = titans__st_grow(r->tensors, &cap_tensors, r->n_tensors + 1, sizeof(titans_st_tensor));
+        if (!grown) return titans__error(p->err, TITANS_ERR_NOMEM, "safetensors: out of memory for the tensor list");
+        r->tensors = (titans_st_tensor *)grown;
+        titans_st_tensor *t = &r->tensors[r->n_tensors];
+        memset(t, 0, sizeof(*t));
+        t->name = key;
+        if ((rc = titans__st_parse_tensor(p, t, data_size)) != TITANS_OK) return rc;
+        r->n_tensors++;
+      }
+      if (titans__st_accept(p, '}')) break;
+      if (!titans__st_accept(p, ',')) return titans__st_fail(p, "expected ',' or '}'");
+    }
+  }
+  titans__st_ws(p);
+  if (p->pos != p->n) return titans__st_fail(p, "trailing bytes after the JSON object");
+  return TITANS_OK;
+}
+
+TITANSDEF void titans_st_reader_free(titans_st_reader *r) {
+  if (!r) return;
+  titans_free(r->owned);
+  titans_free(r->tensors);
+  titans_free((void *)r->meta);
+  titans_free(r->strings);
+  r->owned = NULL;
+  r->tensors = NULL;
+  r->meta = NULL;
+  r->strings = NULL;
+  r->bytes = NULL;
+  r->size = r->header_len = r->n_tensors = r->n_meta = 0;
+}
+
+/* Parse into r, whose fields are zero; on failure everything allocated here is freed again. */
+static int titans__st_parse(titans_st_reader *r, const unsigned char *buf, size_t size) {
+  if (!buf && size) return titans__error(r->error, TITANS_ERR_ARG, "safetensors: NULL buffer");
+  if (size < 8)
+    return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: %zu bytes: too short for the 8-byte header length",
+                         size);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | buf[i];
+  if (n > TITANS_ST_MAX_HEADER)
+    return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: header length %llu is over the limit of %u bytes",
+                         (unsigned long long)n, (unsigned)TITANS_ST_MAX_HEADER);
+  if (n > (uint64_t)(size - 8))
+    return titans__error(r->error, TITANS_ERR_FORMAT,
+                         "safetensors: header length %llu runs past the end of the file (%zu bytes): truncated?",
+                         (unsigned long long)n, size);
+  size_t hlen = (size_t)n, data_size = size - 8 - hlen;
+  r->bytes = buf;
+  r->size = size;
+  r->header_len = hlen;
+  r->strings = (char *)titans_alloc_bytes(hlen + 1, 1);
+  if (!r->strings) return titans__error(r->error, TITANS_ERR_NOMEM, "safetensors: out of memory for the header");
+  titans__st_parser p;
+  p.s = buf + 8;
+  p.n = hlen;
+  p.pos = 0;
+  p.arena = r->strings;
+  p.arena_used = 0;
+  p.err = r->error;
+  int rc = titans__st_parse_header(&p, r, data_size);
+  if (rc == TITANS_OK) rc = titans__st_check_layout(r, data_size);
+  if (rc != TITANS_OK) return rc;
+  for (size_t i = 0; i < r->n_tensors; i++) r->tensors[i].data = buf + 8 + hlen + r->tensors[i].offset;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_st_reader_parse(titans_st_reader *r, const void *buf, size_t size) {
+  if (!r) return TITANS_ERR_ARG;
+  memset(r, 0, sizeof(*r));
+  int rc = titans__st_parse(r, (const unsigned char *)buf, size);
+  if (rc != TITANS_OK) titans_st_reader_free(r);
+  return rc;
+}
+
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_st_reader_load(titans_st_reader *r, const char *path) {
+  if (!r) return TITANS_ERR_ARG;
+  memset(r, 0, sizeof(*r));
+  if (!path) return titans__error(r->error, TITANS_ERR_ARG, "safetensors: NULL path");
+  FILE *f = fopen(path, "rb");
+  if (!f) return titans__error(r->error, TITANS_ERR_IO, "safetensors: cannot open '%.180s': %s", path, strerror(errno));
+  /* A first read catches directories and unreadable files before their size is trusted. */
+  int c = fgetc(f);
+  long len = -1;
+  if (!(c == EOF && ferror(f)) && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+  if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return titans__error(r->error, TITANS_ERR_IO, "safetensors: cannot read '%.180s'", path);
+  }
+  if ((unsigned long)len > (unsigned long)(SIZE_MAX - 1)) {
+    fclose(f);
+    return titans__error(r->error, TITANS_ERR_NOMEM, "safetensors: '%.180s' is too large for memory", path);
+  }
+  size_t size = (size_t)len;
+  unsigned char *buf = (unsigned char *)titans_alloc_bytes(size, 1);
+  if (!buf) {
+    fclose(f);
+    return titans__error(r->error, TITANS_ERR_NOMEM, "safetensors: cannot allocate %zu bytes for '%.180s'", size, path);
+  }
+  size_t got = size ? fread(buf, 1, size, f) : 0;
+  int extra = fgetc(f); /* the file must not have grown since it was measured */
+  int bad = got != size || ferror(f) || extra != EOF;
+  fclose(f);
+  if (bad) {
+    titans_free(buf);
+    return titans__error(r->error, TITANS_ERR_IO, "safetensors: short read of '%.180s' (%zu of %zu bytes)", path, got, size);
+  }
+  int rc = titans__st_parse(r, buf, size);
+  r->owned = buf; /* freed with the reader, on failure too */
+  if (rc != TITANS_OK) {
+    char msg[TITANS__ERRLEN];
+    memcpy(msg, r->error, sizeof(msg));
+    titans_st_reader_free(r);
+    titans__error(r->error, rc, "%.60s: %s", path, msg);
+  }
+  return rc;
+}
+#endif
+
+TITANSDEF const char *titans_st_reader_error(const titans_st_reader *r) { return r ? r->error : "NULL reader"; }
+
+TITANSDEF const titans_st_tensor *titans_st_find(const titans_st_reader *r, const char *name) {
+  if (!r || !name) return NULL;
+  size_t lo = 0, hi = r->n_tensors;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(r->tensors[mid].name, name);
+    if (c == 0) return &r->tensors[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return NULL;
+}
+
+TITANSDEF const titans_st_tensor *titans_st_tensor_at(const titans_st_reader *r, size_t i) {
+  return r && i < r->n_tensors ? &r->tensors[i] : NULL;
+}
+
+TITANSDEF int titans_st_read_f32(titans_st_reader *r, const char *name, float *out, size_t ndim, const size_t *shape) {
+  if (!r) return TITANS_ERR_ARG;
+  if (!name || (!shape && ndim) || ndim > TITANS_ST_MAX_DIMS)
+    return titans__error(r->error, TITANS_ERR_ARG, "safetensors: read_f32: NULL name/shape or ndim > %d",
+                         TITANS_ST_MAX_DIMS);
+  const titans_st_tensor *t = titans_st_find(r, name);
+  if (!t) return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: tensor '%.200s' not found", name);
+  if (t->dtype != TITANS_ST_F32)
+    return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: tensor '%.200s' is %s, expected F32", name,
+                         titans_st_dtype_name(t->dtype));
+  int same = t->ndim == ndim;
+  for (size_t i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+  if (!same) {
+    char have[200], want[200];
+    titans__st_shape_str(have, sizeof(have), t->ndim, t->shape);
+    titans__st_shape_str(want, sizeof(want), ndim, shape);
+    return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: tensor '%.100s' has shape %s, expected %s", name,
+                         have, want);
+  }
+  if (t->numel && !out) return titans__error(r->error, TITANS_ERR_ARG, "safetensors: read_f32: NULL output");
+  if (titans__st_host_le()) {
+    if (t->nbytes) memcpy(out, t->data, t->nbytes);
+  } else {
+    for (size_t i = 0; i < t->numel; i++) {
+      const unsigned char *b = t->data + 4 * i;
+      uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+      memcpy(out + i, &u, 4);
+    }
+  }
+  return TITANS_OK;
+}
+
+TITANSDEF const char *titans_st_meta(const titans_st_reader *r, const char *key) {
+  if (!r || !key) return NULL;
+  size_t lo = 0, hi = r->n_meta;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(r->meta[2 * mid], key);
+    if (c == 0) return r->meta[2 * mid + 1];
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return NULL;
+}
+
+TITANSDEF int titans_st_meta_at(const titans_st_reader *r, size_t i, const char **key, const char **value) {
+  if (!r || i >= r->n_meta) return 0;
+  if (key) *key = r->meta[2 * i];
+  if (value) *value = r->meta[2 * i + 1];
+  return 1;
+}
+
+/* ======================================== writer ============================================== */
+
+TITANSDEF void titans_st_writer_init(titans_st_writer *w) {
+  if (w) memset(w, 0, sizeof(*w));
+}
+
+TITANSDEF void titans_st_writer_free(titans_st_writer *w) {
+  if (!w) return;
+  for (size_t i = 0; i < w->n_tensors; i++) titans_free(w->tensors[i].name);
+  for (size_t i = 0; i < w->n_meta; i++) {
+    titans_free(w->meta[i].key);
+    titans_free(w->meta[i].value);
+  }
+  titans_free(w->tensors);
+  titans_free(w->meta);
+  memset(w, 0, sizeof(*w));
+}
+
+TITANSDEF const char *titans_st_writer_error(const titans_st_writer *w) { return w ? w->error : "NULL writer"; }
+
+static char *titans__st_strdup(const char *s) {
+  size_t n = strlen(s);
+  char *d = (char *)titans_alloc_bytes(n + 1, 1);
+  if (d) memcpy(d, s, n + 1);
+  return d;
+}
+
+TITANSDEF int titans_st_writer_add_f32(titans_st_writer *w, const char *name, const float *data, size_t ndim,
+                                       const size_t *shape) {
+  if (!w) return TITANS_ERR_ARG;
+  if (!name) return titans__error(w->error, TITANS_ERR_ARG, "safetensors: NULL tensor name");
+  size_t nlen = strlen(name), numel, nbytes;
+  if (nlen > TITANS_ST_MAX_NAME || !titans__st_utf8_valid(name) || strcmp(name, "__metadata__") == 0)
+    return titans__error(w->error, TITANS_ERR_ARG,
+                         "safetensors: bad tensor name '%.100s' (invalid UTF-8, too long or reserved)", name);
+  if (ndim > TITANS_ST_MAX_DIMS || (ndim && !shape))
+    return titans__error(w->error, TITANS_ERR_ARG, "safetensors: tensor '%.200s': ndim > %d or NULL shape", name,
+                         TITANS_ST_MAX_DIMS);
+  if (!titans__st_sizes(ndim, shape, 32, &numel, &nbytes))
+    return titans__error(w->error, TITANS_ERR_ARG, "safetensors: tensor '%.200s': size overflow", name);
+  if (numel && !data) return titans__error(w->error, TITANS_ERR_ARG, "safetensors: tensor '%.200s': NULL data", name);
+  for (size_t i = 0; i < w->n_tensors; i++)
+    if (strcmp(w->tensors[i].name, name) == 0)
+      return titans__error(w->error, TITANS_ERR_ARG, "safetensors: tensor '%.200s' added twice", name);
+  void *grown = titans__st_grow(w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof(titans__st_wtensor));
+  if (!grown) return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: out of memory");
+  w->tensors = (titans__st_wtensor *)grown;
+  titans__st_wtensor *t = &w->tensors[w->n_tensors];
+  memset(t, 0, sizeof(*t));
+  if (!(t->name = titans__st_strdup(name))) return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: out of memory");
+  t->data = data;
+  t->ndim = ndim;
+  for (size_t i = 0; i < ndim; i++) t->shape[i] = shape[i];
+  t->numel = numel;
+  w->n_tensors++;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_st_writer_add_meta(titans_st_writer *w, const char *key, const char *value) {
+  if (!w) return TITANS_ERR_ARG;
+  if (!key || !value) return titans__error(w->error, TITANS_ERR_ARG, "safetensors: NULL metadata key or value");
+  if (!titans__st_utf8_valid(key) || !titans__st_utf8_valid(value))
+    return titans__error(w->error, TITANS_ERR_ARG, "safetensors: metadata '%.100s': invalid UTF-8", key);
+  for (size_t i = 0; i < w->n_meta; i++)
+    if (strcmp(w->meta[i].key, key) == 0)
+      return titans__error(w->error, TITANS_ERR_ARG, "safetensors: metadata key '%.200s' added twice", key);
+  void *grown = titans__st_grow(w->meta, &w->cap_meta, w->n_meta + 1, sizeof(titans__st_wmeta));
+  if (!grown) return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: out of memory");
+  w->meta = (titans__st_wmeta *)grown;
+  titans__st_wmeta *m = &w->meta[w->n_meta];
+  m->key = titans__st_strdup(key);
+  m->value = titans__st_strdup(value);
+  if (!m->key || !m->value) {
+    titans_free(m->key);
+    titans_free(m->value);
+    return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: out of memory");
+  }
+  w->n_meta++;
+  return TITANS_OK;
+}
+
+/* Header emitter: counts bytes when buf is NULL (first pass), writes them otherwise (second pass).
+   The count saturates at SIZE_MAX, which is over TITANS_ST_MAX_HEADER and so refused. */
+typedef struct titans__st_emit {
+  char *buf;
+  size_t len;
+} titans__st_emit;
+
+static void titans__st_put(titans__st_emit *e, const char *s, size_t n) {
+  if (e->buf) memcpy(e->buf + e->len, s, n);
+  if (!titans_size_add(e->len, n, &e->len)) e->len = SIZE_MAX;
+}
+
+static void titans__st_puts(titans__st_emit *e, const char *s) { titans__st_put(e, s, strlen(s)); }
+
+static void titans__st_put_u64(titans__st_emit *e, uint64_t v) {
+  char num[24];
+  titans__st_put(e, num, titans__st_u64_str(num, v));
+}
+
+/* A JSON string as serde_json writes it: \" \\ \b \f \n \r \t, other control bytes as \u00XX,
+   everything else (UTF-8 included) as is. */
+static void titans__st_put_json_string(titans__st_emit *e, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  titans__st_put(e, "\"", 1);
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    const char *esc = NULL;
+    switch (*c) {
+      case '"': esc = "\\\""; break;
+      case '\\': esc = "\\\\"; break;
+      case '\b': esc = "\\b"; break;
+      case '\f': esc = "\\f"; break;
+      case '\n': esc = "\\n"; break;
+      case '\r': esc = "\\r"; break;
+      case '\t': esc = "\\t"; break;
+      default: break;
+    }
+    if (esc) titans__st_puts(e, esc);
+    else if (*c < 0x20) {
+      char u[6] = {'\\', 'u', '0', '0', hex[*c >> 4], hex[*c & 15]};
+      titans__st_put(e, u, 6);
+    } else titans__st_put(e, (const char *)c, 1);
+  }
+  titans__st_put(e, "\"", 1);
+}
+
+/* The header JSON, unpadded: {"__metadata__":{...},"name":{"dtype":"F32","shape":[..],"data_offsets":[b,e]},...}
+   with the tensors in name order and their data laid out in that order. */
+static void titans__st_put_header(titans__st_emit *e, const titans_st_writer *w) {
+  uint64_t offset = 0;
+  titans__st_put(e, "{", 1);
+  if (w->n_meta) {
+    titans__st_puts(e, "\"__metadata__\":{");
+    for (size_t i = 0; i < w->n_meta; i++) {
+      if (i) titans__st_put(e, ",", 1);
+      titans__st_put_json_string(e, w->meta[i].key);
+      titans__st_put(e, ":", 1);
+      titans__st_put_json_string(e, w->meta[i].value);
+    }
+    titans__st_put(e, "}", 1);
+  }
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    const titans__st_wtensor *t = &w->tensors[i];
+    if (i || w->n_meta) titans__st_put(e, ",", 1);
+    titans__st_put_json_string(e, t->name);
+    titans__st_puts(e, ":{\"dtype\":\"F32\",\"shape\":[");
+    for (size_t d = 0; d < t->ndim; d++) {
+      if (d) titans__st_put(e, ",", 1);
+      titans__st_put_u64(e, t->shape[d]);
+    }
+    titans__st_puts(e, "],\"data_offsets\":[");
+    titans__st_put_u64(e, offset);
+    titans__st_put(e, ",", 1);
+    offset += (uint64_t)t->numel * 4; /* fits: checked by titans__st_prepare */
+    titans__st_put_u64(e, offset);
+    titans__st_puts(e, "]}");
+  }
+  titans__st_put(e, "}", 1);
+}
+
+static int titans__st_cmp_wtensor(const void *a, const void *b) {
+  return strcmp(((const titans__st_wtensor *)a)->name, ((const titans__st_wtensor *)b)->name);
+}
+
+static int titans__st_cmp_wmeta(const void *a, const void *b) {
+  return strcmp(((const titans__st_wmeta *)a)->key, ((const titans__st_wmeta *)b)->key);
+}
+
+/* Sort the entries (output independent of the order of the add calls) and build the first 8 + N bytes
+   of the file into *head (titans_free it); *total gets the file's size. */
+static int titans__st_prepare(titans_st_writer *w, unsigned char **head, size_t *head_len, size_t *total) {
+  *head = NULL;
+  if (w->n_tensors > 1) qsort(w->tensors, w->n_tensors, sizeof(titans__st_wtensor), titans__st_cmp_wtensor);
+  if (w->n_meta > 1) qsort(w->meta, w->n_meta, sizeof(titans__st_wmeta), titans__st_cmp_wmeta);
+  size_t data = 0;
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    size_t nb;
+    if (!titans_size_mul(w->tensors[i].numel, 4, &nb) || !titans_size_add(data, nb, &data))
+      return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: total data size overflows");
+  }
+  titans__st_emit e = {NULL, 0};
+  titans__st_put_header(&e, w);
+  size_t n = e.len;
+  if (n > TITANS_ST_MAX_HEADER - 7)
+    return titans__error(w->error, TITANS_ERR_ARG, "safetensors: header of %zu bytes is over the limit of %u", n,
+                         (unsigned)TITANS_ST_MAX_HEADER);
+  size_t padded = (n + 7) / 8 * 8; /* data starts 8-byte aligned, as Python pads it */
+  if (!titans_size_add(8 + padded, data, total))
+    return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: file size overflows");
+  unsigned char *h = (unsigned char *)titans_alloc_bytes(8 + padded, 1);
+  if (!h) return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: out of memory for the header");
+  for (int i = 0; i < 8; i++) h[i] = (unsigned char)(((uint64_t)padded >> (8 * i)) & 0xFF);
+  e.buf = (char *)h + 8;
+  e.len = 0;
+  titans__st_put_header(&e, w);
+  TITANS_ASSERT(e.len == n);
+  memset(h + 8 + n, ' ', padded - n);
+  *head = h;
+  *head_len = 8 + padded;
+  return TITANS_OK;
+}
+
+/* Tensor t's bytes, little-endian, into dst [numel * 4]. */
+static void titans__st_put_le(unsigned char *dst, const titans__st_wtensor *t) {
+  if (titans__st_host_le()) {
+    if (t->numel) memcpy(dst, t->data, t->numel * 4);
+    return;
+  }
+  for (size_t i = 0; i < t->numel; i++) {
+    uint32_t u;
+    memcpy(&u, t->data + i, 4);
+    for (int b = 0; b < 4; b++) dst[4 * i + b] = (unsigned char)(u >> (8 * b));
+  }
+}
+
+TITANSDEF int titans_st_writer_to_memory(titans_st_writer *w, unsigned char **out, size_t *size) {
+  if (!w) return TITANS_ERR_ARG;
+  if (!out || !size) return titans__error(w->error, TITANS_ERR_ARG, "safetensors: NULL output");
+  *out = NULL;
+  *size = 0;
+  unsigned char *head;
+  size_t head_len, total;
+  int rc = titans__st_prepare(w, &head, &head_len, &total);
+  if (rc != TITANS_OK) return rc;
+  unsigned char *buf = (unsigned char *)titans_alloc_bytes(total, 1);
+  if (!buf) {
+    titans_free(head);
+    return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: cannot allocate %zu bytes", total);
+  }
+  memcpy(buf, head, head_len);
+  titans_free(head);
+  size_t pos = head_len;
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    titans__st_put_le(buf + pos, &w->tensors[i]);
+    pos += w->tensors[i].numel * 4;
+  }
+  TITANS_ASSERT(pos == total);
+  *out = buf;
+  *size = total;
+  return TITANS_OK;
+}
+
+#ifndef TITANS_NO_STDIO
+/* Stream the file to f; 1 when every fwrite wrote everything. */
+static int titans__st_write_stream(titans_st_writer *w, FILE *f, const unsigned char *head, size_t head_len) {
+  if (fwrite(head, 1, head_len, f) != head_len) return 0;
+  if (titans__st_host_le()) {
+    for (size_t i = 0; i < w->n_tensors; i++) {
+      const titans__st_wtensor *t = &w->tensors[i];
+      if (t->numel && fwrite(t->data, 4, t->numel, f) != t->numel) return 0;
+    }
+    return 1;
+  }
+  unsigned char chunk[4096];
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    const titans__st_wtensor *t = &w->tensors[i];
+    for (size_t j = 0; j < t->numel; j += sizeof(chunk) / 4) {
+      titans__st_wtensor part = *t;
+      part.data = t->data + j;
+      part.numel = t->numel - j < sizeof(chunk) / 4 ? t->numel - j : sizeof(chunk) / 4;
+      titans__st_put_le(chunk, &part);
+      if (fwrite(chunk, 4, part.numel, f) != part.numel) return 0;
+    }
+  }
+  return 1;
+}
+
+TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
+  if (!w) return TITANS_ERR_ARG;
+  if (!path) return titans__error(w->error, TITANS_ERR_ARG, "safetensors: NULL path");
+  size_t plen = strlen(path);
+  char *tmp = (char *)titans_alloc_bytes(plen + 5, 1);
+  if (!tmp) return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: out of memory");
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp", 5);
+  unsigned char *head;
+  size_t head_len, total;
+  int rc = titans__st_prepare(w, &head, &head_len, &total);
+  if (rc != TITANS_OK) {
+    titans_free(tmp);
+    return rc;
+  }
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    rc = titans__error(w->error, TITANS_ERR_IO, "safetensors: cannot create '%.180s': %s", tmp, strerror(errno));
+  } else {
+    int ok = titans__st_write_stream(w, f, head, head_len);
+    int err = errno;
+    ok = fflush(f) == 0 && ok;
+    ok = !ferror(f) && ok;
+    if (!ok) err = errno;
+    if (fclose(f) != 0 && ok) { /* a delayed write error surfaces here */
+      ok = 0;
+      err = errno;
+    }
+    if (!ok) rc = titans__error(w->error, TITANS_ERR_IO, "safetensors: cannot write '%.180s': %s", tmp, strerror(err));
+    else if (rename(tmp, path) != 0) {
+      err = errno;
+#ifdef _WIN32
+      /* Windows' rename does not replace: drop the old file first (not atomic there). */
+      if (remove(path) == 0 && rename(tmp, path) == 0) err = 0;
+#endif
+      if (err)
+        rc = titans__error(w->error, TITANS_ERR_IO, "safetensors: cannot rename '%.120s' to '%.120s': %s", tmp, path,
+                           strerror(err));
+    }
+    if (rc != TITANS_OK) remove(tmp);
+  }
+  titans_free(head);
+  titans_free(tmp);
+  return rc;
+}
+#endif
+/* ---- 7. Models, training, sessions (implementation) ------------------------------------------- */
+
+static const char *const titans__block_names[TITANS_BLOCK_COUNT] = {"attn", "swa", "mac", "mag", "mal", "lmm", "lm2"};
+
+TITANSDEF const char *titans_block_name(int kind) {
+  return kind >= 0 && kind < TITANS_BLOCK_COUNT ? titans__block_names[kind] : NULL;
+}
+
+TITANSDEF int titans_block_from_name(const char *name) {
+  for (int k = 0; k < TITANS_BLOCK_COUNT; k++)
+    if (name && strcmp(name, titans__block_names[k]) == 0) return k;
+  return -1;
+}
+
+static int titans__has_attn(int kind) { return kind != TITANS_BLOCK_LMM; }
+static int titans__has_mem(int kind) {
+  return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG || kind == TITANS_BLOCK_MAL || kind == TITANS_BLOCK_LMM;
+}
+static int titans__has_gate(int kind) { return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG; }
+
+TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n_layers) {
+  titans_config c;
+  memset(&c, 0, sizeof c);
+  c.block = block;
+  c.vocab = vocab;
+  c.d = d;
+  c.n_layers = n_layers;
+  c.attn_heads = d / 64 > 1 ? d / 64 : 1;
+  c.ffn_hidden = ((4 * d + 7) / 8) * 8;
+  c.window = 64;
+  c.segment = 64;
+  c.n_persist = titans__has_mem(block) && block != TITANS_BLOCK_LMM ? 4 : 0;
+  c.tied = 1;
+  c.max_context = 4096;
+  c.mem = titans_mem_config_default(d);
+  return c;
+}
+
+TITANSDEF int titans_config_check(const titans_config *c, char *err) {
+  if (c->block < 0 || c->block >= TITANS_BLOCK_COUNT)
+    return titans__error(err, TITANS_ERR_ARG, "config: unknown block kind %d", c->block);
+  if (c->block == TITANS_BLOCK_LM2)
+    return titans__error(err, TITANS_ERR_ARG, "config: the LM2 block is not implemented in this version");
+  if (c->vocab < 1 || c->vocab > (1 << 24)) return titans__error(err, TITANS_ERR_ARG, "config: vocab = %d, want 1..2^24", c->vocab);
+  if (c->d < 2 || c->d > 65536) return titans__error(err, TITANS_ERR_ARG, "config: d = %d, want 2..65536", c->d);
+  if (c->n_layers < 1 || c->n_layers > 1024)
+    return titans__error(err, TITANS_ERR_ARG, "config: n_layers = %d, want 1..1024", c->n_layers);
+  if (c->ffn_hidden < 1 || c->ffn_hidden > 1 << 20)
+    return titans__error(err, TITANS_ERR_ARG, "config: ffn_hidden = %d, want 1..2^20", c->ffn_hidden);
+  if (titans__has_attn(c->block)) {
+    if (c->attn_heads < 1 || c->d % c->attn_heads != 0 || (c->d / c->attn_heads) % 2 != 0)
+      return titans__error(err, TITANS_ERR_ARG, "config: attn_heads = %d must divide d = %d into even head widths",
+                           c->attn_heads, c->d);
+    if (c->n_persist < 0 || c->n_persist > 4096)
+      return titans__error(err, TITANS_ERR_ARG, "config: n_persist = %d, want 0..4096", c->n_persist);
+  } else if (c->n_persist != 0) {
+    return titans__error(err, TITANS_ERR_ARG, "config: the LMM block has no persistent tokens (n_persist = %d)", c->n_persist);
+  }
+  if ((c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL) &&
+      (c->window < 1 || c->window > 1 << 24))
+    return titans__error(err, TITANS_ERR_ARG, "config: window = %d, want 1..2^24", c->window);
+  if (c->block == TITANS_BLOCK_ATTN && (c->max_context < 1 || c->max_context > 1 << 24))
+    return titans__error(err, TITANS_ERR_ARG, "config: max_context = %d, want 1..2^24", c->max_context);
+  if (c->tied != 0 && c->tied != 1) return titans__error(err, TITANS_ERR_ARG, "config: tied must be 0 or 1");
+  if (titans__has_mem(c->block)) {
+    int rc = titans_mem_config_check(&c->mem, err);
+    if (rc) return rc;
+    if (c->mem.d != c->d) return titans__error(err, TITANS_ERR_ARG, "config: mem.d = %d differs from d = %d", c->mem.d, c->d);
+  }
+  if (c->block == TITANS_BLOCK_MAC && (c->segment < 1 || c->segment > 1 << 16 || c->segment % c->mem.chunk != 0))
+    return titans__error(err, TITANS_ERR_ARG, "config: segment = %d must be a multiple of the chunk %d (and <= 65536)",
+                         c->segment, c->mem.chunk);
+  return TITANS_OK;
+}
+
+/* ---- parameter layout ------------------------------------------------------------------------- */
+
+/* out = "layers.<l>." (no stdio needed). */
+static void titans__layer_prefix(char *out, int l) {
+  char digits[12];
+  int n = 0;
+  do {
+    digits[n++] = (char)('0' + l % 10);
+    l /= 10;
+  } while (l > 0);
+  memcpy(out, "layers.", 7);
+  for (int i = 0; i < n; i++) out[7 + i] = digits[n - 1 - i];
+  out[7 + n] = '.';
+  out[8 + n] = 0;
+}
+
+/* The one place that fixes the model's parameter order and names. Records into list (may be NULL) and
+   binds w (may be NULL; w->layers must have n_layers entries). Returns the parameter count; *offset
+   advances to the total. */
+static size_t titans__model_walk(const titans_config *c, titans_weights *w, float *slab, titans_param *list, size_t max,
+                                 size_t *offset) {
+  size_t count = 0, o, d = (size_t)c->d, ff = (size_t)c->ffn_hidden, V = (size_t)c->vocab;
+  char prefix[64];
+#define TITANS__PARAM(ptr, name, kind, nd, a, b_)                                                        \
+  o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, 0);                  \
+  if (w) (ptr) = slab + o;
+  prefix[0] = 0;
+  TITANS__PARAM(w->tok_emb, "tok_emb", TITANS_PARAM_MATRIX, 2, V, d)
+  for (int l = 0; l < c->n_layers; l++) {
+    titans_layer dummy, *L = w ? &w->layers[l] : &dummy;
+    if (w) memset(L, 0, sizeof *L);
+    titans__layer_prefix(prefix, l);
+    TITANS__PARAM(L->norm1, "norm1", TITANS_PARAM_GAIN, 1, d, 0)
+    if (titans__has_attn(c->block)) {
+      TITANS__PARAM(L->attn_wq, "attn.wq", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->attn_wk, "attn.wk", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->attn_wv, "attn.wv", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->attn_wo, "attn.wo", TITANS_PARAM_MATRIX, 2, d, d)
+      if (c->n_persist > 0) {
+        TITANS__PARAM(L->persist, "persist", TITANS_PARAM_TOKENS, 2, (size_t)c->n_persist, d)
+      }
+    }
+    if (titans__has_gate(c->block)) {
+      TITANS__PARAM(L->gate_norm_y, "gate.norm_y", TITANS_PARAM_GAIN, 1, d, 0)
+      TITANS__PARAM(L->gate_norm_m, "gate.norm_m", TITANS_PARAM_GAIN, 1, d, 0)
+    }
+    if (titans__has_mem(c->block)) {
+      char mp[80];
+      size_t pl = strlen(prefix);
+      memcpy(mp, prefix, pl);
+      memcpy(mp + pl, "mem.", 5);
+      count += titans__mem_walk(&c->mem, w ? &L->mem : NULL, slab, list ? list + (count < max ? count : max) : NULL,
+                                max > count ? max - count : 0, mp, offset);
+    }
+    TITANS__PARAM(L->norm2, "norm2", TITANS_PARAM_GAIN, 1, d, 0)
+    TITANS__PARAM(L->ffn_w1, "ffn.w1", TITANS_PARAM_MATRIX, 2, ff, d)
+    TITANS__PARAM(L->ffn_w3, "ffn.w3", TITANS_PARAM_MATRIX, 2, ff, d)
+    TITANS__PARAM(L->ffn_w2, "ffn.w2", TITANS_PARAM_MATRIX, 2, d, ff)
+  }
+  prefix[0] = 0;
+  TITANS__PARAM(w->norm_f, "norm_f", TITANS_PARAM_GAIN, 1, d, 0)
+  if (!c->tied) {
+    TITANS__PARAM(w->lm_head, "lm_head", TITANS_PARAM_MATRIX, 2, V, d)
+  } else if (w) {
+    w->lm_head = NULL;
+  }
+#undef TITANS__PARAM
+  return count;
+}
+
+TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab) {
+  size_t offset = 0;
+  w->layers = layers;
+  titans__model_walk(cfg, w, slab, NULL, 0, &offset);
+}
+
+TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
+  memset(m, 0, sizeof *m);
+  int rc = titans_config_check(cfg, m->error);
+  if (rc) return rc;
+  m->cfg = *cfg;
+  /* Size first in double: a config whose parameter count is absurd is refused before any size_t
+     arithmetic can wrap. */
+  double per_layer = 4.0 * cfg->d * cfg->d + 3.0 * cfg->d * cfg->ffn_hidden + (double)cfg->n_persist * cfg->d;
+  if (titans__has_mem(cfg->block)) per_layer += (double)titans_mem_param_count(&cfg->mem);
+  double total = per_layer * cfg->n_layers + 2.0 * cfg->vocab * cfg->d;
+  if (total > 4e9) return titans__error(m->error, TITANS_ERR_ARG, "model: %.3g parameters is more than this version supports", total);
+  size_t offset = 0;
+  m->n_params = titans__model_walk(cfg, NULL, NULL, NULL, 0, &offset);
+  m->n_floats = offset;
+  m->params = titans_alloc_floats(m->n_floats);
+  m->plist = (titans_param *)titans_alloc_bytes(m->n_params, sizeof(titans_param));
+  m->w.layers = (titans_layer *)titans_alloc_bytes((size_t)cfg->n_layers, sizeof(titans_layer));
+  if (!m->params || !m->plist || !m->w.layers) {
+    titans_model_free(m);
+    return titans__error(m->error, TITANS_ERR_NOMEM, "model: cannot allocate %zu parameters", offset);
+  }
+  offset = 0;
+  titans__model_walk(cfg, &m->w, m->params, m->plist, m->n_params, &offset);
+  return TITANS_OK;
+}
+
+TITANSDEF void titans_model_free(titans_model *m) {
+  titans_free(m->params);
+  titans_free(m->plist);
+  titans_free(m->w.layers);
+  m->params = NULL;
+  m->plist = NULL;
+  m->w.layers = NULL;
+}
+
+TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed) {
+  const titans_config *c = &m->cfg;
+  titans_rng rng;
+  titans_rng_seed(&rng, seed);
+  size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  float out_std = 0.02f / sqrtf(2.0f * (float)c->n_layers);
+  titans__fill_normal(m->w.tok_emb, (size_t)c->vocab * d, 0.02f, &rng);
+  titans__fill_const(m->w.norm_f, d, 1.0f);
+  if (m->w.lm_head) titans__fill_normal(m->w.lm_head, (size_t)c->vocab * d, 0.02f, &rng);
+  for (int l = 0; l < c->n_layers; l++) {
+    titans_layer *L = &m->w.layers[l];
+    titans__fill_const(L->norm1, d, 1.0f);
+    titans__fill_const(L->norm2, d, 1.0f);
+    if (L->attn_wq) {
+      titans__fill_normal(L->attn_wq, d * d, 0.02f, &rng);
+      titans__fill_normal(L->attn_wk, d * d, 0.02f, &rng);
+      titans__fill_normal(L->attn_wv, d * d, 0.02f, &rng);
+      titans__fill_normal(L->attn_wo, d * d, out_std, &rng);
+    }
+    if (L->persist) titans__fill_normal(L->persist, (size_t)c->n_persist * d, 0.02f, &rng);
+    if (L->gate_norm_y) {
+      titans__fill_const(L->gate_norm_y, d, 1.0f);
+      titans__fill_const(L->gate_norm_m, d, 1.0f);
+    }
+    if (titans__has_mem(c->block)) titans_mem_weights_init(&L->mem, &c->mem, &rng, c->n_layers);
+    titans__fill_normal(L->ffn_w1, ff * d, 0.02f, &rng);
+    titans__fill_normal(L->ffn_w3, ff * d, 0.02f, &rng);
+    titans__fill_normal(L->ffn_w2, d * ff, out_std, &rng);
+  }
+}
+
+/* ---- training schedule ------------------------------------------------------------------------ */
+
+TITANSDEF titans_train_config titans_train_config_default(void) {
+  titans_train_config t;
+  t.lr = 4e-4f;
+  t.min_lr = 4e-5f;
+  t.warmup_steps = 100;
+  t.total_steps = 10000;
+  t.weight_decay = 0.1f;
+  t.beta1 = 0.9f;
+  t.beta2 = 0.95f;
+  t.eps = 1e-8f;
+  t.clip = 1.0f;
+  return t;
+}
+
+TITANSDEF float titans_lr_at(const titans_train_config *tc, long step) {
+  if (tc->warmup_steps > 0 && step < tc->warmup_steps) return tc->lr * (float)(step + 1) / (float)tc->warmup_steps;
+  long span = tc->total_steps - tc->warmup_steps;
+  if (span <= 0 || step >= tc->total_steps) return tc->min_lr;
+  double progress = (double)(step - tc->warmup_steps) / (double)span;
+  return tc->min_lr + (tc->lr - tc->min_lr) * (float)(0.5 * (1.0 + cos(3.141592653589793 * progress)));
+}
+
+/* ---- activation arena ------------------------------------------------------------------------- */
+
+/* A bump allocator for one forward/backward: blocks are kept between steps; after a step that needed
+   more than one block, they are merged into one of the peak size, so the steady state allocates
+   nothing. */
+#define TITANS__ARENA_BLOCKS 48
+typedef struct titans__arena {
+  float *blocks[TITANS__ARENA_BLOCKS];
+  size_t sizes[TITANS__ARENA_BLOCKS];
+  int count;
+  size_t used;  /* floats used in the last block */
+  size_t total; /* floats handed out since the last reset */
+} titans__arena;
+
+static float *titans__arena_alloc(titans__arena *a, size_t n) {
+  n = (n + 15) & ~(size_t)15; /* keep every buffer 64-byte aligned relative to its block */
+  if (a->count > 0 && n <= a->sizes[a->count - 1] - a->used) {
+    float *p = a->blocks[a->count - 1] + a->used;
+    a->used += n;
+    a->total += n;
+    return p;
+  }
+  if (a->count == TITANS__ARENA_BLOCKS) return NULL;
+  size_t size = a->count > 0 ? 2 * a->sizes[a->count - 1] : ((size_t)1 << 20);
+  if (size < n) size = n;
+  float *b = titans_alloc_floats(size);
+  if (!b) return NULL;
+  a->blocks[a->count] = b;
+  a->sizes[a->count] = size;
+  a->count++;
+  a->used = n;
+  a->total += n;
+  return b;
+}
+
+/* Zeroed floats */
+static float *titans__arena_zalloc(titans__arena *a, size_t n) {
+  float *p = titans__arena_alloc(a, n);
+  if (p) memset(p, 0, n * sizeof(float));
+  return p;
+}
+
+static void titans__arena_reset(titans__arena *a) {
+  if (a->count > 1) {
+    size_t peak = a->total;
+    for (int i = 0; i < a->count; i++) titans_free(a->blocks[i]);
+    a->count = 0;
+    float *b = titans_alloc_floats(peak);
+    if (b) {
+      a->blocks[0] = b;
+      a->sizes[0] = peak;
+      a->count = 1;
+    }
+  }
+  a->used = 0;
+  a->total = 0;
+}
+
+static void titans__arena_free(titans__arena *a) {
+  for (int i = 0; i < a->count; i++) titans_free(a->blocks[i]);
+  memset(a, 0, sizeof *a);
+}
+
+/* n positions start, start + 1, ... (int64 storage carved from the float arena) */
+static int64_t *titans__arena_positions(titans__arena *a, size_t n, int64_t start) {
+  int64_t *p = (int64_t *)(void *)titans__arena_alloc(a, 2 * n + 2);
+  if (p)
+    for (size_t i = 0; i < n; i++) p[i] = start + (int64_t)i;
+  return p;
+}
+
+/* ---- attention sublayer: projections, RoPE, masked attention, output projection -------------- */
+
+typedef struct titans__attn_save {
+  float *q;   /* [B, Tq, d] after RoPE */
+  float *k;   /* [B, P + Tk, d] (positioned rows after RoPE) */
+  float *v;   /* [B, P + Tk, d] */
+  float *att; /* [B, Tq, d] attention output (input of wo) */
+  float *lse; /* [B, Tq, H] */
+} titans__attn_save;
+
+/* out [B, Tq, d] = wo Attn(wq xq, wk src, wv src): src [B, P + Tk, d] holds the always-visible prefix rows
+   (no RoPE) then the positioned rows (positions kpos); queries at qpos. */
+static int titans__attn_sub_forward(const titans_config *c, const titans_layer *L, titans__arena *ar,
+                                    titans__attn_save *sv, float *out, const float *xq, const float *src,
+                                    const int64_t *qpos, const int64_t *kpos, size_t B, size_t Tq, size_t P, size_t Tk,
+                                    int64_t window) {
+  size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
+  sv->q = titans__arena_alloc(ar, B * Tq * d);
+  sv->k = titans__arena_alloc(ar, B * S * d);
+  sv->v = titans__arena_alloc(ar, B * S * d);
+  sv->att = titans__arena_alloc(ar, B * Tq * d);
+  sv->lse = titans__arena_alloc(ar, B * Tq * H);
+  if (!sv->q || !sv->k || !sv->v || !sv->att || !sv->lse) return TITANS_ERR_NOMEM;
+  titans_gemm(0, 1, B * Tq, d, d, 1.0f, xq, d, L->attn_wq, d, 0.0f, sv->q, d);
+  titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wk, d, 0.0f, sv->k, d);
+  titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wv, d, 0.0f, sv->v, d);
+  for (size_t b = 0; b < B; b++) {
+    titans_rope_forward(sv->q + b * Tq * d, qpos, Tq, H, da);
+    titans_rope_forward(sv->k + (b * S + P) * d, kpos, Tk, H, da);
+    int rc = titans_attention_forward(sv->att + b * Tq * d, sv->lse + b * Tq * H, sv->q + b * Tq * d, sv->k + b * S * d,
+                                      sv->v + b * S * d, qpos, kpos, Tq, P, Tk, H, da, window);
+    if (rc) return rc;
+  }
+  titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
+  return TITANS_OK;
+}
+
+/* Backward of titans__attn_sub_forward: accumulates dxq [B, Tq, d], dsrc [B, P + Tk, d] and G's attention
+   weights. */
+static int titans__attn_sub_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                     titans__arena *ar, const titans__attn_save *sv, float *dxq, float *dsrc,
+                                     const float *dout, const float *xq, const float *src, const int64_t *qpos,
+                                     const int64_t *kpos, size_t B, size_t Tq, size_t P, size_t Tk, int64_t window) {
+  size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
+  float *datt = titans__arena_alloc(ar, B * Tq * d), *dq = titans__arena_zalloc(ar, B * Tq * d);
+  float *dk = titans__arena_zalloc(ar, B * S * d), *dv = titans__arena_zalloc(ar, B * S * d);
+  if (!datt || !dq || !dk || !dv) return TITANS_ERR_NOMEM;
+  /* out = att wo^T */
+  titans_gemm(1, 0, d, d, B * Tq, 1.0f, dout, d, sv->att, d, 1.0f, G->attn_wo, d);
+  titans_gemm(0, 0, B * Tq, d, d, 1.0f, dout, d, L->attn_wo, d, 0.0f, datt, d);
+  for (size_t b = 0; b < B; b++) {
+    int rc = titans_attention_backward(dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d,
+                                       sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
+                                       sv->lse + b * Tq * H, qpos, kpos, Tq, P, Tk, H, da, window);
+    if (rc) return rc;
+    titans_rope_backward(dq + b * Tq * d, qpos, Tq, H, da);
+    titans_rope_backward(dk + (b * S + P) * d, kpos, Tk, H, da);
+  }
+  /* q = xq wq^T, k = src wk^T, v = src wv^T */
+  titans_gemm(1, 0, d, d, B * Tq, 1.0f, dq, d, xq, d, 1.0f, G->attn_wq, d);
+  titans_gemm(0, 0, B * Tq, d, d, 1.0f, dq, d, L->attn_wq, d, 1.0f, dxq, d);
+  titans_gemm(1, 0, d, d, B * S, 1.0f, dk, d, src, d, 1.0f, G->attn_wk, d);
+  titans_gemm(0, 0, B * S, d, d, 1.0f, dk, d, L->attn_wk, d, 1.0f, dsrc, d);
+  titans_gemm(1, 0, d, d, B * S, 1.0f, dv, d, src, d, 1.0f, G->attn_wv, d);
+  titans_gemm(0, 0, B * S, d, d, 1.0f, dv, d, L->attn_wv, d, 1.0f, dsrc, d);
+  return TITANS_OK;
+}
+
+/* ---- Gate(y, m) = RMSNorm(y; norm_y) * sigmoid(RMSNorm(m; norm_m)) ------------------------------ */
+
+typedef struct titans__gate_save {
+  float *yn, *sg;        /* [rows, d] RMSNorm(y), sigmoid(RMSNorm(m)) */
+  float *rstd_y, *rstd_m; /* [rows] */
+} titans__gate_save;
+
+static int titans__gate_forward(titans__arena *ar, titans__gate_save *sv, float *out, const float *y, const float *m,
+                                const float *norm_y, const float *norm_m, size_t rows, size_t d) {
+  sv->yn = titans__arena_alloc(ar, rows * d);
+  sv->sg = titans__arena_alloc(ar, rows * d);
+  sv->rstd_y = titans__arena_alloc(ar, rows);
+  sv->rstd_m = titans__arena_alloc(ar, rows);
+  if (!sv->yn || !sv->sg || !sv->rstd_y || !sv->rstd_m) return TITANS_ERR_NOMEM;
+  titans_rmsnorm_forward(sv->yn, sv->rstd_y, y, norm_y, rows, d);
+  titans_rmsnorm_forward(sv->sg, sv->rstd_m, m, norm_m, rows, d);
+  titans_sigmoid_forward(sv->sg, sv->sg, rows * d);
+  for (size_t j = 0; j < rows * d; j++) out[j] = sv->yn[j] * sv->sg[j];
+  return TITANS_OK;
+}
+
+/* accumulates dy, dm [rows, d] and the gains' gradients */
+static int titans__gate_backward(titans__arena *ar, const titans__gate_save *sv, float *dy, float *dm, float *dnorm_y,
+                                 float *dnorm_m, const float *dout, const float *y, const float *m, const float *norm_y,
+                                 const float *norm_m, size_t rows, size_t d) {
+  float *dyn = titans__arena_alloc(ar, rows * d), *dmn = titans__arena_alloc(ar, rows * d);
+  if (!dyn || !dmn) return TITANS_ERR_NOMEM;
+  for (size_t j = 0; j < rows * d; j++) {
+    float s = sv->sg[j];
+    dyn[j] = dout[j] * s;
+    dmn[j] = dout[j] * sv->yn[j] * s * (1.0f - s);
+  }
+  titans_rmsnorm_backward(dy, dnorm_y, dyn, y, norm_y, sv->rstd_y, rows, d);
+  titans_rmsnorm_backward(dm, dnorm_m, dmn, m, norm_m, sv->rstd_m, rows, d);
+  return TITANS_OK;
+}
+
+/* ---- SwiGLU FFN: w2 (SiLU(w1 x) * (w3 x)) ------------------------------------------------------- */
+
+typedef struct titans__ffn_save {
+  float *u1, *u3, *act; /* [rows, d_ff] w1 x, w3 x, SiLU(u1) * u3 */
+} titans__ffn_save;
+
+static int titans__ffn_forward(const titans_config *c, const titans_layer *L, titans__arena *ar, titans__ffn_save *sv,
+                               float *out, const float *x, size_t rows) {
+  size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  sv->u1 = titans__arena_alloc(ar, rows * ff);
+  sv->u3 = titans__arena_alloc(ar, rows * ff);
+  sv->act = titans__arena_alloc(ar, rows * ff);
+  if (!sv->u1 || !sv->u3 || !sv->act) return TITANS_ERR_NOMEM;
+  titans_gemm(0, 1, rows, ff, d, 1.0f, x, d, L->ffn_w1, d, 0.0f, sv->u1, ff);
+  titans_gemm(0, 1, rows, ff, d, 1.0f, x, d, L->ffn_w3, d, 0.0f, sv->u3, ff);
+  titans_silu_forward(sv->act, sv->u1, rows * ff);
+  for (size_t j = 0; j < rows * ff; j++) sv->act[j] *= sv->u3[j];
+  titans_gemm(0, 1, rows, d, ff, 1.0f, sv->act, ff, L->ffn_w2, ff, 0.0f, out, d);
+  return TITANS_OK;
+}
+
+/* accumulates dx [rows, d] and G's FFN weights */
+static int titans__ffn_backward(const titans_config *c, const titans_layer *L, const titans_layer *G, titans__arena *ar,
+                                const titans__ffn_save *sv, float *dx, const float *dout, const float *x, size_t rows) {
+  size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  float *dact = titans__arena_alloc(ar, rows * ff), *du1 = titans__arena_zalloc(ar, rows * ff);
+  float *du3 = titans__arena_alloc(ar, rows * ff);
+  if (!dact || !du1 || !du3) return TITANS_ERR_NOMEM;
+  titans_gemm(1, 0, d, ff, rows, 1.0f, dout, d, sv->act, ff, 1.0f, G->ffn_w2, ff);
+  titans_gemm(0, 0, rows, ff, d, 1.0f, dout, d, L->ffn_w2, ff, 0.0f, dact, ff);
+  /* act = SiLU(u1) * u3: du3 = dact * SiLU(u1) (= act / u3, recomputed to avoid the division), du1 via SiLU' */
+  titans_silu_forward(du3, sv->u1, rows * ff);
+  for (size_t j = 0; j < rows * ff; j++) {
+    du3[j] *= dact[j];
+    dact[j] *= sv->u3[j];
+  }
+  titans_silu_backward(du1, dact, sv->u1, rows * ff);
+  titans_gemm(1, 0, ff, d, rows, 1.0f, du1, ff, x, d, 1.0f, G->ffn_w1, d);
+  titans_gemm(1, 0, ff, d, rows, 1.0f, du3, ff, x, d, 1.0f, G->ffn_w3, d);
+  titans_gemm(0, 0, rows, d, ff, 1.0f, du1, ff, L->ffn_w1, d, 1.0f, dx, d);
+  titans_gemm(0, 0, rows, d, ff, 1.0f, du3, ff, L->ffn_w3, d, 1.0f, dx, d);
+  return TITANS_OK;
+}
+
+/* ---- per-layer activations -------------------------------------------------------------------- */
+
+typedef struct titans__mac_seg {
+  size_t t0, n;        /* first position and length of the segment */
+  float *xs;           /* [B, n, d] the segment of the normalised block input */
+  float *hm;           /* [B, n, d] retrieved memory (MAC step 1) */
+  float *src;          /* [B, P + 2n, d] persist || Hm || X */
+  float *y;            /* [B, n, d] attention output (step 2) */
+  float *mm;           /* [B, n, d] memory output (step 3) */
+  int64_t *kpos;       /* [2n] 0..n-1, 0..n-1 */
+  titans__attn_save at;
+  titans__gate_save gate;
+} titans__mac_seg;
+
+typedef struct titans__layer_fwd {
+  const float *x_in;     /* [B, T, d] block input */
+  float *xn, *rstd1;     /* [B, T, d] RMSNorm(x; norm1), [B * T] */
+  float *mix;            /* [B, T, d] mixer output */
+  float *h, *hn, *rstd2; /* [B, T, d] x + mix, RMSNorm(h; norm2), [B * T] */
+  titans__ffn_save ffn;
+  float *src;            /* [B, P + T, d] key source / memory input: persist || xn (MAL: the memory output) */
+  float *mem_in;         /* [B, N_p + T, d] memory input (MAG, MAL; LMM: xn) */
+  float *mem_out;        /* [B, N_p + T, d] memory output (MAG, MAL; LMM: [B, T, d]) */
+  float *y, *m;          /* [B, T, d] MAG: gate inputs; MAL: y = the attention's queries */
+  titans__attn_save at;
+  titans__gate_save gate;
+  titans__mac_seg *segs; /* [nseg] (MAC) */
+  size_t nseg;
+  titans_mem_state st;   /* kept between steps */
+  int st_ready;
+  titans_mem_ctx *ctxs;  /* [nctx] kept between steps (MAC: 2 per segment) */
+  size_t nctx;
+} titans__layer_fwd;
+
+struct titans__fwd {
+  size_t B, T;
+  titans__arena arena;
+  titans__layer_fwd *layers; /* [n_layers] */
+  int *inputs, *targets;     /* [B * T] */
+  int64_t *pos;              /* [T] 0..T-1 */
+  float **x;                 /* [n_layers + 1] residual stream: x[0] embeddings, x[l + 1] block l's output */
+  float *xf, *rstdf;         /* [B, T, d] final norm, [B * T] */
+  float *logits;             /* [B, T, V] */
+};
+
+static titans_mem_ctx *titans__layer_ctx(titans__layer_fwd *lf, size_t i) {
+  if (i >= lf->nctx) {
+    size_t n = i + 1 > 2 * lf->nctx ? i + 1 : 2 * lf->nctx;
+    titans_mem_ctx *c = (titans_mem_ctx *)titans_alloc_bytes(n, sizeof(titans_mem_ctx));
+    if (!c) return NULL;
+    if (lf->ctxs) memcpy(c, lf->ctxs, lf->nctx * sizeof(titans_mem_ctx));
+    for (size_t j = lf->nctx; j < n; j++) titans_mem_ctx_init(&c[j]);
+    titans_free(lf->ctxs);
+    lf->ctxs = c;
+    lf->nctx = n;
+  }
+  return &lf->ctxs[i];
+}
+
+/* (Re)creates the layer's memory state for batch B and resets it to w0. */
+static int titans__layer_state(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, size_t B) {
+  if (!lf->st_ready || lf->st.batch != B) {
+    if (lf->st_ready) titans_mem_state_free(&lf->st);
+    lf->st_ready = 0;
+    if (titans_mem_state_init(&lf->st, &c->mem, B)) return TITANS_ERR_NOMEM;
+    lf->st_ready = 1;
+  }
+  titans_mem_state_reset(&lf->st, &L->mem);
+  return TITANS_OK;
+}
+
+/* dst [B, P + T, d] = prefix rows || body rows, per batch row. prefix [P, d] is shared by the rows when
+   prefix_stride is 0, else row b's prefix starts at prefix + b * prefix_stride. */
+static void titans__concat_prefix(float *dst, const float *prefix, size_t prefix_stride, const float *body, size_t B,
+                                  size_t P, size_t T, size_t d) {
+  for (size_t b = 0; b < B; b++) {
+    float *o = dst + b * (P + T) * d;
+    if (P) memcpy(o, prefix + b * prefix_stride, P * d * sizeof(float));
+    memcpy(o + P * d, body + b * T * d, T * d * sizeof(float));
+  }
+}
+
+/* The inverse split of a gradient [B, P + T, d]: prefix rows summed over the batch into dprefix (when
+   not NULL), body rows added into dbody [B, T, d]. */
+static void titans__split_prefix_grad(float *dprefix, float *dbody, const float *dsrc, size_t B, size_t P, size_t T,
+                                      size_t d) {
+  for (size_t b = 0; b < B; b++) {
+    const float *s = dsrc + b * (P + T) * d;
+    if (P && dprefix) titans__axpy(dprefix, 1.0f, s, P * d);
+    titans__axpy(dbody + b * T * d, 1.0f, s + P * d, T * d);
+  }
+}
+
+/* rows [t0, t0 + n) of every batch row of src [B, T, d] into dst [B, n, d] (add = 0) or added (add = 1) */
+static void titans__rows_slice(float *dst, const float *src, size_t B, size_t T, size_t t0, size_t n, size_t d, int add) {
+  for (size_t b = 0; b < B; b++) {
+    if (add) titans__axpy(dst + b * n * d, 1.0f, src + (b * T + t0) * d, n * d);
+    else memcpy(dst + b * n * d, src + (b * T + t0) * d, n * d * sizeof(float));
+  }
+}
+
+/* the reverse: src [B, n, d] into rows [t0, t0 + n) of dst [B, T, d] (add: accumulate) */
+static void titans__rows_unslice(float *dst, const float *src, size_t B, size_t T, size_t t0, size_t n, size_t d, int add) {
+  for (size_t b = 0; b < B; b++) {
+    if (add) titans__axpy(dst + (b * T + t0) * d, 1.0f, src + b * n * d, n * d);
+    else memcpy(dst + (b * T + t0) * d, src + b * n * d, n * d * sizeof(float));
+  }
+}
+
+#define TITANS__TRY(expr)        \
+  do {                           \
+    int titans__rc_ = (expr);    \
+    if (titans__rc_) return titans__rc_; \
+  } while (0)
+#define TITANS__NEED(ptr)        \
+  do {                           \
+    if (!(ptr)) return TITANS_ERR_NOMEM; \
+  } while (0)
+
+/* ---- mixers ------------------------------------------------------------------------------------ */
+
+static int64_t titans__window(const titans_config *c) {
+  return c->block == TITANS_BLOCK_ATTN ? 0 : (int64_t)c->window;
+}
+
+/* ATTN, SWA, MAG, MAL: xn (or y for MAL) attends over src = prefix || body at positions 0..T-1. */
+static int titans__mixer_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                                 const int64_t *pos, size_t B, size_t T);
+static int titans__mixer_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                  titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                  const int64_t *pos, size_t B, size_t T);
+
+static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment;
+  lf->nseg = (T + C - 1) / C;
+  lf->segs = (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
+  /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
+  TITANS__NEED(lf->segs && titans__layer_ctx(lf, 2 * lf->nseg - 1));
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  for (size_t s = 0; s < lf->nseg; s++) {
+    titans__mac_seg *sg = &lf->segs[s];
+    size_t n = T - s * C < C ? T - s * C : C;
+    sg->t0 = s * C;
+    sg->n = n;
+    sg->xs = titans__arena_alloc(ar, B * n * d);
+    sg->hm = titans__arena_alloc(ar, B * n * d);
+    sg->src = titans__arena_alloc(ar, B * (P + 2 * n) * d);
+    sg->y = titans__arena_alloc(ar, B * n * d);
+    sg->mm = titans__arena_alloc(ar, B * n * d);
+    sg->kpos = (int64_t *)(void *)titans__arena_alloc(ar, 4 * n + 2);
+    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
+    TITANS__NEED(sg->xs && sg->hm && sg->src && sg->y && sg->mm && sg->kpos && cr && cu);
+    for (size_t i = 0; i < n; i++) sg->kpos[i] = sg->kpos[n + i] = (int64_t)i;
+    titans__rows_slice(sg->xs, lf->xn, B, T, sg->t0, n, d, 0);
+    /* 1. retrieve with the weights committed at the segment's start */
+    TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &lf->st, sg->hm, sg->xs, n, cr));
+    /* 2. attention over persist || Hm || X, local positions */
+    for (size_t b = 0; b < B; b++) {
+      float *o = sg->src + b * (P + 2 * n) * d;
+      if (P) memcpy(o, L->persist, P * d * sizeof(float));
+      memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
+      memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
+    }
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, B, n, P, 2 * n, 0));
+    /* 3. the memory learns from the attention output */
+    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, sg->y, n, cu));
+    /* 4. gate */
+    float *out = titans__arena_alloc(ar, B * n * d);
+    TITANS__NEED(out);
+    TITANS__TRY(titans__gate_forward(ar, &sg->gate, out, sg->y, sg->mm, L->gate_norm_y, L->gate_norm_m, B * n, d));
+    titans__rows_unslice(lf->mix, out, B, T, sg->t0, n, d, 0);
+  }
+  return TITANS_OK;
+}
+
+static int titans__mac_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix, size_t B,
+                                size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  titans__mem_dims m = titans__mem_get_dims(&c->mem);
+  size_t dstate = B * m.H * 2 * m.head_size, dtail = 4 * B * (m.K > 0 ? m.K - 1 : 0) * m.dm;
+  const float *dnext_state = NULL, *dnext_tail_u = NULL, *dnext_tail_r = NULL;
+  for (size_t s = lf->nseg; s-- > 0;) {
+    titans__mac_seg *sg = &lf->segs[s];
+    size_t n = sg->n, S = P + 2 * n;
+    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
+    float *dout = titans__arena_alloc(ar, B * n * d), *dy = titans__arena_zalloc(ar, B * n * d);
+    float *dmm = titans__arena_zalloc(ar, B * n * d), *dxs = titans__arena_zalloc(ar, B * n * d);
+    float *dsrc = titans__arena_zalloc(ar, B * S * d), *dhm = titans__arena_zalloc(ar, B * n * d);
+    TITANS__NEED(dout && dy && dmm && dxs && dsrc && dhm);
+    titans__rows_slice(dout, dmix, B, T, sg->t0, n, d, 0);
+    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, G->gate_norm_y, G->gate_norm_m, dout, sg->y, sg->mm,
+                                      L->gate_norm_y, L->gate_norm_m, B * n, d));
+    /* the update of segment s feeds every later segment through the state it leaves */
+    if (dnext_state) {
+      memcpy(cu->dstate_final, dnext_state, dstate * sizeof(float));
+      memcpy(cu->dtails_final, dnext_tail_u, dtail * sizeof(float));
+    }
+    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dy, dmm, sg->y, cu, 0));
+    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, B,
+                                          n, P, 2 * n, 0));
+    for (size_t b = 0; b < B; b++) {
+      const float *o = dsrc + b * S * d;
+      if (P) titans__axpy(G->persist, 1.0f, o, P * d);
+      titans__axpy(dhm + b * n * d, 1.0f, o + P * d, n * d);
+      titans__axpy(dxs + b * n * d, 1.0f, o + (P + n) * d, n * d);
+    }
+    /* the retrieval read the state the update started from; its conv tail is the X stream's */
+    memcpy(cr->dstate_final, cu->dstate_init, dstate * sizeof(float));
+    if (dnext_tail_r) memcpy(cr->dtails_final, dnext_tail_r, dtail * sizeof(float));
+    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dxs, dhm, sg->xs, cr, s == 0));
+    /* the update stream's tails of segment s - 1 are read by this update; the X stream's by this retrieval */
+    dnext_state = cr->dstate_init;
+    dnext_tail_u = cu->dtails_init;
+    dnext_tail_r = cr->dtails_init;
+    titans__rows_unslice(dxn, dxs, B, T, sg->t0, n, d, 1);
+  }
+  return TITANS_OK;
+}
+
+static int titans__mixer_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                                 const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  switch (c->block) {
+    case TITANS_BLOCK_ATTN:
+    case TITANS_BLOCK_SWA:
+      TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
+      titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
+      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, B, T, P, T, titans__window(c));
+    case TITANS_BLOCK_MAG: {
+      TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
+      TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
+      TITANS__NEED(lf->m = titans__arena_alloc(ar, B * T * d));
+      TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d));
+      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+      TITANS__NEED(cx);
+      titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
+      lf->mem_in = lf->src;
+      TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, B, T, P, T, titans__window(c)));
+      TITANS__TRY(titans__layer_state(c, L, lf, B));
+      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
+      for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
+      return titans__gate_forward(ar, &lf->gate, lf->mix, lf->y, lf->m, L->gate_norm_y, L->gate_norm_m, B * T, d);
+    }
+    case TITANS_BLOCK_MAL: {
+      TITANS__NEED(lf->mem_in = titans__arena_alloc(ar, B * (P + T) * d));
+      TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d));
+      TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
+      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+      TITANS__NEED(cx);
+      titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, P, T, d);
+      TITANS__TRY(titans__layer_state(c, L, lf, B));
+      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
+      for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
+      lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
+      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, B, T, P, T, titans__window(c));
+    }
+    case TITANS_BLOCK_LMM: {
+      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+      TITANS__NEED(cx);
+      TITANS__TRY(titans__layer_state(c, L, lf, B));
+      return titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mix, lf->xn, T, cx);
+    }
+    case TITANS_BLOCK_MAC:
+      return titans__mac_forward(c, L, lf, ar, B, T);
+    default:
+      return TITANS_ERR_ARG;
+  }
+}
+
+static int titans__mixer_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                  titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                  const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  switch (c->block) {
+    case TITANS_BLOCK_ATTN:
+    case TITANS_BLOCK_SWA: {
+      float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d);
+      TITANS__NEED(dsrc);
+      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, B, T, P, T,
+                                            titans__window(c)));
+      titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
+      return TITANS_OK;
+    }
+    case TITANS_BLOCK_MAG: {
+      float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);
+      float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
+      TITANS__NEED(dy && dm && dsrc && dmo);
+      TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
+                                        L->gate_norm_y, L->gate_norm_m, B * T, d));
+      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, B, T, P, T,
+                                            titans__window(c)));
+      for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (P + T) + P) * d, dm + b * T * d, T * d * sizeof(float));
+      TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
+      titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
+      return TITANS_OK;
+    }
+    case TITANS_BLOCK_MAL: {
+      float *dyq = titans__arena_zalloc(ar, B * T * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
+      float *dmi = titans__arena_zalloc(ar, B * (P + T) * d);
+      TITANS__NEED(dyq && dmo && dmi);
+      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, B, T, P, T,
+                                            titans__window(c)));
+      for (size_t b = 0; b < B; b++) titans__axpy(dmo + (b * (P + T) + P) * d, 1.0f, dyq + b * T * d, T * d);
+      TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
+      titans__split_prefix_grad(G->persist, dxn, dmi, B, P, T, d);
+      return TITANS_OK;
+    }
+    case TITANS_BLOCK_LMM:
+      return titans_mem_backward(&c->mem, &L->mem, &G->mem, dxn, dmix, lf->xn, &lf->ctxs[0], 1);
+    case TITANS_BLOCK_MAC:
+      return titans__mac_backward(c, L, G, lf, ar, dxn, dmix, B, T);
+    default:
+      return TITANS_ERR_ARG;
+  }
+}
+
+/* ---- blocks ------------------------------------------------------------------------------------ */
+
+/* x_out [B, T, d] = h + FFN(RMSNorm(h)), h = x + Mixer(RMSNorm(x)) */
+static int titans__block_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                                 float *x_out, const float *x, const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, n = B * T;
+  lf->x_in = x;
+  TITANS__NEED(lf->xn = titans__arena_alloc(ar, n * d));
+  TITANS__NEED(lf->rstd1 = titans__arena_alloc(ar, n));
+  TITANS__NEED(lf->mix = titans__arena_alloc(ar, n * d));
+  TITANS__NEED(lf->h = titans__arena_alloc(ar, n * d));
+  TITANS__NEED(lf->hn = titans__arena_alloc(ar, n * d));
+  TITANS__NEED(lf->rstd2 = titans__arena_alloc(ar, n));
+  titans_rmsnorm_forward(lf->xn, lf->rstd1, x, L->norm1, n, d);
+  TITANS__TRY(titans__mixer_forward(c, L, lf, ar, pos, B, T));
+  for (size_t j = 0; j < n * d; j++) lf->h[j] = x[j] + lf->mix[j];
+  titans_rmsnorm_forward(lf->hn, lf->rstd2, lf->h, L->norm2, n, d);
+  TITANS__TRY(titans__ffn_forward(c, L, ar, &lf->ffn, x_out, lf->hn, n));
+  for (size_t j = 0; j < n * d; j++) x_out[j] += lf->h[j];
+  return TITANS_OK;
+}
+
+/* dx [B, T, d] (written) from dx_out */
+static int titans__block_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                  titans__layer_fwd *lf, titans__arena *ar, float *dx, const float *dx_out,
+                                  const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, n = B * T;
+  float *dh = titans__arena_alloc(ar, n * d), *dhn = titans__arena_zalloc(ar, n * d);
+  float *dxn = titans__arena_zalloc(ar, n * d);
+  TITANS__NEED(dh && dhn && dxn);
+  memcpy(dh, dx_out, n * d * sizeof(float));
+  TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
+  titans_rmsnorm_backward(dh, G->norm2, dhn, lf->h, L->norm2, lf->rstd2, n, d);
+  TITANS__TRY(titans__mixer_backward(c, L, G, lf, ar, dxn, dh, pos, B, T));
+  memcpy(dx, dh, n * d * sizeof(float));
+  titans_rmsnorm_backward(dx, G->norm1, dxn, lf->x_in, L->norm1, lf->rstd1, n, d);
+  return TITANS_OK;
+}
+
+/* ---- the whole model -------------------------------------------------------------------------- */
+
+static void titans__fwd_free(struct titans__fwd *f, int n_layers) {
+  if (!f) return;
+  titans__arena_free(&f->arena);
+  if (f->layers) {
+    for (int l = 0; l < n_layers; l++) {
+      titans__layer_fwd *lf = &f->layers[l];
+      if (lf->st_ready) titans_mem_state_free(&lf->st);
+      for (size_t i = 0; i < lf->nctx; i++) titans_mem_ctx_free(&lf->ctxs[i]);
+      titans_free(lf->ctxs);
+    }
+    titans_free(f->layers);
+  }
+  titans_free(f->x);
+  titans_free(f);
+}
+
+/* Forward of inputs [B, T] (tokens [B, T + 1] when with_targets: inputs and next-token targets) up to
+   the logits, saving every activation in t->fwd. */
+static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B, size_t T, int with_targets) {
+  titans_model *mo = t->model;
+  const titans_config *c = &mo->cfg;
+  struct titans__fwd *f = t->fwd;
+  size_t d = (size_t)c->d, V = (size_t)c->vocab, n = B * T, stride = with_targets ? T + 1 : T;
+  if (B == 0 || T == 0 || n / B != T || n > ((size_t)1 << 31))
+    return titans__error(t->error, TITANS_ERR_ARG, "forward: batch %zu x length %zu is out of range", B, T);
+  titans__arena_reset(&f->arena);
+  titans__arena *ar = &f->arena;
+  f->B = B;
+  f->T = T;
+  f->inputs = (int *)(void *)titans__arena_alloc(ar, n + 1);
+  f->targets = (int *)(void *)titans__arena_alloc(ar, n + 1);
+  f->pos = titans__arena_positions(ar, T, 0);
+  if (!f->inputs || !f->targets || !f->pos) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
+  for (size_t b = 0; b < B; b++)
+    for (size_t i = 0; i < T; i++) {
+      f->inputs[b * T + i] = tokens[b * stride + i];
+      f->targets[b * T + i] = with_targets ? tokens[b * stride + i + 1] : -1;
+      if (with_targets && (f->targets[b * T + i] < 0 || f->targets[b * T + i] >= c->vocab))
+        return titans__error(t->error, TITANS_ERR_ARG, "forward: target token %d at (%zu, %zu) is outside the vocabulary",
+                             f->targets[b * T + i], b, i + 1);
+    }
+  for (int l = 0; l <= c->n_layers; l++)
+    if (!(f->x[l] = titans__arena_alloc(ar, n * d))) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
+  if (titans_embedding_forward(f->x[0], f->inputs, mo->w.tok_emb, n, V, d))
+    return titans__error(t->error, TITANS_ERR_ARG, "forward: an input token is outside the vocabulary [0, %zu)", V);
+  for (int l = 0; l < c->n_layers; l++) {
+    int rc = titans__block_forward(c, &mo->w.layers[l], &f->layers[l], ar, f->x[l + 1], f->x[l], f->pos, B, T);
+    if (rc) return titans__error(t->error, rc, "forward: layer %d: %s", l, titans_status_string(rc));
+  }
+  f->xf = titans__arena_alloc(ar, n * d);
+  f->rstdf = titans__arena_alloc(ar, n);
+  f->logits = titans__arena_alloc(ar, n * V);
+  if (!f->xf || !f->rstdf || !f->logits) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
+  titans_rmsnorm_forward(f->xf, f->rstdf, f->x[c->n_layers], mo->w.norm_f, n, d);
+  const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
+  titans_gemm(0, 1, n, V, d, 1.0f, f->xf, d, head, d, 0.0f, f->logits, V);
+  return TITANS_OK;
+}
+
+/* Backward from dlogits [B * T, V] into t->grads. */
+static int titans__model_backward(titans_trainer *t, const float *dlogits) {
+  titans_model *mo = t->model;
+  const titans_config *c = &mo->cfg;
+  struct titans__fwd *f = t->fwd;
+  titans__arena *ar = &f->arena;
+  size_t d = (size_t)c->d, V = (size_t)c->vocab, n = f->B * f->T;
+  titans_weights g;
+  titans_layer *glayers = (titans_layer *)(void *)titans__arena_alloc(ar, (size_t)c->n_layers * (sizeof(titans_layer) / sizeof(float) + 1));
+  float *dxf = titans__arena_alloc(ar, n * d), *dx = titans__arena_zalloc(ar, n * d), *dprev = titans__arena_alloc(ar, n * d);
+  if (!glayers || !dxf || !dx || !dprev) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
+  titans_weights_bind(&g, glayers, c, t->grads);
+  const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
+  float *ghead = c->tied ? g.tok_emb : g.lm_head;
+  /* logits = xf head^T */
+  titans_gemm(1, 0, V, d, n, 1.0f, dlogits, V, f->xf, d, 1.0f, ghead, d);
+  titans_gemm(0, 0, n, d, V, 1.0f, dlogits, V, head, d, 0.0f, dxf, d);
+  titans_rmsnorm_backward(dx, g.norm_f, dxf, f->x[c->n_layers], mo->w.norm_f, f->rstdf, n, d);
+  for (int l = c->n_layers; l-- > 0;) {
+    int rc = titans__block_backward(c, &mo->w.layers[l], &g.layers[l], &f->layers[l], ar, dprev, dx, f->pos, f->B, f->T);
+    if (rc) return titans__error(t->error, rc, "backward: layer %d: %s", l, titans_status_string(rc));
+    float *tmp = dx;
+    dx = dprev;
+    dprev = tmp;
+  }
+  titans_embedding_backward(g.tok_emb, dx, f->inputs, n, d);
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_trainer_init(titans_trainer *t, titans_model *m, const titans_train_config *tc) {
+  memset(t, 0, sizeof *t);
+  t->model = m;
+  t->tc = tc ? *tc : titans_train_config_default();
+  t->grads = titans_alloc_floats(m->n_floats);
+  t->adam_m = titans_alloc_floats(m->n_floats);
+  t->adam_v = titans_alloc_floats(m->n_floats);
+  t->fwd = (struct titans__fwd *)titans_alloc_bytes(1, sizeof(struct titans__fwd));
+  if (t->fwd) {
+    t->fwd->layers = (titans__layer_fwd *)titans_alloc_bytes((size_t)m->cfg.n_layers, sizeof(titans__layer_fwd));
+    t->fwd->x = (float **)titans_alloc_bytes((size_t)m->cfg.n_layers + 1, sizeof(float *));
+  }
+  if (!t->grads || !t->adam_m || !t->adam_v || !t->fwd || !t->fwd->layers || !t->fwd->x) {
+    titans_trainer_free(t);
+    return titans__error(t->error, TITANS_ERR_NOMEM, "trainer: cannot allocate 3 x %zu floats", m->n_floats);
+  }
+  return TITANS_OK;
+}
+
+TITANSDEF void titans_trainer_free(titans_trainer *t) {
+  titans_free(t->grads);
+  titans_free(t->adam_m);
+  titans_free(t->adam_v);
+  titans__fwd_free(t->fwd, t->model ? t->model->cfg.n_layers : 0);
+  t->grads = t->adam_m = t->adam_v = NULL;
+  t->fwd = NULL;
+}
+
+TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale, float *loss) {
+  int rc = titans__model_forward(t, tokens, B, T, 1);
+  if (rc) return rc;
+  struct titans__fwd *f = t->fwd;
+  size_t n = B * T, V = (size_t)t->model->cfg.vocab;
+  float *dlogits = titans__arena_alloc(&f->arena, n * V);
+  if (!dlogits) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
+  float l = titans_cross_entropy(dlogits, f->logits, f->targets, n, V, scale);
+  if (loss) *loss = l;
+  if (!isfinite(l)) return titans__error(t->error, TITANS_ERR_NONFINITE, "step %ld: the loss is not finite", t->step);
+  return titans__model_backward(t, dlogits);
+}
+
+TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss) {
+  titans_model *mo = t->model;
+  if (n_micro == 0) return titans__error(t->error, TITANS_ERR_ARG, "train step: no micro-batch");
+  memset(t->grads, 0, mo->n_floats * sizeof(float));
+  double total = 0.0;
+  for (size_t i = 0; i < n_micro; i++) {
+    float l = 0.0f;
+    int rc = titans_forward_backward(t, tokens + i * B * (T + 1), B, T, 1.0f / (float)n_micro, &l);
+    if (rc) {
+      memset(t->grads, 0, mo->n_floats * sizeof(float));
+      return rc;
+    }
+    total += l;
+  }
+  float mean = (float)(total / (double)n_micro);
+  if (loss) *loss = mean;
+  double sq = 0.0;
+  for (size_t i = 0; i < mo->n_floats; i++) sq += (double)t->grads[i] * t->grads[i];
+  float norm = (float)sqrt(sq);
+  t->last_grad_norm = norm;
+  if (!isfinite(norm) || !isfinite(mean)) {
+    memset(t->grads, 0, mo->n_floats * sizeof(float));
+    return titans__error(t->error, TITANS_ERR_NONFINITE, "step %ld: non-finite %s; weights left unchanged", t->step,
+                         isfinite(mean) ? "gradient" : "loss");
+  }
+  if (t->tc.clip > 0.0f && norm > t->tc.clip) {
+    float s = t->tc.clip / norm;
+    for (size_t i = 0; i < mo->n_floats; i++) t->grads[i] *= s;
+  }
+  float lr = titans_lr_at(&t->tc, t->step);
+  t->last_lr = lr;
+  for (size_t p = 0; p < mo->n_params; p++) {
+    const titans_param *pp = &mo->plist[p];
+    float wd = pp->kind == TITANS_PARAM_MATRIX ? t->tc.weight_decay : 0.0f;
+    titans_adamw_update(mo->params + pp->offset, t->grads + pp->offset, t->adam_m + pp->offset, t->adam_v + pp->offset,
+                        pp->size, lr, t->tc.beta1, t->tc.beta2, t->tc.eps, wd, t->step + 1);
+  }
+  t->step++;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, size_t T, float *loss) {
+  int rc = titans__model_forward(t, tokens, B, T, 1);
+  if (rc) return rc;
+  float l = titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, B * T, (size_t)t->model->cfg.vocab, 1.0f);
+  if (loss) *loss = l;
+  return isfinite(l) ? TITANS_OK : titans__error(t->error, TITANS_ERR_NONFINITE, "eval: the loss is not finite");
+}
+
+TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits) {
+  int rc = titans__model_forward(t, tokens, B, T, 0);
+  if (rc) return rc;
+  memcpy(logits, t->fwd->logits, B * T * (size_t)t->model->cfg.vocab * sizeof(float));
+  return TITANS_OK;
+}
+
+/* ---- inference sessions ----------------------------------------------------------------------- */
+
+struct titans__session_layer {
+  titans_kv_cache kv;          /* attention kinds: prefix rows + a ring of keys/values */
+  int has_kv;
+  titans_mem_state mem;        /* memory kinds: the running memory */
+  titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
+  int has_mem, has_committed;
+};
+
+/* Scratch of one token: [17, max(d, d_ff)]: x, xn, mix, h (4 d), u1, u3 (2 w), the mixer's 10 d, and the
+   final norm at 16 w. */
+static size_t titans__session_work_floats(const titans_config *c) {
+  size_t w = (size_t)(c->d > c->ffn_hidden ? c->d : c->ffn_hidden);
+  return 17 * w;
+}
+
+static size_t titans__kv_capacity(const titans_config *c) {
+  switch (c->block) {
+    case TITANS_BLOCK_ATTN: return (size_t)c->max_context;
+    case TITANS_BLOCK_MAC: return 2 * (size_t)c->segment; /* Hm and X rows of one segment */
+    default: return (size_t)c->window;
+  }
+}
+
+/* y [n, d] = x [n, d] W^T for W [d, d] */
+static void titans__linear(float *y, const float *x, const float *W, size_t n, size_t d_out, size_t d_in) {
+  titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
+}
+
+TITANSDEF void titans_session_free(titans_session *s) {
+  if (s->layers && s->model) {
+    for (int l = 0; l < s->model->cfg.n_layers; l++) {
+      struct titans__session_layer *sl = &s->layers[l];
+      if (sl->has_kv) titans_kv_cache_free(&sl->kv);
+      if (sl->has_mem) titans_mem_state_free(&sl->mem);
+      if (sl->has_committed) titans_mem_state_free(&sl->committed);
+    }
+  }
+  titans_free(s->layers);
+  titans_free(s->work);
+  s->layers = NULL;
+  s->work = NULL;
+}
+
+TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
+  memset(s, 0, sizeof *s);
+  s->model = m;
+  const titans_config *c = &m->cfg;
+  size_t d = (size_t)c->d, H = (size_t)c->attn_heads;
+  s->layers = (struct titans__session_layer *)titans_alloc_bytes((size_t)c->n_layers, sizeof(struct titans__session_layer));
+  s->work_size = titans__session_work_floats(c);
+  s->work = titans_alloc_floats(s->work_size);
+  if (!s->layers || !s->work) {
+    titans_session_free(s);
+    return titans__error(s->error, TITANS_ERR_NOMEM, "session: out of memory");
+  }
+  for (int l = 0; l < c->n_layers; l++) {
+    struct titans__session_layer *sl = &s->layers[l];
+    int rc = TITANS_OK;
+    if (titans__has_attn(c->block)) {
+      int64_t window = c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL ? c->window : 0;
+      rc = titans_kv_cache_init(&sl->kv, (size_t)c->n_persist, titans__kv_capacity(c), H, d / H, window);
+      sl->has_kv = rc == TITANS_OK;
+    }
+    if (!rc && titans__has_mem(c->block)) {
+      rc = titans_mem_state_init(&sl->mem, &c->mem, 1);
+      sl->has_mem = rc == TITANS_OK;
+    }
+    if (!rc && c->block == TITANS_BLOCK_MAC) {
+      rc = titans_mem_state_init(&sl->committed, &c->mem, 1);
+      sl->has_committed = rc == TITANS_OK;
+    }
+    if (rc) {
+      titans_session_free(s);
+      return titans__error(s->error, rc, "session: cannot create the state of layer %d", l);
+    }
+  }
+  titans_session_reset(s);
+  return TITANS_OK;
+}
+
+TITANSDEF void titans_session_reset(titans_session *s) {
+  const titans_model *m = s->model;
+  const titans_config *c = &m->cfg;
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  s->position = 0;
+  for (int l = 0; l < c->n_layers; l++) {
+    struct titans__session_layer *sl = &s->layers[l];
+    const titans_layer *L = &m->w.layers[l];
+    if (sl->has_mem) titans_mem_state_reset(&sl->mem, &L->mem);
+    if (sl->has_committed) titans_mem_state_copy(&sl->committed, &sl->mem);
+    if (!sl->has_kv) continue;
+    titans_kv_cache_reset(&sl->kv);
+    if (P == 0) continue;
+    /* Prefix rows: the persistent tokens (MAL: the memory's outputs for them), projected, no RoPE.
+       MAG and MAL feed the persistent tokens to the memory first, as the training forward does. */
+    float *pk = titans_alloc_floats(3 * P * d);
+    if (!pk) continue; /* leaves zero prefix rows; titans_session_feed reports the allocation failure */
+    float *pv = pk + P * d, *src = pk + 2 * P * d;
+    memcpy(src, L->persist, P * d * sizeof(float));
+    if (c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL) {
+      float *mo = titans_alloc_floats(P * d);
+      if (mo) {
+        titans_mem_forward(&c->mem, &L->mem, &sl->mem, mo, L->persist, P, NULL);
+        if (c->block == TITANS_BLOCK_MAL) memcpy(src, mo, P * d * sizeof(float));
+        titans_free(mo);
+      }
+    }
+    titans__linear(pk, src, L->attn_wk, P, d, d);
+    titans__linear(pv, src, L->attn_wv, P, d, d);
+    titans_kv_cache_set_prefix(&sl->kv, pk, pv);
+    titans_free(pk);
+  }
+}
+
+TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src) {
+  if (dst->model != src->model) return titans__error(dst->error, TITANS_ERR_ARG, "session copy: different models");
+  for (int l = 0; l < src->model->cfg.n_layers; l++) {
+    struct titans__session_layer *a = &dst->layers[l];
+    const struct titans__session_layer *b = &src->layers[l];
+    int rc = TITANS_OK;
+    if (a->has_kv) rc = titans_kv_cache_copy(&a->kv, &b->kv);
+    if (!rc && a->has_mem) rc = titans_mem_state_copy(&a->mem, &b->mem);
+    if (!rc && a->has_committed) rc = titans_mem_state_copy(&a->committed, &b->committed);
+    if (rc) return titans__error(dst->error, rc, "session copy: layer %d differs in shape", l);
+  }
+  dst->position = src->position;
+  return TITANS_OK;
+}
+
+/* Attention of one query row over the cache after appending this token's key/value rows:
+   att = Attn(q); out = wo att. k_src rows [nk, d] are projected and appended at position kp. */
+static int titans__session_attend(const titans_config *c, const titans_layer *L, struct titans__session_layer *sl,
+                                  float *out, const float *xq, const float *k_src, size_t nk, int64_t qp, int64_t kp,
+                                  float *work) {
+  size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H;
+  float *q = work, *k = work + d, *v = work + 3 * d, *att = work + 5 * d; /* k, v: up to 2 rows */
+  int64_t kpos[2] = {kp, kp};
+  titans__linear(q, xq, L->attn_wq, 1, d, d);
+  titans__linear(k, k_src, L->attn_wk, nk, d, d);
+  titans__linear(v, k_src, L->attn_wv, nk, d, d);
+  titans_rope_forward(q, &qp, 1, H, da);
+  titans_rope_forward(k, kpos, nk, H, da);
+  TITANS__TRY(titans_kv_cache_append(&sl->kv, k, v, kpos, nk));
+  TITANS__TRY(titans_kv_cache_attend(&sl->kv, att, NULL, q, qp));
+  titans__linear(out, att, L->attn_wo, 1, d, d);
+  return TITANS_OK;
+}
+
+/* Gate of one row: out = RMSNorm(y) * sigmoid(RMSNorm(m)) */
+static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m, float *tmp, size_t d) {
+  float r;
+  titans_rmsnorm_forward(out, &r, y, L->gate_norm_y, 1, d);
+  titans_rmsnorm_forward(tmp, &r, m, L->gate_norm_m, 1, d);
+  titans_sigmoid_forward(tmp, tmp, d);
+  for (size_t j = 0; j < d; j++) out[j] *= tmp[j];
+}
+
+/* The mixer of one token at position p: mix [d] from xn [d]. work: [10 d] of scratch. */
+static int titans__session_mixer(titans_session *s, int l, float *mix, const float *xn, long long p, float *work) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  size_t d = (size_t)c->d;
+  float *y = work, *m = work + d, *pair = work + 2 * d, *scratch = work + 4 * d; /* scratch: [7 d] */
+  switch (c->block) {
+    case TITANS_BLOCK_ATTN:
+    case TITANS_BLOCK_SWA:
+      return titans__session_attend(c, L, sl, mix, xn, xn, 1, p, p, scratch);
+    case TITANS_BLOCK_LMM:
+      return titans_mem_forward(&c->mem, &L->mem, &sl->mem, mix, xn, 1, NULL);
+    case TITANS_BLOCK_MAG:
+      TITANS__TRY(titans__session_attend(c, L, sl, y, xn, xn, 1, p, p, scratch));
+      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, m, xn, 1, NULL));
+      titans__session_gate(L, mix, y, m, scratch, d);
+      return TITANS_OK;
+    case TITANS_BLOCK_MAL:
+      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, y, xn, 1, NULL));
+      return titans__session_attend(c, L, sl, mix, y, y, 1, p, p, scratch);
+    case TITANS_BLOCK_MAC: {
+      int64_t i = (int64_t)(p % c->segment);
+      if (i == 0 && p > 0) {
+        /* a new segment: retrieval reads the memory as it is now; the X stream's conv tail goes on */
+        titans__mem_state_commit(&sl->committed, &sl->mem);
+        titans_kv_cache_reset(&sl->kv);
+      }
+      TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, pair, xn, 1, NULL)); /* Hm_i */
+      memcpy(pair + d, xn, d * sizeof(float));                                                /* X_i */
+      TITANS__TRY(titans__session_attend(c, L, sl, y, xn, pair, 2, i, i, scratch));
+      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, m, y, 1, NULL));
+      titans__session_gate(L, mix, y, m, scratch, d);
+      return TITANS_OK;
+    }
+    default:
+      return TITANS_ERR_ARG;
+  }
+}
+
+/* One token through every block; writes the final hidden state into x [d]. */
+static int titans__session_token(titans_session *s, int token, float *x) {
+  const titans_model *mo = s->model;
+  const titans_config *c = &mo->cfg;
+  size_t d = (size_t)c->d;
+  float *xn = s->work + d, *mix = s->work + 2 * d, *h = s->work + 3 * d, *u1 = s->work + 4 * d;
+  size_t ff = (size_t)c->ffn_hidden, wmax = d > ff ? d : ff;
+  float *u3 = u1 + wmax, *mixwork = u3 + wmax, r;
+  if (titans_embedding_forward(x, &token, mo->w.tok_emb, 1, (size_t)c->vocab, d))
+    return titans__error(s->error, TITANS_ERR_ARG, "session: token %d is outside the vocabulary [0, %d)", token, c->vocab);
+  for (int l = 0; l < c->n_layers; l++) {
+    const titans_layer *L = &mo->w.layers[l];
+    titans_rmsnorm_forward(xn, &r, x, L->norm1, 1, d);
+    int rc = titans__session_mixer(s, l, mix, xn, s->position, mixwork);
+    if (rc) return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position, titans_status_string(rc));
+    for (size_t j = 0; j < d; j++) h[j] = x[j] + mix[j];
+    titans_rmsnorm_forward(xn, &r, h, L->norm2, 1, d);
+    titans__linear(u1, xn, L->ffn_w1, 1, ff, d);
+    titans__linear(u3, xn, L->ffn_w3, 1, ff, d);
+    titans_silu_forward(u1, u1, ff);
+    for (size_t j = 0; j < ff; j++) u1[j] *= u3[j];
+    titans__linear(x, u1, L->ffn_w2, 1, d, ff);
+    for (size_t j = 0; j < d; j++) x[j] += h[j];
+  }
+  s->position++;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n, float *logits) {
+  const titans_model *mo = s->model;
+  const titans_config *c = &mo->cfg;
+  size_t d = (size_t)c->d;
+  float *x = s->work, *xf = s->work + 16 * (d > (size_t)c->ffn_hidden ? d : (size_t)c->ffn_hidden), r;
+  for (size_t i = 0; i < n; i++) TITANS__TRY(titans__session_token(s, tokens[i], x));
+  if (logits && n > 0) {
+    titans_rmsnorm_forward(xf, &r, x, mo->w.norm_f, 1, d);
+    titans__linear(logits, xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
+  }
+  return TITANS_OK;
+}
+
+/* ---- session state as named tensors ----------------------------------------------------------- */
+
+static size_t titans__push_ref(titans_tensor_ref *list, size_t max, size_t n, const char *prefix, const char *name,
+                               float *data, size_t count) {
+  if (list && n < max) {
+    titans_tensor_ref *r = &list[n];
+    size_t lp = strlen(prefix), ln = strlen(name);
+    if (lp + ln >= sizeof r->name) lp = ln = 0;
+    memcpy(r->name, prefix, lp);
+    memcpy(r->name + lp, name, ln);
+    r->name[lp + ln] = 0;
+    r->data = data;
+    r->count = count;
+  }
+  return n + 1;
+}
+
+TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list, size_t max) {
+  const titans_config *c = &s->model->cfg;
+  uint64_t p = (uint64_t)s->position;
+  for (int i = 0; i < 3; i++) s->position_code[i] = (float)((p >> (21 * i)) & 0x1FFFFF);
+  size_t n = titans__push_ref(list, max, 0, "", "position", s->position_code, 3);
+  for (int l = 0; l < c->n_layers; l++) {
+    struct titans__session_layer *sl = &s->layers[l];
+    char prefix[64];
+    titans__layer_prefix(prefix, l);
+    if (sl->has_mem) n = titans__push_ref(list, max, n, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
+    if (sl->has_committed)
+      n = titans__push_ref(list, max, n, prefix, "mem.committed", sl->committed.w_chunk,
+                           titans__mem_state_slab_floats(&sl->committed));
+    if (sl->has_kv) {
+      size_t rows = (sl->kv.P + sl->kv.capacity) * (size_t)c->d;
+      n = titans__push_ref(list, max, n, prefix, "kv.k", sl->kv.k, rows);
+      n = titans__push_ref(list, max, n, prefix, "kv.v", sl->kv.v, rows);
+    }
+  }
+  return n;
+}
+
+/* Rebuilds the ring bookkeeping of a KV cache after `appended` rows were appended since its last reset;
+   row r was appended for position pos_of_row(r). */
+static void titans__kv_rebuild(titans_kv_cache *kv, long long appended, int mac) {
+  size_t cap = kv->capacity;
+  kv->count = (size_t)(appended < (long long)cap ? appended : (long long)cap);
+  kv->next = (size_t)(appended % (long long)cap);
+  for (size_t j = 0; j < kv->count; j++) {
+    /* the latest row r < appended with r = j (mod cap) */
+    long long r = (long long)j + (long long)cap * ((appended - 1 - (long long)j) / (long long)cap);
+    kv->pos[j] = mac ? r / 2 : r;
+  }
+}
+
+TITANSDEF int titans_session_state_loaded(titans_session *s) {
+  const titans_config *c = &s->model->cfg;
+  uint64_t p = 0;
+  for (int i = 0; i < 3; i++) {
+    float f = s->position_code[i];
+    if (!(f >= 0.0f && f < 2097152.0f) || f != floorf(f))
+      return titans__error(s->error, TITANS_ERR_FORMAT, "session state: bad position");
+    p |= (uint64_t)f << (21 * i);
+  }
+  if (p > ((uint64_t)1 << 62)) return titans__error(s->error, TITANS_ERR_FORMAT, "session state: bad position");
+  titans_tensor_ref refs[4];
+  for (int l = 0; l < c->n_layers; l++) {
+    struct titans__session_layer *sl = &s->layers[l];
+    char prefix[64];
+    titans__layer_prefix(prefix, l);
+    size_t nr = 0;
+    if (sl->has_mem) nr = titans__push_ref(refs, 4, nr, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
+    if (sl->has_committed)
+      nr = titans__push_ref(refs, 4, nr, prefix, "mem.committed", sl->committed.w_chunk, titans__mem_state_slab_floats(&sl->committed));
+    for (size_t i = 0; i < nr; i++)
+      for (size_t j = 0; j < refs[i].count; j++)
+        if (!isfinite(refs[i].data[j]))
+          return titans__error(s->error, TITANS_ERR_FORMAT, "session state: %s holds a non-finite value", refs[i].name);
+    long long pos = (long long)p;
+    if (sl->has_mem) sl->mem.position = pos + (c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL ? c->n_persist : 0);
+    if (sl->has_kv) {
+      size_t rows = (sl->kv.P + sl->kv.capacity) * (size_t)c->d;
+      for (size_t j = 0; j < rows; j++)
+        if (!isfinite(sl->kv.k[j]) || !isfinite(sl->kv.v[j]))
+          return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's KV cache holds a non-finite value", l);
+      if (c->block == TITANS_BLOCK_MAC) {
+        long long seg_start = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
+        titans__kv_rebuild(&sl->kv, 2 * (pos - seg_start), 1);
+        sl->committed.position = seg_start;
+      } else {
+        titans__kv_rebuild(&sl->kv, pos, 0);
+      }
+    }
+  }
+  s->position = (long long)p;
+  return TITANS_OK;
+}
+
+/* ---- sampling --------------------------------------------------------------------------------- */
+
+typedef struct titans__prob {
+  float p;
+  int index;
+} titans__prob;
+
+/* larger probability first; equal ones by index, so the order is total and the draw deterministic */
+static int titans__prob_cmp(const void *a, const void *b) {
+  const titans__prob *x = (const titans__prob *)a, *y = (const titans__prob *)b;
+  if (x->p != y->p) return x->p > y->p ? -1 : 1;
+  return x->index - y->index;
+}
+
+TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng) {
+  if (V == 0 || V > (size_t)INT_MAX) return -1;
+  size_t best = 0;
+  for (size_t i = 1; i < V; i++)
+    if (logits[i] > logits[best]) best = i;
+  if (!(temperature > 0.0f) || !isfinite(logits[best])) return (int)best;
+  titans__prob *pr = (titans__prob *)titans_alloc_bytes(V, sizeof(titans__prob));
+  if (!pr) return (int)best; /* no memory for the distribution: fall back to greedy */
+  for (size_t i = 0; i < V; i++) {
+    pr[i].p = logits[i] == logits[i] ? expf((logits[i] - logits[best]) / temperature) : 0.0f;
+    pr[i].index = (int)i;
+  }
+  qsort(pr, V, sizeof *pr, titans__prob_cmp);
+  size_t keep = top_k > 0 && (size_t)top_k < V ? (size_t)top_k : V;
+  double total = 0.0;
+  for (size_t i = 0; i < keep; i++) total += pr[i].p;
+  if (top_p > 0.0f && top_p < 1.0f) {
+    double acc = 0.0;
+    size_t i = 0;
+    while (i < keep) {
+      acc += pr[i].p;
+      i++;
+      if (acc >= top_p * total) break;
+    }
+    keep = i;
+    total = acc;
+  }
+  double u = (double)titans_rng_uniform(rng) * total, acc = 0.0;
+  int choice = pr[keep - 1].index;
+  for (size_t i = 0; i < keep; i++) {
+    acc += pr[i].p;
+    if (u < acc) {
+      choice = pr[i].index;
+      break;
+    }
+  }
+  titans_free(pr);
+  return choice;
+}
+/* ---- 8. Checkpoints and tokenizer (implementation) -------------------------------------------- */
+#include <stdlib.h> /* qsort */
+
+#define TITANS__CK_FORMAT "titans.h"
+
+/* ---- tokenizer -------------------------------------------------------------------------------- */
+
+TITANSDEF const char *titans_tokenizer_name(int kind) { return kind == TITANS_TOKENIZER_BYTE ? "byte" : NULL; }
+
+TITANSDEF int titans_tokenizer_from_name(const char *name) {
+  return (name && strcmp(name, "byte") == 0) ? TITANS_TOKENIZER_BYTE : -1;
+}
+
+TITANSDEF int titans_tokenizer_init(titans_tokenizer *tok, int kind) {
+  memset(tok, 0, sizeof *tok);
+  if (kind != TITANS_TOKENIZER_BYTE) return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer: unknown kind %d", kind);
+  tok->kind = kind;
+  tok->vocab = 256;
+  return TITANS_OK;
+}
+
+TITANSDEF void titans_tokenizer_free(titans_tokenizer *tok) {
+  titans_free(tok->data);
+  memset(tok, 0, sizeof *tok);
+}
+
+TITANSDEF int titans_tokenizer_encode(titans_tokenizer *tok, int *ids, size_t max_ids, size_t *n_ids, const char *text,
+                                      size_t n_bytes) {
+  if (!n_ids || (!text && n_bytes)) return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer encode: NULL argument");
+  *n_ids = n_bytes; /* bytes: one id per byte */
+  if (!ids) return TITANS_OK;
+  if (n_bytes > max_ids)
+    return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer encode: %zu ids do not fit in %zu", n_bytes, max_ids);
+  for (size_t i = 0; i < n_bytes; i++) ids[i] = (int)(unsigned char)text[i];
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_tokenizer_decode(titans_tokenizer *tok, char *out, size_t max_bytes, size_t *n_bytes, const int *ids,
+                                      size_t n_ids) {
+  if (!n_bytes || (!ids && n_ids)) return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer decode: NULL argument");
+  *n_bytes = n_ids;
+  for (size_t i = 0; i < n_ids; i++)
+    if (ids[i] < 0 || ids[i] >= tok->vocab)
+      return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer decode: id %d at %zu is outside 0..%d", ids[i], i,
+                           tok->vocab - 1);
+  if (!out) return TITANS_OK;
+  if (n_ids > max_bytes)
+    return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer decode: %zu bytes do not fit in %zu", n_ids, max_bytes);
+  for (size_t i = 0; i < n_ids; i++) out[i] = (char)(unsigned char)ids[i];
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_tokenizer_write(const titans_tokenizer *tok, titans_st_writer *w) {
+  const char *name = titans_tokenizer_name(tok->kind);
+  if (!name) return titans__error(w->error, TITANS_ERR_ARG, "tokenizer: unknown kind %d", tok->kind);
+  return titans_st_writer_add_meta(w, "tokenizer", name);
+}
+
+TITANSDEF int titans_tokenizer_read(titans_tokenizer *tok, const titans_st_reader *r, int vocab) {
+  const char *name = titans_st_meta(r, "tokenizer");
+  int kind = TITANS_TOKENIZER_BYTE;
+  memset(tok, 0, sizeof *tok);
+  if (name) {
+    kind = titans_tokenizer_from_name(name);
+    if (kind < 0) return titans__error(tok->error, TITANS_ERR_FORMAT, "tokenizer '%.64s' is not known to this version", name);
+  } else if (vocab != 256) {
+    return titans__error(tok->error, TITANS_ERR_FORMAT, "the file names no tokenizer and its vocabulary (%d) is not bytes",
+                         vocab);
+  }
+  int rc = titans_tokenizer_init(tok, kind);
+  if (rc) return rc;
+  if (tok->vocab != vocab) {
+    titans_tokenizer_free(tok);
+    return titans__error(tok->error, TITANS_ERR_FORMAT, "tokenizer '%s' has %d ids but the model's vocabulary is %d",
+                         titans_tokenizer_name(kind), 256, vocab);
+  }
+  return TITANS_OK;
+}
+
+/* ---- numbers as text (locale-independent, no stdio) -------------------------------------------- */
+
+/* Parse one JSON number at s: *end after it, *value the number (decimal digits rounded once to
+   double: exact whenever there are at most 15 significant digits and |exponent| <= 22), *integral 1
+   when it has neither fraction nor exponent. Returns 0 when s does not start with a JSON number. */
+static int titans__ck_parse_number(const char *s, const char **end, double *value, int *integral) {
+  static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  const char *p = s;
+  int neg = 0, ndig = 0;
+  uint64_t mant = 0;
+  long exp10 = 0;
+  *integral = 1;
+  if (*p == '-') neg = 1, p++;
+  if (*p == '0') {
+    p++;
+  } else if (*p >= '1' && *p <= '9') {
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (ndig < 19) mant = mant * 10 + (uint64_t)(*p - '0'), ndig++;
+      else if (exp10 < 100000) exp10++; /* digits beyond 19 only scale */
+    }
+  } else {
+    return 0;
+  }
+  if (*p == '.') {
+    *integral = 0;
+    p++;
+    if (!(*p >= '0' && *p <= '9')) return 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (mant == 0 && *p == '0') exp10--; /* leading zeros of the fraction */
+      else if (ndig < 19) mant = mant * 10 + (uint64_t)(*p - '0'), ndig++, exp10--;
+    }
+  }
+  if (*p == 'e' || *p == 'E') {
+    int eneg = 0;
+    long e = 0;
+    *integral = 0;
+    p++;
+    if (*p == '+' || *p == '-') eneg = (*p == '-'), p++;
+    if (!(*p >= '0' && *p <= '9')) return 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+      if (e < 100000) e = e * 10 + (*p - '0');
+    exp10 += eneg ? -e : e;
+  }
+  double v;
+  if (mant == 0) v = 0.0;
+  else if (mant < ((uint64_t)1 << 53) && exp10 >= -22 && exp10 <= 22)
+    v = exp10 >= 0 ? (double)mant * p10[exp10] : (double)mant / p10[-exp10];
+  else if (exp10 > 400) v = HUGE_VAL;
+  else if (exp10 < -400) v = 0.0;
+  else v = (double)mant * pow(10.0, (double)exp10);
+  *value = neg ? -v : v;
+  *end = p;
+  return 1;
+}
+
+/* Decimal text of v (at most 21 characters + NUL). */
+static void titans__ck_fmt_int(char *out, long long v) {
+  char tmp[24];
+  int n = 0;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do {
+    tmp[n++] = (char)('0' + (int)(u % 10));
+    u /= 10;
+  } while (u);
+  if (v < 0) *out++ = '-';
+  while (n) *out++ = tmp[--n];
+  *out = 0;
+}
+
+/* x (finite) as the shortest decimal that parses back to the same float: "0.02", "1e-08", "400". out
+   holds at least 40 bytes. */
+static void titans__ck_fmt_float(char *out, float x) {
+  if (x == 0.0f) {
+    strcpy(out, signbit(x) ? "-0" : "0");
+    return;
+  }
+  double v = fabs((double)x);
+  int e = (int)floor(log10(v));
+  for (int p = 1; p <= 17; p++) {
+    /* p significant digits: m * 10^k with 10^(p-1) <= m < 10^p */
+    int k = e - p + 1;
+    double m = floor(v / pow(10.0, (double)k) + 0.5);
+    if (m >= pow(10.0, (double)p)) m = floor(m / 10.0 + 0.5), k++;
+    unsigned long long mi = (unsigned long long)m;
+    while (mi > 0 && mi % 10 == 0) mi /= 10, k++;
+    char digits[24], *o = out;
+    titans__ck_fmt_int(digits, (long long)mi);
+    int nd = (int)strlen(digits), top = nd - 1 + k; /* decimal exponent of the first digit */
+    if (x < 0) *o++ = '-';
+    if (top >= -5 && top <= 20) {
+      if (k >= 0) {
+        memcpy(o, digits, (size_t)nd), o += nd;
+        for (int i = 0; i < k; i++) *o++ = '0';
+      } else if (nd + k > 0) {
+        memcpy(o, digits, (size_t)(nd + k)), o += nd + k;
+        *o++ = '.';
+        memcpy(o, digits + nd + k, (size_t)(-k)), o += -k;
+      } else {
+        *o++ = '0', *o++ = '.';
+        for (int i = 0; i < -(nd + k); i++) *o++ = '0';
+        memcpy(o, digits, (size_t)nd), o += nd;
+      }
+    } else {
+      *o++ = digits[0];
+      if (nd > 1) *o++ = '.', memcpy(o, digits + 1, (size_t)(nd - 1)), o += nd - 1;
+      *o++ = 'e';
+      titans__ck_fmt_int(o, top);
+      o += strlen(o);
+    }
+    *o = 0;
+    const char *end;
+    double back;
+    int integral;
+    if (titans__ck_parse_number(out, &end, &back, &integral) && (float)back == x) return;
+  }
+}
+
+/* ---- configurations as JSON -------------------------------------------------------------------- */
+
+enum { TITANS__CK_INT, TITANS__CK_LONG, TITANS__CK_FLOAT, TITANS__CK_BLOCK, TITANS__CK_OBJECT };
+
+typedef struct titans__ck_field {
+  const char *key;
+  int type;  /* TITANS__CK_* */
+  void *ptr; /* int *, long *, float *, int * (block kind), titans__ck_fields * */
+} titans__ck_field;
+
+typedef struct titans__ck_fields {
+  titans__ck_field f[16];
+  int n;
+} titans__ck_fields;
+
+static void titans__ck_add(titans__ck_fields *fs, const char *key, int type, void *ptr) {
+  TITANS_ASSERT(fs->n < 16);
+  fs->f[fs->n].key = key;
+  fs->f[fs->n].type = type;
+  fs->f[fs->n].ptr = ptr;
+  fs->n++;
+}
+
+/* The one list of a titans_config's fields, in the order they are written. */
+static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, titans__ck_fields *mem) {
+  top->n = mem->n = 0;
+  titans__ck_add(top, "block", TITANS__CK_BLOCK, &c->block);
+  titans__ck_add(top, "vocab", TITANS__CK_INT, &c->vocab);
+  titans__ck_add(top, "d", TITANS__CK_INT, &c->d);
+  titans__ck_add(top, "n_layers", TITANS__CK_INT, &c->n_layers);
+  titans__ck_add(top, "attn_heads", TITANS__CK_INT, &c->attn_heads);
+  titans__ck_add(top, "ffn_hidden", TITANS__CK_INT, &c->ffn_hidden);
+  titans__ck_add(top, "window", TITANS__CK_INT, &c->window);
+  titans__ck_add(top, "segment", TITANS__CK_INT, &c->segment);
+  titans__ck_add(top, "n_persist", TITANS__CK_INT, &c->n_persist);
+  titans__ck_add(top, "tied", TITANS__CK_INT, &c->tied);
+  titans__ck_add(top, "max_context", TITANS__CK_INT, &c->max_context);
+  titans__ck_add(top, "mem", TITANS__CK_OBJECT, mem);
+  titans__ck_add(mem, "d", TITANS__CK_INT, &c->mem.d);
+  titans__ck_add(mem, "heads", TITANS__CK_INT, &c->mem.heads);
+  titans__ck_add(mem, "head_dim", TITANS__CK_INT, &c->mem.head_dim);
+  titans__ck_add(mem, "depth", TITANS__CK_INT, &c->mem.depth);
+  titans__ck_add(mem, "hidden_mult", TITANS__CK_INT, &c->mem.hidden_mult);
+  titans__ck_add(mem, "chunk", TITANS__CK_INT, &c->mem.chunk);
+  titans__ck_add(mem, "conv_width", TITANS__CK_INT, &c->mem.conv_width);
+  titans__ck_add(mem, "residual", TITANS__CK_INT, &c->mem.residual);
+  titans__ck_add(mem, "theta_max", TITANS__CK_FLOAT, &c->mem.theta_max);
+}
+
+static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {
+  fs->n = 0;
+  titans__ck_add(fs, "lr", TITANS__CK_FLOAT, &tc->lr);
+  titans__ck_add(fs, "min_lr", TITANS__CK_FLOAT, &tc->min_lr);
+  titans__ck_add(fs, "warmup_steps", TITANS__CK_LONG, &tc->warmup_steps);
+  titans__ck_add(fs, "total_steps", TITANS__CK_LONG, &tc->total_steps);
+  titans__ck_add(fs, "weight_decay", TITANS__CK_FLOAT, &tc->weight_decay);
+  titans__ck_add(fs, "beta1", TITANS__CK_FLOAT, &tc->beta1);
+  titans__ck_add(fs, "beta2", TITANS__CK_FLOAT, &tc->beta2);
+  titans__ck_add(fs, "eps", TITANS__CK_FLOAT, &tc->eps);
+  titans__ck_add(fs, "clip", TITANS__CK_FLOAT, &tc->clip);
+}
+
+/* A bounded string builder: ok stays 0 once something did not fit. */
+typedef struct titans__ck_buf {
+  char *s;
+  size_t size, len;
+  int ok;
+} titans__ck_buf;
+
+static void titans__ck_put(titans__ck_buf *b, const char *text) {
+  size_t n = strlen(text);
+  if (!b->ok || b->len + n + 1 > b->size) {
+    b->ok = 0;
+    return;
+  }
+  memcpy(b->s + b->len, text, n + 1);
+  b->len += n;
+}
+
+/* Values of the fields are plain: no string needs escaping (keys and block names are identifiers). */
+static void titans__ck_put_object(titans__ck_buf *b, const titans__ck_fields *fs) {
+  char num[48];
+  titans__ck_put(b, "{");
+  for (int i = 0; i < fs->n; i++) {
+    const titans__ck_field *f = &fs->f[i];
+    if (i) titans__ck_put(b, ",");
+    titans__ck_put(b, "\"");
+    titans__ck_put(b, f->key);
+    titans__ck_put(b, "\":");
+    switch (f->type) {
+      case TITANS__CK_INT: titans__ck_fmt_int(num, *(const int *)f->ptr), titans__ck_put(b, num); break;
+      case TITANS__CK_LONG: titans__ck_fmt_int(num, *(const long *)f->ptr), titans__ck_put(b, num); break;
+      case TITANS__CK_FLOAT: {
+        float x = *(const float *)f->ptr;
+        if (!isfinite(x)) b->ok = 0; /* JSON has no NaN or Inf */
+        else titans__ck_fmt_float(num, x), titans__ck_put(b, num);
+        break;
+      }
+      case TITANS__CK_BLOCK: {
+        const char *name = titans_block_name(*(const int *)f->ptr);
+        if (!name) b->ok = 0;
+        else titans__ck_put(b, "\""), titans__ck_put(b, name), titans__ck_put(b, "\"");
+        break;
+      }
+      default: titans__ck_put_object(b, (const titans__ck_fields *)f->ptr); break;
+    }
+  }
+  titans__ck_put(b, "}");
+}
+
+TITANSDEF int titans_config_to_json(const titans_config *cfg, char *out, size_t size) {
+  titans_config c = *cfg;
+  titans__ck_fields top, mem;
+  titans__ck_buf b;
+  titans__ck_config_fields(&c, &top, &mem);
+  b.s = out, b.size = size, b.len = 0, b.ok = out && size > 0;
+  titans__ck_put_object(&b, &top);
+  if (out && size) out[b.ok ? b.len : 0] = 0;
+  return b.ok ? TITANS_OK : TITANS_ERR_ARG;
+}
+
+TITANSDEF int titans_train_config_to_json(const titans_train_config *tc, char *out, size_t size) {
+  titans_train_config c = *tc;
+  titans__ck_fields fs;
+  titans__ck_buf b;
+  titans__ck_train_fields(&c, &fs);
+  b.s = out, b.size = size, b.len = 0, b.ok = out && size > 0;
+  titans__ck_put_object(&b, &fs);
+  if (out && size) out[b.ok ? b.len : 0] = 0;
+  return b.ok ? TITANS_OK : TITANS_ERR_ARG;
+}
+
+/* A strict reader of the flat JSON objects above. */
+typedef struct titans__ck_json {
+  const char *p;   /* current character */
+  const char *s;   /* start, for offsets in messages */
+  char *err;       /* TITANS_ERR_MSG_SIZE bytes or NULL */
+} titans__ck_json;
+
+static void titans__ck_ws(titans__ck_json *j) {
+  while (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r') j->p++;
+}
+
+static int titans__ck_fail(titans__ck_json *j, const char *what) {
+  return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: %s at offset %ld", what, (long)(j->p - j->s));
+}
+
+/* A string without escapes of at most cap - 1 bytes into out. */
+static int titans__ck_string(titans__ck_json *j, char *out, size_t cap) {
+  size_t n = 0;
+  if (*j->p != '"') return titans__ck_fail(j, "expected a string");
+  j->p++;
+  for (; *j->p != '"'; j->p++) {
+    unsigned char c = (unsigned char)*j->p;
+    if (c == 0) return titans__ck_fail(j, "unterminated string");
+    if (c == '\\' || c < 0x20) return titans__ck_fail(j, "escape or control character in a string");
+    if (n + 1 >= cap) return titans__ck_fail(j, "string too long");
+    out[n++] = (char)c;
+  }
+  out[n] = 0;
+  j->p++;
+  return TITANS_OK;
+}
+
+static int titans__ck_value(titans__ck_json *j, const titans__ck_field *f);
+
+/* An object whose keys are exactly the fields of fs, each once. */
+static int titans__ck_object(titans__ck_json *j, const titans__ck_fields *fs, int depth) {
+  int seen[16] = {0}, rc;
+  char key[64];
+  if (depth > 4) return titans__ck_fail(j, "nesting too deep");
+  titans__ck_ws(j);
+  if (*j->p != '{') return titans__ck_fail(j, "expected an object");
+  j->p++;
+  titans__ck_ws(j);
+  if (*j->p == '}') j->p++;
+  else
+    for (;;) {
+      titans__ck_ws(j);
+      if ((rc = titans__ck_string(j, key, sizeof key)) != 0) return rc;
+      int i = 0;
+      while (i < fs->n && strcmp(fs->f[i].key, key) != 0) i++;
+      if (i == fs->n)
+        return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: unknown key \"%s\" at offset %ld", key,
+                             (long)(j->p - j->s));
+      if (seen[i]) return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: key \"%s\" given twice", key);
+      seen[i] = 1;
+      titans__ck_ws(j);
+      if (*j->p != ':') return titans__ck_fail(j, "expected ':'");
+      j->p++;
+      titans__ck_ws(j);
+      if (fs->f[i].type == TITANS__CK_OBJECT) rc = titans__ck_object(j, (const titans__ck_fields *)fs->f[i].ptr, depth + 1);
+      else rc = titans__ck_value(j, &fs->f[i]);
+      if (rc) return rc;
+      titans__ck_ws(j);
+      if (*j->p == ',') {
+        j->p++;
+        continue;
+      }
+      if (*j->p == '}') {
+        j->p++;
+        break;
+      }
+      return titans__ck_fail(j, "expected ',' or '}'");
+    }
+  for (int i = 0; i < fs->n; i++)
+    if (!seen[i]) return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: key \"%s\" is missing", fs->f[i].key);
+  return TITANS_OK;
+}
+
+static int titans__ck_value(titans__ck_json *j, const titans__ck_field *f) {
+  if (f->type == TITANS__CK_BLOCK) {
+    char name[32];
+    int rc = titans__ck_string(j, name, sizeof name);
+    if (rc) return rc;
+    int kind = titans_block_from_name(name);
+    if (kind < 0) return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: unknown block kind \"%s\"", name);
+    *(int *)f->ptr = kind;
+    return TITANS_OK;
+  }
+  const char *end;
+  double v;
+  int integral;
+  if (!titans__ck_parse_number(j->p, &end, &v, &integral))
+    return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: \"%s\" is not a number", f->key);
+  j->p = end;
+  if (f->type == TITANS__CK_FLOAT) {
+    if (!isfinite((float)v)) return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: \"%s\" is out of float range", f->key);
+    *(float *)f->ptr = (float)v;
+    return TITANS_OK;
+  }
+  /* ints and longs: integer syntax, exactly representable (|v| < 2^53 here), within the C type */
+  double lo = f->type == TITANS__CK_INT ? (double)INT_MIN : (double)LONG_MIN;
+  double hi = f->type == TITANS__CK_INT ? (double)INT_MAX : (double)LONG_MAX;
+  if (!integral || !(v >= lo && v <= hi) || fabs(v) > 9007199254740992.0)
+    return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: \"%s\" must be an integer in range", f->key);
+  if (f->type == TITANS__CK_INT) *(int *)f->ptr = (int)v;
+  else *(long *)f->ptr = (long)v;
+  return TITANS_OK;
+}
+
+static int titans__ck_parse_fields(const char *json, const titans__ck_fields *fs, char *err) {
+  titans__ck_json j;
+  if (!json) return titans__error(err, TITANS_ERR_FORMAT, "config JSON: missing");
+  j.p = j.s = json;
+  j.err = err;
+  int rc = titans__ck_object(&j, fs, 0);
+  if (rc) return rc;
+  titans__ck_ws(&j);
+  if (*j.p) return titans__ck_fail(&j, "text after the object");
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_config_from_json(titans_config *cfg, const char *json, char *err) {
+  titans_config c;
+  titans__ck_fields top, mem;
+  memset(&c, 0, sizeof c);
+  titans__ck_config_fields(&c, &top, &mem);
+  int rc = titans__ck_parse_fields(json, &top, err);
+  if (rc) return rc;
+  if ((rc = titans_config_check(&c, err)) != 0) return rc;
+  *cfg = c;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_train_config_from_json(titans_train_config *tc, const char *json, char *err) {
+  titans_train_config c;
+  titans__ck_fields fs;
+  memset(&c, 0, sizeof c);
+  titans__ck_train_fields(&c, &fs);
+  int rc = titans__ck_parse_fields(json, &fs, err);
+  if (rc) return rc;
+  if (!(c.lr >= 0.0f) || !(c.min_lr >= 0.0f) || c.warmup_steps < 0 || c.total_steps < 0 || !(c.weight_decay >= 0.0f) ||
+      !(c.beta1 >= 0.0f && c.beta1 < 1.0f) || !(c.beta2 >= 0.0f && c.beta2 < 1.0f) || !(c.eps > 0.0f) || !(c.clip >= 0.0f))
+    return titans__error(err, TITANS_ERR_FORMAT, "train config JSON: a value is out of range");
+  *tc = c;
+  return TITANS_OK;
+}
+
+/* ---- shared file checks ------------------------------------------------------------------------ */
+
+/* format, version and kind of a parsed file; want_kind NULL accepts "model" and "trainer". A file
+   without "format" and "kind" (e.g. written by another program with these names) counts as a model. */
+static int titans__ck_check_header(const titans_st_reader *r, const char *want_kind, char *err) {
+  const char *format = titans_st_meta(r, "format"), *version = titans_st_meta(r, "version");
+  const char *kind = titans_st_meta(r, "kind");
+  if (format && strcmp(format, TITANS__CK_FORMAT) != 0)
+    return titans__error(err, TITANS_ERR_FORMAT, "metadata format is \"%.64s\", not \"" TITANS__CK_FORMAT "\"", format);
+  if (version) {
+    const char *end;
+    double major;
+    int integral;
+    size_t n = strcspn(version, ".");
+    char head[16];
+    if (n == 0 || n >= sizeof head) return titans__error(err, TITANS_ERR_FORMAT, "metadata version \"%.32s\" is malformed", version);
+    memcpy(head, version, n);
+    head[n] = 0;
+    if (!titans__ck_parse_number(head, &end, &major, &integral) || *end || !integral)
+      return titans__error(err, TITANS_ERR_FORMAT, "metadata version \"%.32s\" is malformed", version);
+    if (major != (double)TITANS_VERSION_MAJOR)
+      return titans__error(err, TITANS_ERR_FORMAT, "the file was written by version %.32s; this is " TITANS_VERSION,
+                           version);
+  }
+  if (!kind) kind = "model";
+  if (want_kind ? strcmp(kind, want_kind) != 0 : (strcmp(kind, "model") != 0 && strcmp(kind, "trainer") != 0))
+    return titans__error(err, TITANS_ERR_FORMAT, "the file holds a %.32s, not a %s", kind, want_kind ? want_kind : "model");
+  return TITANS_OK;
+}
+
+static int titans__ck_is_memory_kind(int block) {
+  return block == TITANS_BLOCK_MAC || block == TITANS_BLOCK_MAG || block == TITANS_BLOCK_MAL || block == TITANS_BLOCK_LMM;
+}
+
+/* The floats of cfg's parameters (SPEC 1.2, 2, 3, 5), computed with overflow checks before anything
+   is allocated; 0 on overflow. Only used to refuse a configuration the file cannot hold, so a
+   hostile header cannot make the loader allocate more than the file's size implies. */
+static size_t titans__ck_param_floats(const titans_config *c) {
+  size_t d = (size_t)c->d, V = (size_t)c->vocab, ff = (size_t)c->ffn_hidden, layer = 0, t, total;
+  int attn = c->block != TITANS_BLOCK_LMM, gated = c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_MAG;
+  /* norms 2d, FFN 3 d d_ff */
+  if (!titans_size_mul(d, ff, &t) || !titans_size_mul(t, 3, &t) || !titans_size_add(t, 2 * d, &layer)) return 0;
+  if (attn) {
+    if (!titans_size_mul(d, d, &t) || !titans_size_mul(t, 4, &t) || !titans_size_add(layer, t, &layer)) return 0;
+    if (!titans_size_mul((size_t)c->n_persist, d, &t) || !titans_size_add(layer, t, &layer)) return 0;
+  }
+  if (gated && !titans_size_add(layer, 2 * d, &layer)) return 0;
+  if (titans__ck_is_memory_kind(c->block) && !titans_size_add(layer, titans_mem_param_count(&c->mem), &layer)) return 0;
+  if (!titans_size_mul(layer, (size_t)c->n_layers, &total)) return 0;
+  if (!titans_size_mul(V, d, &t) || !titans_size_add(total, t, &total) || !titans_size_add(total, d, &total)) return 0;
+  if (!c->tied && !titans_size_add(total, t, &total)) return 0;
+  return total;
+}
+
+/* Floats the file's tensors hold (any dtype counts its bytes / 4): an upper bound of what it can fill. */
+static size_t titans__ck_file_floats(const titans_st_reader *r) {
+  size_t total = 0;
+  for (size_t i = 0; i < r->n_tensors; i++) total += r->tensors[i].nbytes / 4; /* <= file size / 4 */
+  return total;
+}
+
+static int titans__ck_finite(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) return 0;
+  return 1;
+}
+
+static int titans__ck_cmp_param(const void *a, const void *b) {
+  return strcmp((*(const titans_param *const *)a)->name, (*(const titans_param *const *)b)->name);
+}
+
+/* 1 when name is one of the parameters (idx sorted by name, n entries). */
+static int titans__ck_has_param(const titans_param *const *idx, size_t n, const char *name) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(idx[mid]->name, name);
+    if (c == 0) return 1;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return 0;
+}
+
+/* Every tensor of the file must be a parameter, or (trainer files) "adam.m." / "adam.v." + a
+   parameter. Reports the first one that is not. */
+static int titans__ck_no_extra(const titans_model *m, const titans_st_reader *r, int trainer, char *err) {
+  const titans_param **idx = (const titans_param **)titans_alloc_bytes(m->n_params, sizeof *idx);
+  if (!idx) return titans__error(err, TITANS_ERR_NOMEM, "cannot allocate an index of %zu parameters", m->n_params);
+  for (size_t i = 0; i < m->n_params; i++) idx[i] = &m->plist[i];
+  qsort((void *)idx, m->n_params, sizeof *idx, titans__ck_cmp_param);
+  int rc = TITANS_OK;
+  for (size_t i = 0; i < r->n_tensors && !rc; i++) {
+    const char *name = r->tensors[i].name;
+    if (trainer && (strncmp(name, "adam.m.", 7) == 0 || strncmp(name, "adam.v.", 7) == 0)) name += 7;
+    if (!titans__ck_has_param(idx, m->n_params, name))
+      rc = titans__error(err, TITANS_ERR_FORMAT, "tensor '%.80s' is not a parameter of this configuration",
+                         r->tensors[i].name);
+  }
+  titans_free((void *)idx);
+  return rc;
+}
+
+/* Read one F32 tensor of exactly p's shape into out, finite (and >= 0 when nonneg). */
+static int titans__ck_read_tensor(titans_st_reader *r, const char *name, const titans_param *p, float *out, int nonneg,
+                                  char *err) {
+  size_t shape[4];
+  for (int i = 0; i < p->ndim; i++) shape[i] = p->shape[i];
+  if (!titans_st_find(r, name)) return titans__error(err, TITANS_ERR_FORMAT, "tensor '%s' is missing", name);
+  if (titans_st_read_f32(r, name, out, (size_t)p->ndim, shape) != TITANS_OK)
+    return titans__error(err, TITANS_ERR_FORMAT, "%s", r->error);
+  if (!titans__ck_finite(out, p->size)) return titans__error(err, TITANS_ERR_FORMAT, "tensor '%s' holds NaN or Inf", name);
+  if (nonneg)
+    for (size_t i = 0; i < p->size; i++)
+      if (out[i] < 0.0f) return titans__error(err, TITANS_ERR_FORMAT, "tensor '%s' holds a negative value", name);
+  return TITANS_OK;
+}
+
+/* ---- models ---------------------------------------------------------------------------------- */
+
+static int titans__ck_add_common_meta(titans_st_writer *w, const titans_config *cfg, const char *kind,
+                                      const titans_tokenizer *tok) {
+  char json[1024];
+  int rc = titans_config_to_json(cfg, json, sizeof json);
+  if (rc) return titans__error(w->error, rc, "cannot write the configuration as JSON");
+  if ((rc = titans_st_writer_add_meta(w, "format", TITANS__CK_FORMAT)) != 0) return rc;
+  if ((rc = titans_st_writer_add_meta(w, "version", TITANS_VERSION)) != 0) return rc;
+  if ((rc = titans_st_writer_add_meta(w, "kind", kind)) != 0) return rc;
+  if ((rc = titans_st_writer_add_meta(w, "config", json)) != 0) return rc;
+  if (tok && (rc = titans_tokenizer_write(tok, w)) != 0) return rc;
+  return TITANS_OK;
+}
+
+static int titans__ck_add_params(titans_st_writer *w, const titans_model *m, const float *slab, const char *prefix) {
+  char name[128];
+  size_t lp = strlen(prefix);
+  for (size_t i = 0; i < m->n_params; i++) {
+    const titans_param *p = &m->plist[i];
+    size_t shape[4], ln = strlen(p->name);
+    for (int k = 0; k < p->ndim; k++) shape[k] = p->shape[k];
+    if (lp + ln >= sizeof name) return titans__error(w->error, TITANS_ERR_ARG, "parameter name too long");
+    memcpy(name, prefix, lp);
+    memcpy(name + lp, p->name, ln + 1);
+    int rc = titans_st_writer_add_f32(w, name, slab + p->offset, (size_t)p->ndim, shape);
+    if (rc) return rc;
+  }
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_model_write(titans_model *m, const titans_tokenizer *tok, titans_st_writer *w) {
+  int rc = titans__ck_add_common_meta(w, &m->cfg, "model", tok);
+  if (!rc) rc = titans__ck_add_params(w, m, m->params, "");
+  if (rc) return titans__error(m->error, rc, "model save: %s", w->error);
+  return TITANS_OK;
+}
+
+/* Model part of a model or trainer file (kind checked by the caller). */
+static int titans__ck_model_read(titans_model *m, titans_tokenizer *tok, titans_st_reader *r, int trainer) {
+  titans_config cfg;
+  char err[TITANS_ERR_MSG_SIZE];
+  int rc;
+  memset(m, 0, sizeof *m);
+  if (tok) memset(tok, 0, sizeof *tok);
+  const char *json = titans_st_meta(r, "config");
+  if (!json) return titans__error(m->error, TITANS_ERR_FORMAT, "the file has no \"config\" metadata");
+  if ((rc = titans_config_from_json(&cfg, json, err)) != 0)
+    return titans__error(m->error, TITANS_ERR_FORMAT, "bad configuration: %s", err);
+  size_t need = titans__ck_param_floats(&cfg), have = titans__ck_file_floats(r);
+  if (need == 0 || need > have)
+    return titans__error(m->error, TITANS_ERR_FORMAT, "the configuration needs %zu floats of parameters, the file holds %zu (a tensor "
+                         "is missing or the configuration does not belong to these tensors)",
+                         need, have);
+  if (tok && (rc = titans_tokenizer_read(tok, r, cfg.vocab)) != 0)
+    return titans__error(m->error, rc, "%s", tok->error);
+  if ((rc = titans_model_init(m, &cfg)) != 0) {
+    memcpy(err, m->error, sizeof err);
+    titans_model_free(m);
+    if (tok) titans_tokenizer_free(tok);
+    return titans__error(m->error, rc, "%s", err);
+  }
+  size_t want = trainer ? 3 * m->n_params : m->n_params;
+  rc = titans__ck_no_extra(m, r, trainer, err);
+  if (!rc && r->n_tensors != want)
+    rc = titans__error(err, TITANS_ERR_FORMAT, "the file has %zu tensors, the configuration %zu", r->n_tensors, want);
+  for (size_t i = 0; i < m->n_params && !rc; i++)
+    rc = titans__ck_read_tensor(r, m->plist[i].name, &m->plist[i], m->params + m->plist[i].offset, 0, err);
+  if (rc) {
+    titans_model_free(m);
+    if (tok) titans_tokenizer_free(tok);
+    return titans__error(m->error, rc, "%s", err);
+  }
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_model_read(titans_model *m, titans_tokenizer *tok, titans_st_reader *r) {
+  int rc = titans__ck_check_header(r, NULL, m->error);
+  if (rc) {
+    char err[TITANS_ERR_MSG_SIZE];
+    memcpy(err, m->error, sizeof err);
+    memset(m, 0, sizeof *m);
+    memcpy(m->error, err, sizeof err);
+    return rc;
+  }
+  const char *kind = titans_st_meta(r, "kind");
+  return titans__ck_model_read(m, tok, r, kind && strcmp(kind, "trainer") == 0);
+}
+
+/* A copy of the file's "user" string into *out (NULL when absent). */
+static int titans__ck_user_meta(const titans_st_reader *r, char **out, char *err) {
+  if (!out) return TITANS_OK;
+  *out = NULL;
+  const char *v = titans_st_meta(r, "user");
+  if (!v) return TITANS_OK;
+  size_t n = strlen(v);
+  *out = (char *)titans_alloc_bytes(n + 1, 1);
+  if (!*out) return titans__error(err, TITANS_ERR_NOMEM, "cannot allocate %zu bytes of metadata", n + 1);
+  memcpy(*out, v, n + 1);
+  return TITANS_OK;
+}
+
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_model_save_ex(titans_model *m, const titans_tokenizer *tok, const char *user_meta, const char *path) {
+  titans_st_writer w;
+  titans_st_writer_init(&w);
+  int rc = titans_model_write(m, tok, &w);
+  if (!rc && user_meta && (rc = titans_st_writer_add_meta(&w, "user", user_meta)) != 0)
+    titans__error(m->error, rc, "model save: %s", w.error);
+  if (!rc && (rc = titans_st_writer_save(&w, path)) != 0) titans__error(m->error, rc, "model save: %s", w.error);
+  titans_st_writer_free(&w);
+  return rc;
+}
+
+TITANSDEF int titans_model_save(titans_model *m, const char *path) { return titans_model_save_ex(m, NULL, NULL, path); }
+
+TITANSDEF int titans_model_load_ex(titans_model *m, titans_tokenizer *tok, char **user_meta, const char *path) {
+  titans_st_reader r;
+  if (user_meta) *user_meta = NULL;
+  int rc = titans_st_reader_load(&r, path);
+  if (rc) {
+    memset(m, 0, sizeof *m);
+    if (tok) memset(tok, 0, sizeof *tok);
+    titans__error(m->error, rc, "%s", r.error);
+    titans_st_reader_free(&r);
+    return rc;
+  }
+  rc = titans_model_read(m, tok, &r);
+  if (!rc && (rc = titans__ck_user_meta(&r, user_meta, m->error)) != 0) {
+    titans_model_free(m);
+    if (tok) titans_tokenizer_free(tok);
+    titans__error(m->error, rc, "cannot allocate the file's metadata");
+  }
+  titans_st_reader_free(&r);
+  return rc;
+}
+
+TITANSDEF int titans_model_load(titans_model *m, const char *path) { return titans_model_load_ex(m, NULL, NULL, path); }
+#endif
+
+/* ---- trainers --------------------------------------------------------------------------------- */
+
+TITANSDEF int titans_trainer_write(titans_trainer *t, const titans_tokenizer *tok, const char *user_meta,
+                                   titans_st_writer *w) {
+  titans_model *m = t->model;
+  char tc_json[512], step[24];
+  int rc = titans_train_config_to_json(&t->tc, tc_json, sizeof tc_json);
+  if (rc) return titans__error(t->error, rc, "trainer save: the train configuration has a non-finite value");
+  if (t->step < 0) return titans__error(t->error, TITANS_ERR_STATE, "trainer save: negative step");
+  titans__ck_fmt_int(step, t->step);
+  rc = titans__ck_add_common_meta(w, &m->cfg, "trainer", tok);
+  if (!rc) rc = titans_st_writer_add_meta(w, "train_config", tc_json);
+  if (!rc) rc = titans_st_writer_add_meta(w, "step", step);
+  if (!rc && user_meta) rc = titans_st_writer_add_meta(w, "user", user_meta);
+  if (!rc) rc = titans__ck_add_params(w, m, m->params, "");
+  if (!rc) rc = titans__ck_add_params(w, m, t->adam_m, "adam.m.");
+  if (!rc) rc = titans__ck_add_params(w, m, t->adam_v, "adam.v.");
+  if (rc) return titans__error(t->error, rc, "trainer save: %s", w->error);
+  return TITANS_OK;
+}
+
+/* The trainer part once the model is read: train config, step, moments. On failure after
+   titans_trainer_init, *inited tells the caller to free t. */
+static int titans__ck_trainer_state(titans_trainer *t, titans_model *m, titans_st_reader *r, int *inited, char *err) {
+  titans_train_config tc;
+  char name[128];
+  int rc;
+  const char *step = titans_st_meta(r, "step"), *end;
+  double v;
+  int integral;
+  *inited = 0;
+  if ((rc = titans_train_config_from_json(&tc, titans_st_meta(r, "train_config"), err)) != 0) return rc;
+  if (!step || !titans__ck_parse_number(step, &end, &v, &integral) || *end || !integral || v < 0 || v > 9.0e15 ||
+      v > (double)LONG_MAX)
+    return titans__error(err, TITANS_ERR_FORMAT, "metadata \"step\" is missing or not a step count");
+  if ((rc = titans_trainer_init(t, m, &tc)) != 0) return titans__error(err, rc, "%s", t->error);
+  *inited = 1;
+  for (size_t i = 0; i < m->n_params && !rc; i++) {
+    const titans_param *p = &m->plist[i];
+    memcpy(name, "adam.m.", 7);
+    memcpy(name + 7, p->name, strlen(p->name) + 1);
+    rc = titans__ck_read_tensor(r, name, p, t->adam_m + p->offset, 0, err);
+    name[5] = 'v';
+    if (!rc) rc = titans__ck_read_tensor(r, name, p, t->adam_v + p->offset, 1, err);
+  }
+  if (rc) return rc;
+  t->step = (long)v;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_trainer_read(titans_trainer *t, titans_model *m, titans_tokenizer *tok, char **user_meta,
+                                  titans_st_reader *r) {
+  char err[TITANS_ERR_MSG_SIZE];
+  int rc, inited = 0;
+  memset(t, 0, sizeof *t);
+  memset(m, 0, sizeof *m);
+  if (tok) memset(tok, 0, sizeof *tok);
+  if (user_meta) *user_meta = NULL;
+  if ((rc = titans__ck_check_header(r, "trainer", err)) != 0) goto fail;
+  if ((rc = titans__ck_model_read(m, tok, r, 1)) != 0) {
+    memcpy(err, m->error, sizeof err);
+    goto fail;
+  }
+  if ((rc = titans__ck_trainer_state(t, m, r, &inited, err)) != 0 || (rc = titans__ck_user_meta(r, user_meta, err)) != 0) {
+    if (inited) titans_trainer_free(t);
+    titans_model_free(m);
+    if (tok) titans_tokenizer_free(tok);
+    goto fail;
+  }
+  return TITANS_OK;
+fail:
+  memset(t, 0, sizeof *t);
+  titans__error(t->error, rc, "%s", err);
+  titans__error(m->error, rc, "%s", err);
+  return rc;
+}
+
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_trainer_save(titans_trainer *t, const titans_tokenizer *tok, const char *user_meta, const char *path) {
+  titans_st_writer w;
+  titans_st_writer_init(&w);
+  int rc = titans_trainer_write(t, tok, user_meta, &w);
+  if (!rc && (rc = titans_st_writer_save(&w, path)) != 0) titans__error(t->error, rc, "trainer save: %s", w.error);
+  titans_st_writer_free(&w);
+  return rc;
+}
+
+TITANSDEF int titans_trainer_load(titans_trainer *t, titans_model *m, titans_tokenizer *tok, char **user_meta,
+                                  const char *path) {
+  titans_st_reader r;
+  int rc = titans_st_reader_load(&r, path);
+  if (rc) {
+    memset(t, 0, sizeof *t);
+    memset(m, 0, sizeof *m);
+    if (tok) memset(tok, 0, sizeof *tok);
+    if (user_meta) *user_meta = NULL;
+    titans__error(t->error, rc, "%s", r.error);
+    titans__error(m->error, rc, "%s", r.error);
+  } else {
+    rc = titans_trainer_read(t, m, tok, user_meta, &r);
+  }
+  titans_st_reader_free(&r);
+  return rc;
+}
+#endif
+
+/* ---- sessions --------------------------------------------------------------------------------- */
+
+TITANSDEF uint64_t titans_model_hash(const titans_model *m) {
+  /* FNV-1a over the parameters' 32-bit patterns taken in pairs: independent of the host's byte order */
+  uint64_t h = 0xcbf29ce484222325ull;
+  const float *p = m->params;
+  size_t n = m->n_floats, i = 0;
+  for (; i + 2 <= n; i += 2) {
+    uint32_t a, b;
+    memcpy(&a, p + i, 4);
+    memcpy(&b, p + i + 1, 4);
+    h = (h ^ (((uint64_t)a << 32) | b)) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  if (i < n) {
+    uint32_t a;
+    memcpy(&a, p + i, 4);
+    h = (h ^ a) * 0x100000001b3ull;
+  }
+  return (h ^ (uint64_t)n) * 0x100000001b3ull;
+}
+
+static void titans__ck_hex64(char *out, uint64_t v) {
+  static const char hex[] = "0123456789abcdef";
+  for (int i = 0; i < 16; i++) out[i] = hex[(v >> (60 - 4 * i)) & 15];
+  out[16] = 0;
+}
+
+/* The session's state list, allocated: *list [*n]. */
+static int titans__ck_state_list(titans_session *s, titans_tensor_ref **list, size_t *n) {
+  size_t count = titans_session_state(s, NULL, 0);
+  *list = (titans_tensor_ref *)titans_alloc_bytes(count ? count : 1, sizeof **list);
+  if (!*list) return titans__error(s->error, TITANS_ERR_NOMEM, "cannot allocate the state list");
+  *n = titans_session_state(s, *list, count);
+  TITANS_ASSERT(*n == count);
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_session_write(titans_session *s, titans_st_writer *w) {
+  titans_tensor_ref *list = NULL;
+  size_t n = 0;
+  char hash[17];
+  int rc = titans__ck_state_list(s, &list, &n);
+  if (rc) return rc;
+  titans__ck_hex64(hash, titans_model_hash(s->model));
+  rc = titans__ck_add_common_meta(w, &s->model->cfg, "session", NULL);
+  if (!rc) rc = titans_st_writer_add_meta(w, "model_hash", hash);
+  for (size_t i = 0; i < n && !rc; i++) rc = titans_st_writer_add_f32(w, list[i].name, list[i].data, 1, &list[i].count);
+  titans_free(list);
+  if (rc) return titans__error(s->error, rc, "session save: %s", w->error);
+  return TITANS_OK;
+}
+
+/* Checks the file against the session, then copies: nothing is written into s before all is valid. */
+static int titans__ck_session_read(titans_session *s, titans_st_reader *r, titans_tensor_ref *list, size_t n, char *err) {
+  char mine[1024], theirs[1024], hash[17];
+  titans_config fcfg;
+  int rc = titans__ck_check_header(r, "session", err);
+  if (rc) return rc;
+  if ((rc = titans_config_from_json(&fcfg, titans_st_meta(r, "config"), err)) != 0) return rc;
+  if (titans_config_to_json(&s->model->cfg, mine, sizeof mine) || titans_config_to_json(&fcfg, theirs, sizeof theirs) ||
+      strcmp(mine, theirs) != 0)
+    return titans__error(err, TITANS_ERR_FORMAT, "the state belongs to a model of another configuration");
+  const char *fhash = titans_st_meta(r, "model_hash");
+  titans__ck_hex64(hash, titans_model_hash(s->model));
+  if (!fhash || strcmp(fhash, hash) != 0)
+    return titans__error(err, TITANS_ERR_FORMAT, "the state was saved from other weights (model hash %.16s, this model %s)",
+                         fhash ? fhash : "missing", hash);
+  if (r->n_tensors != n) return titans__error(err, TITANS_ERR_FORMAT, "the file has %zu state tensors, the session %zu", r->n_tensors, n);
+  for (size_t i = 0; i < n; i++) {
+    const titans_st_tensor *t = titans_st_find(r, list[i].name);
+    if (!t) return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is missing", list[i].name);
+    if (t->dtype != TITANS_ST_F32 || t->ndim != 1 || t->shape[0] != list[i].count)
+      return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is not F32 [%zu]", list[i].name, list[i].count);
+  }
+  /* all names found and the counts agree: no tensor is left over. Copy (bit-exact, any host order) */
+  for (size_t i = 0; i < n; i++) {
+    if ((rc = titans_st_read_f32(r, list[i].name, list[i].data, 1, &list[i].count)) != 0)
+      return titans__error(err, rc, "%s", r->error);
+    if (!titans__ck_finite(list[i].data, list[i].count))
+      return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' holds NaN or Inf", list[i].name);
+  }
+  if ((rc = titans_session_state_loaded(s)) != 0) return titans__error(err, rc, "%s", s->error);
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_session_read(titans_session *s, titans_st_reader *r) {
+  titans_tensor_ref *list = NULL;
+  size_t n = 0;
+  char err[TITANS_ERR_MSG_SIZE];
+  int rc = titans__ck_state_list(s, &list, &n);
+  if (rc) return rc;
+  rc = titans__ck_session_read(s, r, list, n, err);
+  titans_free(list);
+  if (rc) {
+    titans_session_reset(s);
+    return titans__error(s->error, rc, "session load: %s", err);
+  }
+  return TITANS_OK;
+}
+
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_session_save(titans_session *s, const char *path) {
+  titans_st_writer w;
+  titans_st_writer_init(&w);
+  int rc = titans_session_write(s, &w);
+  if (!rc && (rc = titans_st_writer_save(&w, path)) != 0) titans__error(s->error, rc, "session save: %s", w.error);
+  titans_st_writer_free(&w);
+  return rc;
+}
+
+TITANSDEF int titans_session_load(titans_session *s, const char *path) {
+  titans_st_reader r;
+  int rc = titans_st_reader_load(&r, path);
+  if (rc) {
+    titans_session_reset(s);
+    titans__error(s->error, rc, "session load: %s", r.error);
+  } else {
+    rc = titans_session_read(s, &r);
+  }
+  titans_st_reader_free(&r);
+  return rc;
+}
+#endif
 
 #ifdef TITANS__GCC_DIAGNOSTIC_PUSHED
 #pragma GCC diagnostic pop

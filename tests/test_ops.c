@@ -1,4 +1,4 @@
-/* Tests of the kernels of section 3 (src/ops*.h): the vectorised exp against double exp, every SIMD
+/* Tests of the kernels of section 3 of titans.h: the vectorised exp against double exp, every SIMD
    kernel against its scalar reference over odd sizes, every backward against central finite
    differences of a forward written here in double, the conv against a naive loop and in streaming
    pieces, cross-entropy stability, AdamW against values computed by hand, and thread independence. */
