@@ -931,8 +931,8 @@ int main(int argc, char **argv) {
      SiLU'(zq), SiLU'(zk) and SiLU''(zk) (error recursion), SiLU'(zk) (key path) */
   printf("\none chunk of one head on 1 thread, its parts timed in turns (best of 7): the whole chunk (piece forward\n"
          "with the state update; piece backward, which recomputes the forward), its matrix products replayed alone\n"
-         "(titans_gemm at the chunk's shapes), and its SiLU family: one scalar expf per element, evaluated\n"
-         "3 b n_hid times forward and 7 b n_hid times backward for 2 b n_hid distinct arguments; the rest is\n"
+         "(titans_gemm at the chunk's shapes), and its SiLU family: a vectorised sigmoid per pre-activation,\n"
+         "kept for SiLU' and SiLU'' (2 b n_hid sigmoids forward, again in the recomputed forward); the rest is\n"
          "copies, scalings and coefficients\n");
   printf("%4s %-8s %9s %9s %6s %9s %6s %9s %6s %9s %9s %7s\n", "b", "pass", "chunk us", "gemm us", "share", "silu us",
          "share", "rest us", "share", "chunk GF", "gemm GF", "% peak");
