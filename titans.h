@@ -3253,7 +3253,6 @@ TITANSDEF void titans_mem_weights_init(const titans_mem_weights *w, const titans
 
 /* ---- scalar pieces ---------------------------------------------------------------------------- */
 
-static inline float titans__mem_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* SiLU'(z) = s (1 + z (1 - s)), s = sigmoid(z) (the chunk kernels keep s beside z) */
 static inline float titans__silu_d1(float z, float s) { return s * (1.0f + z * (1.0f - s)); }
 /* SiLU''(z) = s (1 - s) (2 + z (1 - 2 s)) */
@@ -4090,7 +4089,7 @@ static void titans__mem_output_backward(const titans__mem_dims *m, const titans_
   titans_gemm(0, 0, bt, m->dm, m->d, 1.0f, dout, m->d, w->wo, m->dm, 0.0f, gr->dgated, m->dm);
   for (size_t j = 0; j < n; j++) {
     float g = bf->g[j];
-    gr->dyn[j] = gr->dgated[j] * g * titans__mem_sigmoid(g);
+    gr->dyn[j] = gr->dgated[j] * g * titans__sigmoidf(g);
     gr->tmp[j] = gr->dgated[j] * bf->yn[j];
   }
   memset(gr->dg, 0, n * sizeof(float));
