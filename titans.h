@@ -252,10 +252,11 @@ typedef struct titans_mem_config {
 } titans_mem_config;
 
 /* Defaults of SPEC 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
-   theta_max = 0.02. The inner learning rate is bounded so because the inner loss is a sum over d_h
-   components and a chunk applies b gradients taken at one point: with random inputs, theta = 0.1
-   diverges within a few hundred tokens for (d_h, b) = (16, 16) and (64, 16), and theta = 0.05 for
-   (16, 64), while theta <= 0.02 stayed bounded in all of them (docs/memory.md). */
+   theta_max = 0.005. A chunk applies b inner gradients taken at one point, and momentum carries them
+   on: with keys that point the same way (as in real text) one chunk moves the memory by about
+   2 theta sum_{i<=b} sum_{j<=i} eta^(i-j) times its error, 2 theta 87 at b = 16, eta = 0.9, which must
+   stay below 1 (docs/memory.md section 5). At theta_max = 0.02 the default MAG model of the bench
+   diverged in its first step. Lower theta_max for larger chunks. */
 TITANSDEF titans_mem_config titans_mem_config_default(int d);
 /* TITANS_OK, or TITANS_ERR_ARG with a message in err (TITANS_ERR_MSG_SIZE bytes, may be NULL). */
 TITANSDEF int titans_mem_config_check(const titans_mem_config *cfg, char *err);
@@ -3110,7 +3111,7 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.chunk = 16;
   c.conv_width = 4;
   c.residual = 0;
-  c.theta_max = 0.02f;
+  c.theta_max = 0.005f;
   return c;
 }
 

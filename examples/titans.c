@@ -497,7 +497,7 @@ static void help_train(void) {
          "  --chunk N           memory chunk size b (16); --segment N MAC segment C (64)\n"
          "  --window N          sliding window w (64); --persist N persistent tokens (4)\n"
          "  --ffn N             FFN hidden width (4 d)\n"
-         "  --theta-max X       upper bound of the memory's inner learning rate (0.02)\n"
+         "  --theta-max X       upper bound of the memory's inner learning rate (0.005)\n"
          "  --seq T             tokens per training sequence (128)\n"
          "  --batch B           sequences per step (16)\n"
          "  --steps N           optimizer steps (500)\n"
