@@ -7,15 +7,15 @@
    4 persistent tokens for MAC/MAG/MAL, memory H = 4, d_h = 64, L_M = 2, e = 4, b = 16, K_c = 4).
 
    Training: titans_train_step (forward, backward, clipping, AdamW) on B x T tokens. Warm-up steps
-   first: at the first thread count until a step touches no fresh memory (at most 3: the first steps
-   fault in the activation buffers, and glibc only starts reusing freed blocks after its mmap threshold
-   has adapted), one at the others. Then budget / warm-up-time timed steps, clamped to
-   [min-steps, steps]; median and min..max.
+   first: two at the first thread count (the first step faults in gigabytes of activation buffers, and
+   glibc reuses freed blocks only from the third step on, once its mmap threshold has adapted), one at
+   the others. Then budget / warm-up-time timed steps, clamped to [min-steps, steps]; median and
+   min..max.
    Inference: a session fed one token per call with logits after every token: a warm-up stream, then
    --infer-reps timed streams of --infer-tokens tokens from position 0.
    A kind whose training diverges (TITANS_ERR_NONFINITE, the memory's inner updates blowing up) is
-   measured again with theta_max halved, at most three times, and marked in the table: the cost of a
-   step does not depend on theta_max.
+   measured again with theta_max / 4, at most twice, and marked in the table: the cost of a step does
+   not depend on theta_max.
 
        make bench                                  (every bench, this one with its defaults)
        ./build/default/bench_model --kinds mac,attn --threads 2 --no-torch
@@ -38,7 +38,6 @@
 #define BM_MAX_KINDS 6
 #define BM_MAX_THREADS 8
 #define BM_MAX_SAMPLES 64
-#define BM_QUIET_FAULTS 256 /* a warm step faults in fewer pages than this (1 MB) */
 
 static const int bm_all_kinds[BM_MAX_KINDS] = {TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL,
                                                TITANS_BLOCK_LMM, TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA};
@@ -75,6 +74,7 @@ typedef struct bm_cell { /* one kind on one thread count */
   double other_cores;   /* CPU cores busy with other processes during the timed training steps */
   double torch_other;   /* the same during PyTorch's timed steps */
   double torch_loss;    /* PyTorch's first loss */
+  int torch_threads, blas_threads; /* PyTorch's fastest split of the threads */
   size_t torch_params;
 } bm_cell;
 
@@ -185,17 +185,15 @@ static int bm_train(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int 
   double secs[BM_MAX_SAMPLES], warm = 0, page = (double)sysconf(_SC_PAGESIZE);
   float loss = 0.0f;
   int rc = TITANS_OK;
-  for (int w = 0; w < (first ? 3 : 1); w++) {
+  for (int w = 0; w < (first ? 2 : 1); w++) {
     long f0 = bm_faults();
     double t0 = bm_now();
     rc = titans_train_step(tr, tokens, 1, o->B, o->T, &loss);
     warm = bm_now() - t0;
     if (rc) return rc;
     if (first && w == 0) kind->loss = loss;
-    long df = bm_faults() - f0;
     cell->warm_steps++;
-    cell->warm_mb += (double)df * (page > 0 ? page : 4096) / 1e6;
-    if (df < BM_QUIET_FAULTS) break;
+    cell->warm_mb += (double)(bm_faults() - f0) * (page > 0 ? page : 4096) / 1e6;
   }
   int steps = (int)(o->budget / (warm > 1e-9 ? warm : 1e-9));
   if (steps > o->max_steps) steps = o->max_steps;
@@ -299,7 +297,7 @@ static int bm_run_kind(bm_cell *cells, bm_kind *kind, int k, const int *tokens, 
   for (int attempt = 0;; attempt++) {
     memset(cells, 0, (size_t)o->nthreads * sizeof *cells);
     int rc = bm_measure(cells, kind, k, &c, tokens, o);
-    if (rc != TITANS_ERR_NONFINITE || !bm_has_mem(k) || attempt == 3) {
+    if (rc != TITANS_ERR_NONFINITE || !bm_has_mem(k) || attempt == 2) {
       if (rc) {
         kind->failed = 1;
         fprintf(stderr, "bench_model: %s: failed (%s)\n", bm_name(k), titans_status_string(rc));
@@ -307,8 +305,8 @@ static int bm_run_kind(bm_cell *cells, bm_kind *kind, int k, const int *tokens, 
       return rc;
     }
     printf("WARNING: %s: a training step is not finite with theta_max = %g (the memory diverges); "
-           "measuring again with theta_max = %g\n", bm_name(k), (double)c.mem.theta_max, (double)c.mem.theta_max / 2);
-    c.mem.theta_max /= 2;
+           "measuring again with theta_max = %g\n", bm_name(k), (double)c.mem.theta_max, (double)c.mem.theta_max / 4);
+    c.mem.theta_max /= 4;
     kind->theta_max = c.mem.theta_max;
   }
 }
@@ -376,6 +374,8 @@ static void bm_parse_torch_line(bm_cell cells[][BM_MAX_THREADS], const char *lin
       c->torch_loss = bm_field(line, "loss");
       c->torch_params = (size_t)bm_field(line, "params");
       c->torch_other = bm_field(line, "other_cores");
+      c->torch_threads = (int)bm_field(line, "torch_threads");
+      c->blas_threads = (int)bm_field(line, "blas_threads");
     }
   }
 }
@@ -470,7 +470,7 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
   for (int ki = 0; ki < o->nkinds; ki++)
     if (o->kinds[ki] == TITANS_BLOCK_ATTN) attn = ki;
   printf("\n| kind | threads | params | train tok/s [min..max] | vs attn | infer tok/s [min..max] | vs attn "
-         "| PyTorch train tok/s [min..max] | titans.h / PyTorch | other load (cores) |\n");
+         "| PyTorch train tok/s [min..max] (torch+BLAS threads) | titans.h / PyTorch | other load (cores) |\n");
   printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (int ki = 0; ki < o->nkinds; ki++) {
     int lowered = kinds[ki].theta_max != kinds[ki].theta_default;
@@ -483,7 +483,10 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
       bm_print_ratio(a ? bm_ratio(c->train.med, a->train.med) : NAN);
       bm_print_stat(c->infer);
       bm_print_ratio(a ? bm_ratio(c->infer.med, a->infer.med) : NAN);
-      bm_print_stat(c->torch);
+      if (c->torch.n > 0)
+        printf(" %.0f [%.0f..%.0f] (%d+%d) |", c->torch.med, c->torch.lo, c->torch.hi, c->torch_threads, c->blas_threads);
+      else
+        printf(" - |");
       bm_print_ratio(bm_ratio(c->train.med, c->torch.med));
       if (c->torch.n > 0)
         printf(" %.2f / %.2f |\n", c->other_cores, c->torch_other);
@@ -505,11 +508,12 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
       printf("bench_model kind=%s threads=%d params=%zu theta_max=%g failed=%d loss=%.4f train_tok_s=%.1f "
              "train_min=%.1f train_max=%.1f train_steps=%d warmup_steps=%d warmup_mb=%.0f step_faults=%.0f other_cores=%.2f "
              "infer_tok_s=%.1f infer_min=%.1f infer_max=%.1f torch_tok_s=%.1f torch_min=%.1f torch_max=%.1f "
-             "torch_steps=%d torch_params=%zu torch_loss=%.4f torch_other_cores=%.2f titans_over_torch=%.3f\n",
+             "torch_steps=%d torch_threads=%d blas_threads=%d torch_params=%zu torch_loss=%.4f torch_other_cores=%.2f "
+             "titans_over_torch=%.3f\n",
              bm_name(o->kinds[ki]), o->threads[ti], kinds[ki].params, (double)kinds[ki].theta_max, kinds[ki].failed,
              kinds[ki].loss, c->train.med, c->train.lo, c->train.hi, c->train.n, c->warm_steps, c->warm_mb,
              c->step_faults, c->other_cores, c->infer.med, c->infer.lo, c->infer.hi, c->torch.med, c->torch.lo, c->torch.hi,
-             c->torch.n, c->torch_params, c->torch_loss, c->torch_other, bm_ratio(c->train.med, c->torch.med));
+             c->torch.n, c->torch_threads, c->blas_threads, c->torch_params, c->torch_loss, c->torch_other, bm_ratio(c->train.med, c->torch.med));
       if (c->torch.n > 0 && c->torch_params != kinds[ki].params)
         printf("WARNING: %s: the PyTorch model has %zu parameters, titans.h %zu\n", bm_name(o->kinds[ki]),
                c->torch_params, kinds[ki].params);
@@ -526,8 +530,8 @@ static void bm_usage(void) {
          "  --steps N           most timed training steps (default 5)\n"
          "  --min-steps N       fewest timed training steps (default 2)\n"
          "  --budget S          seconds of timed training per kind and thread count: steps = S / warm-up\n"
-         "                      step time, clamped to [min-steps, steps] (default 8)\n"
-         "  --torch-budget S    the same for PyTorch (default 8)\n"
+         "                      step time, clamped to [min-steps, steps] (default 4)\n"
+         "  --torch-budget S    the same for PyTorch (default 4)\n"
          "  --B N --T N         batch and sequence length (default 4, 1024)\n"
          "  --d N --layers N --heads N --vocab N   model (default 256, 4, 4, 256)\n"
          "  --theta-max X       memory inner learning-rate bound (default: the library's)\n"
@@ -560,8 +564,8 @@ static void bm_defaults(bm_opts *o) {
   o->nthreads = 2;
   o->max_steps = 5;
   o->min_steps = 2;
-  o->budget = 8.0;
-  o->torch_budget = 8.0;
+  o->budget = 4.0;
+  o->torch_budget = 4.0;
   o->B = 4;
   o->T = 1024;
   o->d = 256;
@@ -627,7 +631,7 @@ static void bm_header(const bm_opts *o) {
          TITANS_VERSION, o->d, o->layers, o->heads, o->vocab, o->T, o->B, c.ffn_hidden, c.window, c.segment,
          c.n_persist, c.mem.heads, c.mem.head_dim, c.mem.depth, c.mem.hidden_mult, c.mem.chunk, c.mem.conv_width,
          (double)c.mem.theta_max);
-  printf("training: warm-up (until a step touches no fresh memory, at most 3; 1 at later thread counts), then "
+  printf("training: warm-up (2 steps, 1 at later thread counts), then "
          "clamp(%g s / step time, %d, %d) timed steps; inference: %zu tokens one per call with logits, warm-up + "
          "%d streams\n",
          o->budget, o->min_steps, o->max_steps, o->infer_tokens, o->infer_reps);

@@ -7,10 +7,16 @@ layer is the chunked parallel form of SPEC 1.6, with the inner gradients u_i in 
 batched forward and backward of the chunk's keys through the memory MLP at the chunk's start), so
 autograd differentiates through them: the outer gradient carries the second-order terms of SPEC 1.8.
 
-It times training steps (forward, cross-entropy, backward, global-norm clip at 1.0, AdamW) on
-torch.set_num_threads(n) threads and prints one machine-readable line per (kind, threads):
+It times training steps (forward, cross-entropy, backward, global-norm clip at 1.0, AdamW) on n
+threads and prints one machine-readable line per (kind, n):
 
-    torch_train kind=mac threads=1 params=4727040 B=4 T=1024 steps=3 loss=5.5452 median_s=... min_s=... max_s=... tok_s=...
+    torch_train kind=mac threads=2 torch_threads=2 blas_threads=1 params=6128176 B=4 T=1024 theta_max=0.02
+        steps=2 loss=5.5885 warmup_s=... median_s=... min_s=... max_s=... tok_s=... other_cores=0.01
+
+Matrix products go to the system BLAS (OpenBLAS on Debian), whose thread pool is separate from torch's
+OpenMP threads: for n > 1 a warm-up step on each split (torch n, BLAS n), (n, 1), (1, n) picks the
+fastest, which is then timed (one warm-up step for n = 1). other_cores is the CPU time other processes
+took during the timed steps, in cores: above ~0.1 the line is not a clean measurement.
 
 It is a speed reference: the same shapes, chunk size, segment, window and parameter count as the C
 library, but not bit-for-bit the same numbers (different random initial weights, constant learning rate).
@@ -482,10 +488,10 @@ def openblas_handle():
     return None
 
 
-def set_threads(n, blas):
+def set_threads(n, blas, n_blas=None):
     torch.set_num_threads(n)
     if blas is not None:
-        blas.openblas_set_num_threads(ctypes.c_int(n))
+        blas.openblas_set_num_threads(ctypes.c_int(n if n_blas is None else n_blas))
 
 
 # ---- benchmark ---------------------------------------------------------------------------------------------
@@ -532,11 +538,19 @@ def bench(args):
         tokens = torch.randint(0, c.vocab, (args.B, args.T + 1), generator=g)
         first_loss = None
         for n in threads:
-            set_threads(n, blas)
-            t0 = time.perf_counter()
-            loss = train_step(model, opt, tokens)                 # warm-up
-            warm = time.perf_counter() - t0
-            first_loss = loss if first_loss is None else first_loss
+            # warm-up, and the thread split: torch's own (OpenMP) threads and OpenBLAS's pool add up,
+            # and torch = BLAS = n oversubscribes the cores (it ran MAC 2x slower on 2 threads than
+            # on 1), so for n > 1 one step on each of (n, n), (n, 1), (1, n) picks the fastest
+            splits = [(n, n)] if n == 1 else [(n, n), (n, 1), (1, n)]
+            tried = []
+            for tt, bt in splits:
+                set_threads(tt, blas, bt)
+                t0 = time.perf_counter()
+                loss = train_step(model, opt, tokens)
+                tried.append((time.perf_counter() - t0, tt, bt))
+                first_loss = loss if first_loss is None else first_loss
+            warm, tt, bt = min(tried)
+            set_threads(tt, blas, bt)
             steps = max(args.min_steps, min(args.steps, int(args.budget / max(warm, 1e-9))))
             times = []
             c0 = cpu_sample()
@@ -546,9 +560,11 @@ def bench(args):
                 times.append(time.perf_counter() - t0)
             other = other_cores(c0, cpu_sample())
             med = statistics.median(times)
-            print(f"torch_train kind={kind} threads={n} params={params} B={args.B} T={args.T} theta_max={c.theta_max:g} steps={steps} "
-                  f"loss={first_loss:.4f} warmup_s={warm:.4f} median_s={med:.4f} min_s={min(times):.4f} "
-                  f"max_s={max(times):.4f} tok_s={args.B * args.T / med:.1f} other_cores={other:.2f}", flush=True)
+            probe = " ".join(f"probe_{a}x{b}_s={t:.3f}" for t, a, b in tried) if len(tried) > 1 else ""
+            print(f"torch_train kind={kind} threads={n} torch_threads={tt} blas_threads={bt} params={params} "
+                  f"B={args.B} T={args.T} theta_max={c.theta_max:g} steps={steps} loss={first_loss:.4f} "
+                  f"warmup_s={warm:.4f} median_s={med:.4f} min_s={min(times):.4f} max_s={max(times):.4f} "
+                  f"tok_s={args.B * args.T / med:.1f} other_cores={other:.2f} {probe}".rstrip(), flush=True)
 
 
 def check(args):
@@ -598,9 +614,9 @@ def main():
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--steps", type=int, default=5, help="most timed steps after the warm-up (default 5)")
     ap.add_argument("--min-steps", type=int, default=2, help="fewest timed steps (default 2)")
-    ap.add_argument("--budget", type=float, default=8.0,
+    ap.add_argument("--budget", type=float, default=4.0,
                     help="seconds of timed steps per kind and thread count: steps = budget / warm-up time, "
-                         "clamped to [min-steps, steps] (default 8)")
+                         "clamped to [min-steps, steps] (default 4)")
     ap.add_argument("--B", type=int, default=4)
     ap.add_argument("--T", type=int, default=1024)
     ap.add_argument("--d", type=int, default=256)
