@@ -63,7 +63,7 @@ class Config:
         self.chunk = 16
         self.conv_width = 4
         self.residual = False
-        self.theta_max = 0.02
+        self.theta_max = 0.005                # titans_mem_config_default
 
 
 # ---- small functions of SPEC 0 ------------------------------------------------------------------------
@@ -624,7 +624,7 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--theta-max", default="", help="per-kind memory theta_max, e.g. mag=0.01,mac=0.02 "
-                    "(default 0.02, the library's)")
+                    "(default 0.005, the library's)")
     ap.add_argument("--check", action="store_true", help="check the memory layer and exit")
     args = ap.parse_args()
     if args.check:
