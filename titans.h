@@ -822,6 +822,11 @@ typedef struct titans_trainer {
   char error[TITANS_ERR_MSG_SIZE];
 } titans_trainer;
 
+/* A token marked TITANS_NO_LOSS(id) in the token arrays of the training calls is read as id where it is
+   an input and left out of the mean loss where it is a target (e.g. train on the answer of a question
+   only). TITANS_NO_LOSS(id) = -1 - id. */
+#define TITANS_NO_LOSS(id) (-1 - (id))
+
 /* tc may be NULL for the defaults. */
 TITANSDEF int titans_trainer_init(titans_trainer *t, titans_model *m, const titans_train_config *tc);
 TITANSDEF void titans_trainer_free(titans_trainer *t);
@@ -839,6 +844,53 @@ TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size
 /* Logits of a whole batch in one call (the reference the sessions are tested against): logits
    [B, T, V] for inputs tokens [B, T]. */
 TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits);
+
+/* ---- streams: training and evaluation over reads longer than one call ----
+   A stream carries, for each of B rows, what a model remembers from one call to the next, so that
+   consecutive windows of the same long documents are read as one sequence: the memory layers' weights,
+   momentum and conv tails, and (SWA) the last `window` normalised inputs of each layer's attention.
+   Gradients stop at the window boundary (truncated backpropagation through time): the carried state
+   is an input of the next window, not a function of the weights. A row restarted with
+   titans_stream_restart begins a new document at its next window, from w0 (and its gradient then
+   reaches w0).
+   Exactness: for MAC with T a multiple of the segment and LMM with T a multiple of the chunk, and for
+   SWA, the logits of a stream read window by window equal a session's fed token by token (float
+   tolerance). Windows must be multiples of MAC's segment or LMM's chunk, except a last one: after a
+   window of another length the stream has ended and refuses further calls. MAG, MAL and full
+   attention (ATTN) cannot stream in this version: the calls return TITANS_ERR_ARG. Use (one stream per independent set of rows, e.g. one for training, one for
+   validation):
+       titans_stream st;  titans_stream_init(&st, &model, B);
+       for each window w of the documents:  titans_train_step_stream(&tr, &st, tokens_w, T, &loss);
+       (titans_stream_restart(&st, row) when row b's document ends)                                   */
+typedef struct titans_stream {
+  const titans_model *model;
+  size_t batch;              /* B rows */
+  long long position;        /* tokens read by each row since the stream began (restarts do not reset it) */
+  titans_mem_state *mem;     /* [n_layers] the memory state each layer carries (memory kinds), else NULL */
+  float *attn_tail;          /* [n_layers, B, window, d] SWA: the last normalised block inputs, oldest first */
+  size_t *attn_tail_rows;    /* [B] how many of those rows hold text of the row's current document */
+  long long *row_position;   /* [B] tokens each row has read of its current document */
+  unsigned char *fresh;      /* [B] 1: the row's next window starts a new document */
+  int ended;                 /* 1 after a window that was not a multiple of the segment / chunk */
+  char error[TITANS_ERR_MSG_SIZE];
+} titans_stream;
+
+/* A stream of B rows on model m, every row fresh. Returns TITANS_ERR_ARG for a kind that cannot stream. */
+TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t B);
+TITANSDEF void titans_stream_free(titans_stream *s);
+/* Row `row` starts a new document at its next window (TITANS_ERR_ARG for a row out of range). */
+TITANSDEF int titans_stream_restart(titans_stream *s, size_t row);
+/* titans_train_step of one micro-batch, tokens [B, T + 1], continuing the stream's rows; the stream
+   moves on only when the step succeeds. */
+TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss);
+/* titans_forward_backward (gradients added into t->grads, scaled) continuing the stream's rows. */
+TITANSDEF int titans_forward_backward_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
+                                             float scale, float *loss);
+/* Mean loss of tokens [B, T + 1] continuing the stream's rows, no gradients. */
+TITANSDEF int titans_eval_loss_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss);
+/* logits [B, T, V] of inputs tokens [B, T] continuing the stream's rows. */
+TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
+                                           float *logits);
 
 /* ---- inference sessions ---- */
 struct titans__session_layer; /* per-layer state (private) */
@@ -3690,18 +3742,27 @@ static size_t titans__mem_state_slab_floats(const titans_mem_state *st) {
   return st->batch * (4 * m.H * m.head_size + 4 * tail);
 }
 
-TITANSDEF void titans_mem_state_reset(titans_mem_state *st, const titans_mem_weights *w) {
+/* Row r of the state back to the start of a sequence: W = w0, S = 0, conv tails zero (the position,
+   shared by the rows, is left alone). */
+static void titans__mem_state_reset_row(titans_mem_state *st, const titans_mem_weights *w, size_t r) {
   titans__mem_dims m = titans__mem_get_dims(&st->cfg);
-  memset(st->w_chunk, 0, titans__mem_state_slab_floats(st) * sizeof(float));
-  for (size_t r = 0; r < st->batch; r++)
-    for (size_t h = 0; h < m.H; h++) {
-      float *wr = st->w + (r * m.H + h) * m.head_size;
-      for (size_t i = 0; i < m.L; i++) {
-        size_t sz = m.n[i + 1] * m.n[i];
-        memcpy(wr + m.wofs[i], w->w0[i] + h * sz, sz * sizeof(float));
-      }
+  size_t row = m.H * m.head_size, tail = m.K > 0 ? (m.K - 1) * m.dm : 0;
+  for (size_t h = 0; h < m.H; h++) {
+    float *wr = st->w + (r * m.H + h) * m.head_size; /* [head_size] */
+    for (size_t i = 0; i < m.L; i++) {
+      size_t sz = m.n[i + 1] * m.n[i];
+      memcpy(wr + m.wofs[i], w->w0[i] + h * sz, sz * sizeof(float));
     }
-  memcpy(st->w_chunk, st->w, st->batch * m.H * m.head_size * sizeof(float));
+  }
+  memcpy(st->w_chunk + r * row, st->w + r * row, row * sizeof(float));
+  memset(st->s_chunk + r * row, 0, row * sizeof(float));
+  memset(st->s + r * row, 0, row * sizeof(float));
+  float *tails[4] = {st->tail_q, st->tail_k, st->tail_v, st->tail_rq};
+  for (int i = 0; i < 4; i++) memset(tails[i] + r * tail, 0, tail * sizeof(float));
+}
+
+TITANSDEF void titans_mem_state_reset(titans_mem_state *st, const titans_mem_weights *w) {
+  for (size_t r = 0; r < st->batch; r++) titans__mem_state_reset_row(st, w, r);
   st->position = 0;
 }
 
@@ -4214,6 +4275,24 @@ static void titans__mem_read_backward_one(const titans__mem_dims *m, int residua
   }
 }
 
+/* The rows whose memory started at w0 (rows [B] flags, NULL = every row) pass d W_0 of the backward that
+   filled ctx into grad->w0, summed over the rows in a fixed order. The other rows continued a state
+   carried from an earlier call: their gradient stops there (truncated backpropagation through time). */
+static void titans__mem_w0_grad(const titans_mem_config *cfg, const titans_mem_weights *grad, const titans_mem_ctx *ctx,
+                                const unsigned char *rows) {
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  size_t hs = m.head_size;
+  for (size_t h = 0; h < m.H; h++)
+    for (size_t r = 0; r < ctx->batch; r++) {
+      if (rows && !rows[r]) continue;
+      const float *dw = ctx->dstate_init + (r * m.H + h) * 2 * hs; /* [head_size] d W_0 of (r, h) */
+      for (size_t i = 0; i < m.L; i++) {
+        size_t sz = m.n[i + 1] * m.n[i];
+        titans__axpy(grad->w0[i] + h * sz, 1.0f, dw + m.wofs[i], sz);
+      }
+    }
+}
+
 TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem_weights *w, const titans_mem_weights *grad,
                                   float *dx, const float *dout, const float *x, titans_mem_ctx *ctx, int init_from_w0) {
   if (!ctx->proj || ctx->T == 0)
@@ -4251,15 +4330,7 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
                                      dfinal, dinit, ctx->nchunks, r, h, T, &wk);
     }
   }
-  if (init_from_w0) /* W at the start was w0 for every row: sum the rows in a fixed order */
-    for (size_t h = 0; h < m.H; h++)
-      for (size_t r = 0; r < B; r++) {
-        const float *dw = ctx->dstate_init + (r * m.H + h) * 2 * hs;
-        for (size_t i = 0; i < m.L; i++) {
-          size_t sz = m.n[i + 1] * m.n[i];
-          titans__axpy(grad->w0[i] + h * sz, 1.0f, dw + m.wofs[i], sz);
-        }
-      }
+  if (init_from_w0) titans__mem_w0_grad(cfg, grad, ctx, NULL);
   size_t K1 = m.K > 0 ? m.K - 1 : 0, slot = ctx->retrieval ? 3 * B * K1 * m.dm : 0;
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails + slot, ctx->dtails_final + slot,
@@ -6581,11 +6652,12 @@ typedef struct titans__attn_save {
 } titans__attn_save;
 
 /* out [B, Tq, d] = wo Attn(wq xq, wk src, wv src): src [B, P + Tk, d] holds the always-visible prefix rows
-   (no RoPE) then the positioned rows (positions kpos); queries at qpos. */
+   (no RoPE) then the positioned rows; row b's queries at qpos + b * pos_stride [Tq] and keys at
+   kpos + b * pos_stride [Tk] (pos_stride 0: every row has the same positions). */
 static int titans__attn_sub_forward(const titans_config *c, const titans_layer *L, titans__arena *ar,
                                     titans__attn_save *sv, float *out, const float *xq, const float *src,
-                                    const int64_t *qpos, const int64_t *kpos, size_t B, size_t Tq, size_t P, size_t Tk,
-                                    int64_t window) {
+                                    const int64_t *qpos, const int64_t *kpos, size_t pos_stride, size_t B, size_t Tq,
+                                    size_t P, size_t Tk, int64_t window) {
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
   sv->q = titans__arena_alloc(ar, B * Tq * d);
   sv->k = titans__arena_alloc(ar, B * S * d);
@@ -6597,10 +6669,11 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
   titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wk, d, 0.0f, sv->k, d);
   titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wv, d, 0.0f, sv->v, d);
   for (size_t b = 0; b < B; b++) {
-    titans_rope_forward(sv->q + b * Tq * d, qpos, Tq, H, da);
-    titans_rope_forward(sv->k + (b * S + P) * d, kpos, Tk, H, da);
+    const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] this row's positions */
+    titans_rope_forward(sv->q + b * Tq * d, qp, Tq, H, da);
+    titans_rope_forward(sv->k + (b * S + P) * d, kp, Tk, H, da);
     int rc = titans_attention_forward(sv->att + b * Tq * d, sv->lse + b * Tq * H, sv->q + b * Tq * d, sv->k + b * S * d,
-                                      sv->v + b * S * d, qpos, kpos, Tq, P, Tk, H, da, window);
+                                      sv->v + b * S * d, qp, kp, Tq, P, Tk, H, da, window);
     if (rc) return rc;
   }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
@@ -6612,7 +6685,8 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
 static int titans__attn_sub_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
                                      titans__arena *ar, const titans__attn_save *sv, float *dxq, float *dsrc,
                                      const float *dout, const float *xq, const float *src, const int64_t *qpos,
-                                     const int64_t *kpos, size_t B, size_t Tq, size_t P, size_t Tk, int64_t window) {
+                                     const int64_t *kpos, size_t pos_stride, size_t B, size_t Tq, size_t P, size_t Tk,
+                                     int64_t window) {
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
   float *datt = titans__arena_alloc(ar, B * Tq * d), *dq = titans__arena_zalloc(ar, B * Tq * d);
   float *dk = titans__arena_zalloc(ar, B * S * d), *dv = titans__arena_zalloc(ar, B * S * d);
@@ -6621,12 +6695,13 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
   titans_gemm(1, 0, d, d, B * Tq, 1.0f, dout, d, sv->att, d, 1.0f, G->attn_wo, d);
   titans_gemm(0, 0, B * Tq, d, d, 1.0f, dout, d, L->attn_wo, d, 0.0f, datt, d);
   for (size_t b = 0; b < B; b++) {
+    const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] */
     int rc = titans_attention_backward(dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d,
                                        sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
-                                       sv->lse + b * Tq * H, qpos, kpos, Tq, P, Tk, H, da, window);
+                                       sv->lse + b * Tq * H, qp, kp, Tq, P, Tk, H, da, window);
     if (rc) return rc;
-    titans_rope_backward(dq + b * Tq * d, qpos, Tq, H, da);
-    titans_rope_backward(dk + (b * S + P) * d, kpos, Tk, H, da);
+    titans_rope_backward(dq + b * Tq * d, qp, Tq, H, da);
+    titans_rope_backward(dk + (b * S + P) * d, kp, Tk, H, da);
   }
   /* q = xq wq^T, k = src wk^T, v = src wv^T */
   titans_gemm(1, 0, d, d, B * Tq, 1.0f, dq, d, xq, d, 1.0f, G->attn_wq, d);
@@ -6749,6 +6824,13 @@ typedef struct titans__layer_fwd {
   size_t nseg;
   titans_mem_state st;   /* kept between steps */
   int st_ready;
+  /* streams (NULL otherwise): the state this forward continues and the rows that start afresh */
+  const titans_mem_state *carry;  /* the memory state to start from instead of w0 */
+  const unsigned char *fresh;     /* [B] rows that start a new document (memory at w0, no SWA tail) */
+  const float *attn_tail;         /* [B, window, d] SWA: the carried normalised inputs, oldest first */
+  const size_t *attn_tail_rows;   /* [B] how many of the last rows of attn_tail are valid */
+  const long long *row_position;  /* [B] tokens each row has read of its current document */
+  int64_t *kpos_rows;             /* [B, window + T] SWA in a stream: each row's key positions */
   titans_mem_ctx *ctxs;  /* [nctx] kept between steps (MAC: 2 per segment) */
   size_t nctx;
 } titans__layer_fwd;
@@ -6778,7 +6860,8 @@ static titans_mem_ctx *titans__layer_ctx(titans__layer_fwd *lf, size_t i) {
   return &lf->ctxs[i];
 }
 
-/* (Re)creates the layer's memory state for batch B and resets it to w0. */
+/* (Re)creates the layer's memory state for batch B and sets it to the start of this forward: w0, or
+   the state a stream carries (its fresh rows at w0). */
 static int titans__layer_state(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, size_t B) {
   if (!lf->st_ready || lf->st.batch != B) {
     if (lf->st_ready) titans_mem_state_free(&lf->st);
@@ -6786,7 +6869,25 @@ static int titans__layer_state(const titans_config *c, const titans_layer *L, ti
     if (titans_mem_state_init(&lf->st, &c->mem, B)) return TITANS_ERR_NOMEM;
     lf->st_ready = 1;
   }
-  titans_mem_state_reset(&lf->st, &L->mem);
+  if (!lf->carry) {
+    titans_mem_state_reset(&lf->st, &L->mem);
+    return TITANS_OK;
+  }
+  int rc = titans_mem_state_copy(&lf->st, lf->carry);
+  if (rc) return rc;
+  for (size_t r = 0; r < B; r++)
+    if (lf->fresh[r]) titans__mem_state_reset_row(&lf->st, &L->mem, r);
+  return TITANS_OK;
+}
+
+/* Backward of the layer's memory call that started from the layer's initial state (titans__layer_state):
+   d W_0 reaches w0 for the rows that started there, and stops at the window for carried rows. */
+static int titans__layer_mem_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                      const titans__layer_fwd *lf, float *dx, const float *dout, const float *x,
+                                      titans_mem_ctx *ctx, int from_initial_state) {
+  int rc = titans_mem_backward(&c->mem, &L->mem, &G->mem, dx, dout, x, ctx, 0);
+  if (rc) return rc;
+  if (from_initial_state) titans__mem_w0_grad(&c->mem, &G->mem, ctx, lf->carry ? lf->fresh : NULL);
   return TITANS_OK;
 }
 
@@ -6883,7 +6984,7 @@ static int titans__mac_forward(const titans_config *c, const titans_layer *L, ti
       memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
       memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
     }
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, B, n, P, 2 * n, 0));
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0));
     /* 3. the memory learns from the attention output */
     TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, sg->y, n, cu));
     /* 4. gate */
@@ -6919,7 +7020,7 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
       memcpy(cu->dtails_final, dnext_tail_u, dtail * sizeof(float));
     }
     TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dy, dmm, sg->y, cu, 0));
-    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, B,
+    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B,
                                           n, P, 2 * n, 0));
     for (size_t b = 0; b < B; b++) {
       const float *o = dsrc + b * S * d;
@@ -6930,12 +7031,57 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
     /* the retrieval read the state the update started from; its conv tail is the X stream's */
     memcpy(cr->dstate_final, cu->dstate_init, dstate * sizeof(float));
     if (dnext_tail_r) memcpy(cr->dtails_final, dnext_tail_r, dtail * sizeof(float));
-    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dxs, dhm, sg->xs, cr, s == 0));
+    TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dxs, dhm, sg->xs, cr, s == 0));
     /* the update stream's tails of segment s - 1 are read by this update; the X stream's by this retrieval */
     dnext_state = cr->dstate_init;
     dnext_tail_u = cu->dtails_init;
     dnext_tail_r = cr->dtails_init;
     titans__rows_unslice(dxn, dxs, B, T, sg->t0, n, d, 1);
+  }
+  return TITANS_OK;
+}
+
+/* Key position of a carried SWA row that belongs to an earlier document: so far back that no query's
+   window reaches it. */
+#define TITANS__FAR_POSITION (-((int64_t)1 << 40))
+
+/* SWA continuing a stream: the keys are persist || the carried last `window` normalised inputs || this
+   window's xn, at the row's absolute positions (as a session's, so RoPE rounds the same way); carried
+   rows of an earlier document are pushed out of every query's reach. The carried rows are constants
+   here: their gradient is dropped (truncated backpropagation). */
+static int titans__swa_stream_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
+                                      titans__arena *ar, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist, Wc = (size_t)c->window, Tk = Wc + T;
+  int64_t *kpos = (int64_t *)(void *)titans__arena_alloc(ar, 2 * B * Tk + 2); /* [B, Tk]; queries: the last T */
+  TITANS__NEED(kpos && (lf->src = titans__arena_alloc(ar, B * (P + Tk) * d)));
+  for (size_t b = 0; b < B; b++) {
+    float *o = lf->src + b * (P + Tk) * d;
+    if (P) memcpy(o, L->persist, P * d * sizeof(float));
+    memcpy(o + P * d, lf->attn_tail + b * Wc * d, Wc * d * sizeof(float));
+    memcpy(o + (P + Wc) * d, lf->xn + b * T * d, T * d * sizeof(float));
+    int64_t start = lf->fresh[b] ? 0 : (int64_t)lf->row_position[b];
+    size_t valid = lf->fresh[b] ? 0 : lf->attn_tail_rows[b];
+    for (size_t j = 0; j < Tk; j++)
+      kpos[b * Tk + j] = j + valid >= Wc ? start + (int64_t)j - (int64_t)Wc : TITANS__FAR_POSITION;
+  }
+  lf->kpos_rows = kpos;
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, kpos + Wc, kpos, Tk, B, T, P, Tk,
+                                  titans__window(c));
+}
+
+static int titans__swa_stream_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                       titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix, size_t B,
+                                       size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist, Wc = (size_t)c->window, Tk = Wc + T;
+  const int64_t *kpos = lf->kpos_rows; /* [B, Tk] */
+  float *dsrc = titans__arena_zalloc(ar, B * (P + Tk) * d); /* [B, P + Tk, d] */
+  TITANS__NEED(dsrc);
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, kpos + Wc, kpos, Tk, B, T,
+                                        P, Tk, titans__window(c)));
+  for (size_t b = 0; b < B; b++) {
+    const float *r = dsrc + b * (P + Tk) * d;
+    if (P) titans__axpy(G->persist, 1.0f, r, P * d);
+    titans__axpy(dxn + b * T * d, 1.0f, r + (P + Wc) * d, T * d); /* the carried rows' gradient is dropped */
   }
   return TITANS_OK;
 }
@@ -6946,9 +7092,10 @@ static int titans__mixer_forward(const titans_config *c, const titans_layer *L, 
   switch (c->block) {
     case TITANS_BLOCK_ATTN:
     case TITANS_BLOCK_SWA:
+      if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, B, T);
       TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
       titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, B, T, P, T, titans__window(c));
+      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
     case TITANS_BLOCK_MAG: {
       TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
       TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
@@ -6958,7 +7105,7 @@ static int titans__mixer_forward(const titans_config *c, const titans_layer *L, 
       TITANS__NEED(cx);
       titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
       lf->mem_in = lf->src;
-      TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, B, T, P, T, titans__window(c)));
+      TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c)));
       TITANS__TRY(titans__layer_state(c, L, lf, B));
       TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
       for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
@@ -6975,7 +7122,7 @@ static int titans__mixer_forward(const titans_config *c, const titans_layer *L, 
       TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
       for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
       lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
-      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, B, T, P, T, titans__window(c));
+      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
     }
     case TITANS_BLOCK_LMM: {
       titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
@@ -6997,9 +7144,10 @@ static int titans__mixer_backward(const titans_config *c, const titans_layer *L,
   switch (c->block) {
     case TITANS_BLOCK_ATTN:
     case TITANS_BLOCK_SWA: {
+      if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
       float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d);
       TITANS__NEED(dsrc);
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, B, T, P, T,
+      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
                                             titans__window(c)));
       titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
       return TITANS_OK;
@@ -7010,10 +7158,10 @@ static int titans__mixer_backward(const titans_config *c, const titans_layer *L,
       TITANS__NEED(dy && dm && dsrc && dmo);
       TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
                                         L->gate_norm_y, L->gate_norm_m, B * T, d));
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, B, T, P, T,
+      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
                                             titans__window(c)));
       for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (P + T) + P) * d, dm + b * T * d, T * d * sizeof(float));
-      TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
+      TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
       titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
       return TITANS_OK;
     }
@@ -7021,15 +7169,15 @@ static int titans__mixer_backward(const titans_config *c, const titans_layer *L,
       float *dyq = titans__arena_zalloc(ar, B * T * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
       float *dmi = titans__arena_zalloc(ar, B * (P + T) * d);
       TITANS__NEED(dyq && dmo && dmi);
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, B, T, P, T,
+      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
                                             titans__window(c)));
       for (size_t b = 0; b < B; b++) titans__axpy(dmo + (b * (P + T) + P) * d, 1.0f, dyq + b * T * d, T * d);
-      TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
+      TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
       titans__split_prefix_grad(G->persist, dxn, dmi, B, P, T, d);
       return TITANS_OK;
     }
     case TITANS_BLOCK_LMM:
-      return titans_mem_backward(&c->mem, &L->mem, &G->mem, dxn, dmix, lf->xn, &lf->ctxs[0], 1);
+      return titans__layer_mem_backward(c, L, G, lf, dxn, dmix, lf->xn, &lf->ctxs[0], 1);
     case TITANS_BLOCK_MAC:
       return titans__mac_backward(c, L, G, lf, ar, dxn, dmix, B, T);
     default:
@@ -7094,9 +7242,14 @@ static void titans__fwd_free(struct titans__fwd *f, int n_layers) {
   titans_free(f);
 }
 
-/* Forward of inputs [B, T] (tokens [B, T + 1] when with_targets: inputs and next-token targets) up to
-   the logits, saving every activation in t->fwd. */
-static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B, size_t T, int with_targets) {
+/* The token of an entry of a token array: TITANS_NO_LOSS(id) is id. */
+static int titans__token_id(int entry) { return entry < 0 ? -1 - entry : entry; }
+
+/* Forward of inputs [B, T] (tokens [B, T + 1] when with_targets: inputs and next-token targets; a target
+   marked TITANS_NO_LOSS is left out of the loss) up to the logits, saving every activation in t->fwd.
+   With a stream (else NULL), every row starts from what the stream carries. */
+static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B, size_t T, int with_targets,
+                                 titans_stream *stream) {
   titans_model *mo = t->model;
   const titans_config *c = &mo->cfg;
   struct titans__fwd *f = t->fwd;
@@ -7113,9 +7266,10 @@ static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B,
   if (!f->inputs || !f->targets || !f->pos) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
   for (size_t b = 0; b < B; b++)
     for (size_t i = 0; i < T; i++) {
-      f->inputs[b * T + i] = tokens[b * stride + i];
+      f->inputs[b * T + i] = titans__token_id(tokens[b * stride + i]);
       f->targets[b * T + i] = with_targets ? tokens[b * stride + i + 1] : -1;
-      if (with_targets && (f->targets[b * T + i] < 0 || f->targets[b * T + i] >= c->vocab))
+      if (f->targets[b * T + i] < 0) f->targets[b * T + i] = -1; /* TITANS_NO_LOSS: not counted by the loss */
+      if (with_targets && f->targets[b * T + i] >= c->vocab)
         return titans__error(t->error, TITANS_ERR_ARG, "forward: target token %d at (%zu, %zu) is outside the vocabulary",
                              f->targets[b * T + i], b, i + 1);
     }
@@ -7124,7 +7278,13 @@ static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B,
   if (titans_embedding_forward(f->x[0], f->inputs, mo->w.tok_emb, n, V, d))
     return titans__error(t->error, TITANS_ERR_ARG, "forward: an input token is outside the vocabulary [0, %zu)", V);
   for (int l = 0; l < c->n_layers; l++) {
-    int rc = titans__block_forward(c, &mo->w.layers[l], &f->layers[l], ar, f->x[l + 1], f->x[l], f->pos, B, T);
+    titans__layer_fwd *lf = &f->layers[l];
+    lf->carry = stream && stream->mem ? &stream->mem[l] : NULL;
+    lf->fresh = stream ? stream->fresh : NULL;
+    lf->attn_tail = stream && stream->attn_tail ? stream->attn_tail + (size_t)l * B * (size_t)c->window * d : NULL;
+    lf->attn_tail_rows = stream ? stream->attn_tail_rows : NULL;
+    lf->row_position = stream ? stream->row_position : NULL;
+    int rc = titans__block_forward(c, &mo->w.layers[l], lf, ar, f->x[l + 1], f->x[l], f->pos, B, T);
     if (rc) return titans__error(t->error, rc, "forward: layer %d: %s", l, titans_status_string(rc));
   }
   f->xf = titans__arena_alloc(ar, n * d);
@@ -7194,8 +7354,10 @@ TITANSDEF void titans_trainer_free(titans_trainer *t) {
   t->fwd = NULL;
 }
 
-TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale, float *loss) {
-  int rc = titans__model_forward(t, tokens, B, T, 1);
+/* Forward and backward of one batch (stream may be NULL), adding scale * gradient into t->grads. */
+static int titans__forward_backward(titans_trainer *t, titans_stream *stream, const int *tokens, size_t B, size_t T,
+                                    float scale, float *loss) {
+  int rc = titans__model_forward(t, tokens, B, T, 1, stream);
   if (rc) return rc;
   struct titans__fwd *f = t->fwd;
   size_t n = B * T, V = (size_t)t->model->cfg.vocab;
@@ -7207,22 +7369,14 @@ TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size
   return titans__model_backward(t, dlogits);
 }
 
-TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss) {
+TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale, float *loss) {
+  return titans__forward_backward(t, NULL, tokens, B, T, scale, loss);
+}
+
+/* The optimizer step on the gradients accumulated in t->grads (mean loss `mean`): global-norm clip,
+   AdamW at titans_lr_at(step). A non-finite loss or gradient leaves weights and moments unchanged. */
+static int titans__apply_gradients(titans_trainer *t, float mean) {
   titans_model *mo = t->model;
-  if (n_micro == 0) return titans__error(t->error, TITANS_ERR_ARG, "train step: no micro-batch");
-  memset(t->grads, 0, mo->n_floats * sizeof(float));
-  double total = 0.0;
-  for (size_t i = 0; i < n_micro; i++) {
-    float l = 0.0f;
-    int rc = titans_forward_backward(t, tokens + i * B * (T + 1), B, T, 1.0f / (float)n_micro, &l);
-    if (rc) {
-      memset(t->grads, 0, mo->n_floats * sizeof(float));
-      return rc;
-    }
-    total += l;
-  }
-  float mean = (float)(total / (double)n_micro);
-  if (loss) *loss = mean;
   double sq = 0.0;
   for (size_t i = 0; i < mo->n_floats; i++) sq += (double)t->grads[i] * t->grads[i];
   float norm = (float)sqrt(sq);
@@ -7248,8 +7402,27 @@ TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_m
   return TITANS_OK;
 }
 
+TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss) {
+  titans_model *mo = t->model;
+  if (n_micro == 0) return titans__error(t->error, TITANS_ERR_ARG, "train step: no micro-batch");
+  memset(t->grads, 0, mo->n_floats * sizeof(float));
+  double total = 0.0;
+  for (size_t i = 0; i < n_micro; i++) {
+    float l = 0.0f;
+    int rc = titans_forward_backward(t, tokens + i * B * (T + 1), B, T, 1.0f / (float)n_micro, &l);
+    if (rc) {
+      memset(t->grads, 0, mo->n_floats * sizeof(float));
+      return rc;
+    }
+    total += l;
+  }
+  float mean = (float)(total / (double)n_micro);
+  if (loss) *loss = mean;
+  return titans__apply_gradients(t, mean);
+}
+
 TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, size_t T, float *loss) {
-  int rc = titans__model_forward(t, tokens, B, T, 1);
+  int rc = titans__model_forward(t, tokens, B, T, 1, NULL);
   if (rc) return rc;
   float l = titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, B * T, (size_t)t->model->cfg.vocab, 1.0f);
   if (loss) *loss = l;
@@ -7257,9 +7430,152 @@ TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, s
 }
 
 TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits) {
-  int rc = titans__model_forward(t, tokens, B, T, 0);
+  int rc = titans__model_forward(t, tokens, B, T, 0, NULL);
   if (rc) return rc;
   memcpy(logits, t->fwd->logits, B * T * (size_t)t->model->cfg.vocab * sizeof(float));
+  return TITANS_OK;
+}
+
+/* ---- streams ------------------------------------------------------------------------------------ */
+
+static int titans__stream_kind_ok(int block) {
+  return block == TITANS_BLOCK_MAC || block == TITANS_BLOCK_LMM || block == TITANS_BLOCK_SWA;
+}
+
+TITANSDEF void titans_stream_free(titans_stream *s) {
+  if (s->mem && s->model)
+    for (int l = 0; l < s->model->cfg.n_layers; l++) titans_mem_state_free(&s->mem[l]);
+  titans_free(s->mem);
+  titans_free(s->attn_tail);
+  titans_free(s->attn_tail_rows);
+  titans_free(s->row_position);
+  titans_free(s->fresh);
+  s->mem = NULL;
+  s->attn_tail = NULL;
+  s->attn_tail_rows = NULL;
+  s->row_position = NULL;
+  s->fresh = NULL;
+}
+
+TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t B) {
+  memset(s, 0, sizeof *s);
+  const titans_config *c = &m->cfg;
+  if (!titans__stream_kind_ok(c->block))
+    return titans__error(s->error, TITANS_ERR_ARG, "stream: %s blocks cannot stream in this version (mac, lmm and swa can)",
+                         titans_block_name(c->block));
+  if (B == 0 || B > ((size_t)1 << 24)) return titans__error(s->error, TITANS_ERR_ARG, "stream: batch %zu is out of range", B);
+  s->model = m;
+  s->batch = B;
+  s->fresh = (unsigned char *)titans_alloc_bytes(B, 1);
+  s->attn_tail_rows = (size_t *)titans_alloc_bytes(B, sizeof(size_t));
+  s->row_position = (long long *)titans_alloc_bytes(B, sizeof(long long));
+  if (!s->fresh || !s->attn_tail_rows || !s->row_position) goto nomem;
+  memset(s->fresh, 1, B);
+  if (c->block == TITANS_BLOCK_SWA) {
+    size_t n = 0;
+    if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->window, &n) || !titans_size_mul(n, (size_t)c->d, &n)) goto nomem;
+    if (!(s->attn_tail = titans_alloc_floats(n))) goto nomem;
+  } else {
+    s->mem = (titans_mem_state *)titans_alloc_bytes((size_t)c->n_layers, sizeof(titans_mem_state));
+    if (!s->mem) goto nomem;
+    for (int l = 0; l < c->n_layers; l++)
+      if (titans_mem_state_init(&s->mem[l], &c->mem, B)) goto nomem;
+  }
+  return TITANS_OK;
+nomem:
+  titans_stream_free(s);
+  return titans__error(s->error, TITANS_ERR_NOMEM, "stream: cannot allocate the state of %zu rows", B);
+}
+
+TITANSDEF int titans_stream_restart(titans_stream *s, size_t row) {
+  if (row >= s->batch) return titans__error(s->error, TITANS_ERR_ARG, "stream: row %zu of %zu", row, s->batch);
+  s->fresh[row] = 1;
+  return TITANS_OK;
+}
+
+/* A call of T tokens per row may continue the stream: same model and rows, and windows that keep MAC's
+   segments and the memory's chunks at the absolute positions a session uses. */
+static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_t T) {
+  const titans_config *c = &t->model->cfg;
+  if (s->model != t->model || !s->fresh)
+    return titans__error(t->error, TITANS_ERR_ARG, "stream: it was made for another model (or freed)");
+  size_t unit = c->block == TITANS_BLOCK_MAC ? (size_t)c->segment : c->block == TITANS_BLOCK_LMM ? (size_t)c->mem.chunk : 1;
+  if (T == 0) return titans__error(t->error, TITANS_ERR_ARG, "stream: an empty window");
+  if (s->ended)
+    return titans__error(t->error, TITANS_ERR_STATE, "stream: it ended with a window that was not a multiple of the %s (%zu)",
+                         c->block == TITANS_BLOCK_MAC ? "segment" : "memory chunk", unit);
+  return TITANS_OK;
+}
+
+/* After a successful call: the stream takes the state the forward left (memory, SWA tails). */
+static void titans__stream_advance(titans_trainer *t, titans_stream *s, size_t T) {
+  const titans_config *c = &t->model->cfg;
+  struct titans__fwd *f = t->fwd;
+  size_t B = s->batch, d = (size_t)c->d, Wc = (size_t)c->window;
+  for (int l = 0; l < c->n_layers; l++) {
+    titans__layer_fwd *lf = &f->layers[l];
+    if (s->mem) titans_mem_state_copy(&s->mem[l], &lf->st);
+    if (!s->attn_tail) continue;
+    for (size_t b = 0; b < B; b++) {
+      float *tail = s->attn_tail + ((size_t)l * B + b) * Wc * d; /* [Wc, d] */
+      const float *xn = lf->xn + b * T * d;                       /* [T, d] */
+      if (T >= Wc) memcpy(tail, xn + (T - Wc) * d, Wc * d * sizeof(float));
+      else {
+        memmove(tail, tail + T * d, (Wc - T) * d * sizeof(float));
+        memcpy(tail + (Wc - T) * d, xn, T * d * sizeof(float));
+      }
+    }
+  }
+  for (size_t b = 0; b < B; b++) {
+    size_t before = s->fresh[b] ? 0 : s->attn_tail_rows[b];
+    s->attn_tail_rows[b] = before + T < Wc ? before + T : Wc;
+    s->row_position[b] = (s->fresh[b] ? 0 : s->row_position[b]) + (long long)T;
+  }
+  memset(s->fresh, 0, B);
+  s->position += (long long)T;
+  size_t unit = c->block == TITANS_BLOCK_MAC ? (size_t)c->segment : c->block == TITANS_BLOCK_LMM ? (size_t)c->mem.chunk : 1;
+  if (T % unit) s->ended = 1; /* MAC's segments and the chunks would no longer sit at a session's positions */
+}
+
+TITANSDEF int titans_forward_backward_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
+                                             float scale, float *loss) {
+  TITANS__TRY(titans__stream_check(t, s, T));
+  TITANS__TRY(titans__forward_backward(t, s, tokens, s->batch, T, scale, loss));
+  titans__stream_advance(t, s, T);
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss) {
+  TITANS__TRY(titans__stream_check(t, s, T));
+  memset(t->grads, 0, t->model->n_floats * sizeof(float));
+  float l = 0.0f;
+  int rc = titans__forward_backward(t, s, tokens, s->batch, T, 1.0f, &l);
+  if (loss) *loss = l;
+  if (rc) {
+    memset(t->grads, 0, t->model->n_floats * sizeof(float));
+    return rc;
+  }
+  TITANS__TRY(titans__apply_gradients(t, l));
+  titans__stream_advance(t, s, T);
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_eval_loss_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss) {
+  TITANS__TRY(titans__stream_check(t, s, T));
+  TITANS__TRY(titans__model_forward(t, tokens, s->batch, T, 1, s));
+  float l = titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, s->batch * T, (size_t)t->model->cfg.vocab, 1.0f);
+  if (loss) *loss = l;
+  if (!isfinite(l)) return titans__error(t->error, TITANS_ERR_NONFINITE, "eval: the loss is not finite");
+  titans__stream_advance(t, s, T);
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
+                                           float *logits) {
+  TITANS__TRY(titans__stream_check(t, s, T));
+  TITANS__TRY(titans__model_forward(t, tokens, s->batch, T, 0, s));
+  memcpy(logits, t->fwd->logits, s->batch * T * (size_t)t->model->cfg.vocab * sizeof(float));
+  titans__stream_advance(t, s, T);
   return TITANS_OK;
 }
 
