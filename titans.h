@@ -853,11 +853,13 @@ TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t
    is an input of the next window, not a function of the weights. A row restarted with
    titans_stream_restart begins a new document at its next window, from w0 (and its gradient then
    reaches w0).
-   Exactness: for MAC with T a multiple of the segment and LMM with T a multiple of the chunk, and for
+   Exactness: for MAC with T a multiple of the segment, LMM and MAG with T a multiple of the chunk, and
    SWA, the logits of a stream read window by window equal a session's fed token by token (float
    tolerance). Windows must be multiples of MAC's segment or LMM's chunk, except a last one: after a
-   window of another length the stream has ended and refuses further calls. MAG, MAL and full
-   attention (ATTN) cannot stream in this version: the calls return TITANS_ERR_ARG. Use (one stream per independent set of rows, e.g. one for training, one for
+   window of another length the stream has ended and refuses further calls. MAG streams when its
+   persistent tokens are a multiple of the memory chunk (0 included), with every row restarting
+   together (the memory reads the persistent tokens at a document's start); MAL and full attention
+   (ATTN) cannot stream in this version: the calls return TITANS_ERR_ARG. Use (one stream per independent set of rows, e.g. one for training, one for
    validation):
        titans_stream st;  titans_stream_init(&st, &model, B);
        for each window w of the documents:  titans_train_step_stream(&tr, &st, tokens_w, T, &loss);
@@ -6831,6 +6833,8 @@ typedef struct titans__layer_fwd {
   const size_t *attn_tail_rows;   /* [B] how many of the last rows of attn_tail are valid */
   const long long *row_position;  /* [B] tokens each row has read of its current document */
   int64_t *kpos_rows;             /* [B, window + T] SWA in a stream: each row's key positions */
+  float *attn_src;                /* [B, P + window + T, d] SWA in a stream: persist || carried rows || xn */
+  size_t mem_prefix;              /* MAG: persistent tokens the memory read first in this forward (N_p or 0) */
   titans_mem_ctx *ctxs;  /* [nctx] kept between steps (MAC: 2 per segment) */
   size_t nctx;
 } titans__layer_fwd;
@@ -7050,12 +7054,12 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
    rows of an earlier document are pushed out of every query's reach. The carried rows are constants
    here: their gradient is dropped (truncated backpropagation). */
 static int titans__swa_stream_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
-                                      titans__arena *ar, size_t B, size_t T) {
+                                      titans__arena *ar, float *out, size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist, Wc = (size_t)c->window, Tk = Wc + T;
   int64_t *kpos = (int64_t *)(void *)titans__arena_alloc(ar, 2 * B * Tk + 2); /* [B, Tk]; queries: the last T */
-  TITANS__NEED(kpos && (lf->src = titans__arena_alloc(ar, B * (P + Tk) * d)));
+  TITANS__NEED(kpos && (lf->attn_src = titans__arena_alloc(ar, B * (P + Tk) * d)));
   for (size_t b = 0; b < B; b++) {
-    float *o = lf->src + b * (P + Tk) * d;
+    float *o = lf->attn_src + b * (P + Tk) * d;
     if (P) memcpy(o, L->persist, P * d * sizeof(float));
     memcpy(o + P * d, lf->attn_tail + b * Wc * d, Wc * d * sizeof(float));
     memcpy(o + (P + Wc) * d, lf->xn + b * T * d, T * d * sizeof(float));
@@ -7065,7 +7069,7 @@ static int titans__swa_stream_forward(const titans_config *c, const titans_layer
       kpos[b * Tk + j] = j + valid >= Wc ? start + (int64_t)j - (int64_t)Wc : TITANS__FAR_POSITION;
   }
   lf->kpos_rows = kpos;
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, kpos + Wc, kpos, Tk, B, T, P, Tk,
+  return titans__attn_sub_forward(c, L, ar, &lf->at, out, lf->xn, lf->attn_src, kpos + Wc, kpos, Tk, B, T, P, Tk,
                                   titans__window(c));
 }
 
@@ -7076,13 +7080,49 @@ static int titans__swa_stream_backward(const titans_config *c, const titans_laye
   const int64_t *kpos = lf->kpos_rows; /* [B, Tk] */
   float *dsrc = titans__arena_zalloc(ar, B * (P + Tk) * d); /* [B, P + Tk, d] */
   TITANS__NEED(dsrc);
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, kpos + Wc, kpos, Tk, B, T,
-                                        P, Tk, titans__window(c)));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->attn_src, kpos + Wc, kpos, Tk,
+                                        B, T, P, Tk, titans__window(c)));
   for (size_t b = 0; b < B; b++) {
     const float *r = dsrc + b * (P + Tk) * d;
     if (P) titans__axpy(G->persist, 1.0f, r, P * d);
     titans__axpy(dxn + b * T * d, 1.0f, r + (P + Wc) * d, T * d); /* the carried rows' gradient is dropped */
   }
+  return TITANS_OK;
+}
+
+/* MAG continuing a stream: the sliding window over persist || carried rows || xn; the memory reads the
+   persistent tokens only at a document's start (every row fresh), then the window's xn. */
+static int titans__mag_stream_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
+                                      titans__arena *ar, size_t B, size_t T) {
+  size_t d = (size_t)c->d, Pm = lf->fresh[0] ? (size_t)c->n_persist : 0;
+  lf->mem_prefix = Pm;
+  TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
+  TITANS__NEED(lf->m = titans__arena_alloc(ar, B * T * d));
+  TITANS__NEED(lf->mem_in = titans__arena_alloc(ar, B * (Pm + T) * d));
+  TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (Pm + T) * d));
+  titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+  TITANS__NEED(cx);
+  TITANS__TRY(titans__swa_stream_forward(c, L, lf, ar, lf->y, B, T));
+  titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, Pm, T, d);
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, Pm + T, cx));
+  for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (Pm + T) + Pm) * d, T * d * sizeof(float));
+  return titans__gate_forward(ar, &lf->gate, lf->mix, lf->y, lf->m, L->gate_norm_y, L->gate_norm_m, B * T, d);
+}
+
+static int titans__mag_stream_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                       titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix, size_t B,
+                                       size_t T) {
+  size_t d = (size_t)c->d, Pm = lf->mem_prefix;
+  float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);
+  float *dmi = titans__arena_zalloc(ar, B * (Pm + T) * d), *dmo = titans__arena_zalloc(ar, B * (Pm + T) * d);
+  TITANS__NEED(dy && dm && dmi && dmo);
+  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
+                                    L->gate_norm_y, L->gate_norm_m, B * T, d));
+  TITANS__TRY(titans__swa_stream_backward(c, L, G, lf, ar, dxn, dy, B, T));
+  for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (Pm + T) + Pm) * d, dm + b * T * d, T * d * sizeof(float));
+  TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
+  titans__split_prefix_grad(G->persist, dxn, dmi, B, Pm, T, d);
   return TITANS_OK;
 }
 
@@ -7092,11 +7132,12 @@ static int titans__mixer_forward(const titans_config *c, const titans_layer *L, 
   switch (c->block) {
     case TITANS_BLOCK_ATTN:
     case TITANS_BLOCK_SWA:
-      if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, B, T);
+      if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
       TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
       titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
       return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
     case TITANS_BLOCK_MAG: {
+      if (lf->carry) return titans__mag_stream_forward(c, L, lf, ar, B, T);
       TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
       TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
       TITANS__NEED(lf->m = titans__arena_alloc(ar, B * T * d));
@@ -7153,6 +7194,7 @@ static int titans__mixer_backward(const titans_config *c, const titans_layer *L,
       return TITANS_OK;
     }
     case TITANS_BLOCK_MAG: {
+      if (lf->carry) return titans__mag_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
       float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);
       float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
       TITANS__NEED(dy && dm && dsrc && dmo);
@@ -7438,8 +7480,11 @@ TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t
 
 /* ---- streams ------------------------------------------------------------------------------------ */
 
-static int titans__stream_kind_ok(int block) {
-  return block == TITANS_BLOCK_MAC || block == TITANS_BLOCK_LMM || block == TITANS_BLOCK_SWA;
+/* MAC, LMM, SWA, and MAG when its persistent tokens fill whole memory chunks (so every later window still
+   starts the memory at a chunk boundary). */
+static int titans__stream_kind_ok(const titans_config *c) {
+  return c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_LMM || c->block == TITANS_BLOCK_SWA ||
+         (c->block == TITANS_BLOCK_MAG && c->n_persist % c->mem.chunk == 0);
 }
 
 TITANSDEF void titans_stream_free(titans_stream *s) {
@@ -7460,9 +7505,10 @@ TITANSDEF void titans_stream_free(titans_stream *s) {
 TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t B) {
   memset(s, 0, sizeof *s);
   const titans_config *c = &m->cfg;
-  if (!titans__stream_kind_ok(c->block))
-    return titans__error(s->error, TITANS_ERR_ARG, "stream: %s blocks cannot stream in this version (mac, lmm and swa can)",
-                         titans_block_name(c->block));
+  if (!titans__stream_kind_ok(c))
+    return titans__error(s->error, TITANS_ERR_ARG,
+                         "stream: %s blocks cannot stream in this version (mac, lmm, swa can, and mag when its persistent "
+                         "tokens are a multiple of the memory chunk)", titans_block_name(c->block));
   if (B == 0 || B > ((size_t)1 << 24)) return titans__error(s->error, TITANS_ERR_ARG, "stream: batch %zu is out of range", B);
   s->model = m;
   s->batch = B;
@@ -7471,11 +7517,12 @@ TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t
   s->row_position = (long long *)titans_alloc_bytes(B, sizeof(long long));
   if (!s->fresh || !s->attn_tail_rows || !s->row_position) goto nomem;
   memset(s->fresh, 1, B);
-  if (c->block == TITANS_BLOCK_SWA) {
+  if (c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG) {
     size_t n = 0;
     if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->window, &n) || !titans_size_mul(n, (size_t)c->d, &n)) goto nomem;
     if (!(s->attn_tail = titans_alloc_floats(n))) goto nomem;
-  } else {
+  }
+  if (c->block != TITANS_BLOCK_SWA) {
     s->mem = (titans_mem_state *)titans_alloc_bytes((size_t)c->n_layers, sizeof(titans_mem_state));
     if (!s->mem) goto nomem;
     for (int l = 0; l < c->n_layers; l++)
@@ -7493,14 +7540,29 @@ TITANSDEF int titans_stream_restart(titans_stream *s, size_t row) {
   return TITANS_OK;
 }
 
+/* Windows are multiples of this so that MAC's segments and the memory's chunks stay where a session has them. */
+static size_t titans__stream_unit(const titans_config *c) {
+  switch (c->block) {
+    case TITANS_BLOCK_MAC: return (size_t)c->segment;
+    case TITANS_BLOCK_LMM:
+    case TITANS_BLOCK_MAG: return (size_t)c->mem.chunk;
+    default: return 1;
+  }
+}
+
 /* A call of T tokens per row may continue the stream: same model and rows, and windows that keep MAC's
    segments and the memory's chunks at the absolute positions a session uses. */
 static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_t T) {
   const titans_config *c = &t->model->cfg;
   if (s->model != t->model || !s->fresh)
     return titans__error(t->error, TITANS_ERR_ARG, "stream: it was made for another model (or freed)");
-  size_t unit = c->block == TITANS_BLOCK_MAC ? (size_t)c->segment : c->block == TITANS_BLOCK_LMM ? (size_t)c->mem.chunk : 1;
+  size_t unit = titans__stream_unit(c);
   if (T == 0) return titans__error(t->error, TITANS_ERR_ARG, "stream: an empty window");
+  if (c->block == TITANS_BLOCK_MAG)
+    for (size_t b = 1; b < s->batch; b++)
+      if (s->fresh[b] != s->fresh[0])
+        return titans__error(t->error, TITANS_ERR_ARG, "stream: MAG rows restart together (the memory reads the "
+                             "persistent tokens first): restart every row or none");
   if (s->ended)
     return titans__error(t->error, TITANS_ERR_STATE, "stream: it ended with a window that was not a multiple of the %s (%zu)",
                          c->block == TITANS_BLOCK_MAC ? "segment" : "memory chunk", unit);
@@ -7533,8 +7595,7 @@ static void titans__stream_advance(titans_trainer *t, titans_stream *s, size_t T
   }
   memset(s->fresh, 0, B);
   s->position += (long long)T;
-  size_t unit = c->block == TITANS_BLOCK_MAC ? (size_t)c->segment : c->block == TITANS_BLOCK_LMM ? (size_t)c->mem.chunk : 1;
-  if (T % unit) s->ended = 1; /* MAC's segments and the chunks would no longer sit at a session's positions */
+  if (T % titans__stream_unit(c)) s->ended = 1; /* MAC's segments and the chunks would no longer sit at a session's positions */
 }
 
 TITANSDEF int titans_forward_backward_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,

@@ -1,5 +1,5 @@
 /* Tests of streams (truncated backpropagation through time, titans_stream): for every kind that can
-   stream (MAC, LMM, SWA), a stream read window by window gives the logits of a session fed token by
+   stream (MAC, LMM, SWA, MAG), a stream read window by window gives the logits of a session fed token by
    token; one window of a fresh stream is the stateless forward bit for bit; a restarted row starts over;
    the truncated gradient of a continuing window matches central differences (the carried state held
    fixed), and w0 gets a gradient only from rows that started there; kinds and windows that cannot
@@ -8,7 +8,7 @@
 #include "titans.h"
 #include "harness.h"
 
-static const int kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_LMM, TITANS_BLOCK_SWA};
+static const int kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_LMM, TITANS_BLOCK_SWA, TITANS_BLOCK_MAG};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
 /* Tiny, every option on: persistent tokens, a window shorter than a stream window, a 2-layer memory with
@@ -99,18 +99,33 @@ static void test_stream_equals_session(int kind) {
            name, scale);
   th_close(what, worst / scale, 2e-5);
 
-  /* a restarted row reads its next window as a new document: the stateless forward's logits */
-  titans_stream_restart(&st, 1);
+  /* a restarted row reads its next window as a new document: the stateless forward's logits (MAG's rows
+     restart together, and a lone restart is refused) */
   window_of(win, rows, B, len, 1, T, 0);
-  rc = titans_forward_logits_stream(&t, &st, win, T, lw);
+  titans_stream_restart(&st, 1);
   titans_forward_logits(&t, win, B, T, l0);
-  th_check(rc == 0 && memcmp(lw + T * V, l0 + T * V, T * V * sizeof(float)) == 0 &&
-               memcmp(lw, l0, T * V * sizeof(float)) != 0,
-           "%s: a restarted row starts over (bit for bit) while the other row goes on", name);
+  if (kind == TITANS_BLOCK_MAG) {
+    rc = titans_forward_logits_stream(&t, &st, win, T, lw);
+    th_check(rc == TITANS_ERR_ARG, "%s: a lone restarted row is refused: %s", name, t.error);
+    titans_stream_restart(&st, 0);
+    rc = titans_forward_logits_stream(&t, &st, win, T, lw);
+    th_check(rc == 0 && memcmp(lw, l0, B * T * V * sizeof(float)) == 0, "%s: rows restarted together start over (bit for bit)", name);
+  } else {
+    rc = titans_forward_logits_stream(&t, &st, win, T, lw);
+    th_check(rc == 0 && memcmp(lw + T * V, l0 + T * V, T * V * sizeof(float)) == 0 &&
+                 memcmp(lw, l0, T * V * sizeof(float)) != 0,
+             "%s: a restarted row starts over (bit for bit) while the other row goes on", name);
+  }
   titans_stream_free(&st);
   titans_free(ls); titans_free(lw); titans_free(l0);
   titans_trainer_free(&t);
   titans_model_free(&m);
+}
+
+/* Restarts row `row` (every row for MAG, whose rows restart together); nothing when row >= B. */
+static void restart(titans_stream *st, size_t row) {
+  for (size_t b = 0; b < st->batch && row < st->batch; b++)
+    if (b == row || st->model->cfg.block == TITANS_BLOCK_MAG) titans_stream_restart(st, b);
 }
 
 /* Loss of window 2 (tokens w2 [B, T + 1]) with the parameters as they are, after window 1 (w1) was read
@@ -125,7 +140,7 @@ static double window2_loss(titans_trainer *t, const float *p0, const int *w1, co
   titans_stream_init(&st, m, B);
   titans_eval_loss_stream(t, &st, w1, T, &l);
   memcpy(m->params, now, m->n_floats * sizeof(float));
-  if (restart_row < B) titans_stream_restart(&st, restart_row);
+  restart(&st, restart_row);
   int rc = titans_eval_loss_stream(t, &st, w2, T, &l);
   titans_stream_free(&st);
   titans_free(now);
@@ -153,7 +168,7 @@ static void test_stream_gradients(int kind, size_t restart_row) {
   float loss = 0;
   int rc = titans_stream_init(&st, &m, B);
   if (!rc) rc = titans_eval_loss_stream(&t, &st, w1, T, &loss);
-  if (!rc && restart_row < B) titans_stream_restart(&st, restart_row);
+  if (!rc) restart(&st, restart_row);
   memset(t.grads, 0, m.n_floats * sizeof(float));
   if (!rc) rc = titans_forward_backward_stream(&t, &st, w2, T, 1.0f, &loss);
   titans_stream_free(&st);
@@ -209,11 +224,12 @@ static void test_refusals_and_ignored_targets(void) {
   int refused[] = {TITANS_BLOCK_MAG, TITANS_BLOCK_MAL, TITANS_BLOCK_ATTN};
   for (int i = 0; i < 3; i++) {
     titans_config c = tiny_config(refused[i]);
+    c.n_persist = 3; /* MAG: not a multiple of the chunk (2) */
     titans_model m;
     titans_stream st;
     titans_model_init(&m, &c);
     int rc = titans_stream_init(&st, &m, 2);
-    th_check(rc == TITANS_ERR_ARG && st.error[0], "%s cannot stream: %s", titans_block_name(refused[i]), st.error);
+    th_check(rc == TITANS_ERR_ARG && st.error[0], "%s (3 persistent tokens, chunk 2) cannot stream: %s", titans_block_name(refused[i]), st.error);
     titans_model_free(&m);
   }
   titans_config c = tiny_config(TITANS_BLOCK_MAC);
