@@ -96,6 +96,18 @@ check "a missing --data file: exit 1 (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'no
 printf 'too short' > short.txt
 rc=$(run "$bin" train --data short.txt --out short)
 check "a text shorter than --seq: exit 1 (rc=$rc)" [ "$rc" = 1 ]
+rc=$(run "$bin" eval)
+check "eval without --model: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" eval --model full/model.safetensors --len 12Q)
+check "eval with a bad size: exit 2 with a message (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'len' err.txt"
+rc=$(run "$bin" eval --model full/model.safetensors --data tiny.txt --len 1M)
+check "eval longer than the held-out split: exit 1 with a message (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'held-out' err.txt"
+rc=$(run "$bin" needle --model full/model.safetensors --task riddle)
+check "needle with an unknown task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" needle --model full/model.safetensors --len 64)
+check "needle shorter than a task needs: exit 2 with a message (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'at least' err.txt"
+rc=$(run "$bin" needle --model missing.safetensors)
+check "needle with a missing model: exit 1 (rc=$rc)" [ "$rc" = 1 ]
 rc=$(run "$bin" frobnicate)
 check "an unknown command: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" help)
