@@ -176,6 +176,59 @@ static uint64_t arg_u64(args *a, const char *opt) {
   return (uint64_t)v;
 }
 
+/* "16K" -> 16384, "1M" -> 1048576 (K = 1024, M = 1024^2, G = 1024^3) into *out; 0 when malformed or too
+   large. */
+static int parse_size(const char *s, size_t *out) {
+  char *end;
+  errno = 0;
+  if (!*s || *s == '-') return 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return 0;
+  unsigned long long unit = 1;
+  if (*end == 'K' || *end == 'k') unit = 1ull << 10, end++;
+  else if (*end == 'M' || *end == 'm') unit = 1ull << 20, end++;
+  else if (*end == 'G' || *end == 'g') unit = 1ull << 30, end++;
+  if (*end || v > (unsigned long long)SIZE_MAX / unit) return 0;
+  *out = (size_t)(v * unit);
+  return 1;
+}
+
+/* A size in lo..hi, e.g. --len 16K. */
+static size_t arg_size(args *a, const char *opt, size_t lo, size_t hi) {
+  const char *s = arg_value(a, opt);
+  size_t v;
+  if (!parse_size(s, &v) || v < lo || v > hi)
+    usage_fail(a->cmd, "%s %s: want a size in %zu..%zu (K = 1024, M = 1024^2)", opt, s, lo, hi);
+  return v;
+}
+
+/* A comma-separated list of sizes in lo..hi (e.g. 1K,4K,16K or 10,50,90) into out [max]; returns the
+   count (at least 1). */
+static size_t arg_size_list(args *a, const char *opt, size_t *out, size_t max, size_t lo, size_t hi) {
+  const char *s = arg_value(a, opt);
+  size_t n = 0;
+  for (const char *p = s;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p), v;
+    char piece[64];
+    if (n == max || len == 0 || len >= sizeof piece) usage_fail(a->cmd, "%s %s: want a list of at most %zu values like 1K,4K", opt, s, max);
+    memcpy(piece, p, len);
+    piece[len] = 0;
+    if (!parse_size(piece, &v) || v < lo || v > hi) usage_fail(a->cmd, "%s %s: '%s' is not in %zu..%zu (K = 1024)", opt, s, piece, lo, hi);
+    out[n++] = v;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return n;
+}
+
+/* 16384 -> "16K", 1048576 -> "1M", 1000 -> "1000". */
+static void fmt_size(char *out, size_t size, size_t v) {
+  if (v >= (1u << 20) && v % (1u << 20) == 0) snprintf(out, size, "%zuM", v >> 20);
+  else if (v >= 1024 && v % 1024 == 0) snprintf(out, size, "%zuK", v >> 10);
+  else snprintf(out, size, "%zu", v);
+}
+
 /* ---- data ------------------------------------------------------------------------------------- */
 
 /* The token ids of a text, split into the first 90% (training) and the last 10% (validation). */
@@ -470,6 +523,8 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
 
 /* ---- train ------------------------------------------------------------------------------------ */
 
+#define MAX_STAGES 32 /* of a --lens curriculum */
+
 typedef struct train_opts {
   const char *data, *out, *prompt;
   int block, d, layers, heads, mem_heads, mem_depth, chunk, segment, window, persist, ffn;
@@ -477,6 +532,9 @@ typedef struct train_opts {
   double lr, temperature, theta_max;
   uint64_t seed;
   int resume, threads;
+  int task;                      /* LONGCTX_PASSKEY or LONGCTX_PROSE; -1: plain text only */
+  double task_frac;              /* fraction of rows that are retrieval examples */
+  size_t lens[MAX_STAGES], n_lens; /* the length curriculum (--lens), one stage per entry */
 } train_opts;
 
 static void help_train(void) {
@@ -507,7 +565,13 @@ static void help_train(void) {
          "  --stop-at N         stop (and save) after step N, as if interrupted; --resume goes on from there\n"
          "  --prompt TEXT       start of the sample printed at the end (\"The \"); --sample-len N bytes (400)\n"
          "  --temperature X     of the sample (0.8)\n"
-         "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n");
+         "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
+         "Retrieval training (docs/long_context.md):\n"
+         "  --task KIND         rows are retrieval examples: passkey | prose (the needle at a uniform depth)\n"
+         "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
+         "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
+         "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
+         "                      of them (default: --seq only); validation stays on --seq windows of plain text\n");
 }
 
 static void parse_train(int argc, char **argv, train_opts *o) {
@@ -538,6 +602,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->log_every = -1;
   o->sample_len = 400;
   o->temperature = 0.8;
+  o->task = -1;
+  o->task_frac = -1; /* unset: 1 with --task */
   for (a.i = 0; a.i < argc; a.i++) {
     const char *s = argv[a.i];
     if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
@@ -573,6 +639,12 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--temperature")) o->temperature = arg_double(&a, s, 0.0, 100.0);
     else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
     else if (!strcmp(s, "--resume")) o->resume = 1;
+    else if (!strcmp(s, "--task")) {
+      const char *k = arg_value(&a, s);
+      o->task = longctx_kind_from_name(k);
+      if (o->task < 0) usage_fail("train", "--task %s: want passkey or prose", k);
+    } else if (!strcmp(s, "--task-frac")) o->task_frac = arg_double(&a, s, 0.0, 1.0);
+    else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
       help_train();
       exit(0);
@@ -580,6 +652,18 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   }
   if (o->warmup < 0) o->warmup = o->steps / 10;
   if (o->log_every < 0) o->log_every = o->steps / 50 > 0 ? o->steps / 50 : 1;
+  if (o->task < 0) {
+    if (o->task_frac >= 0 || o->n_lens) usage_fail("train", "--task-frac and --lens go with --task");
+    return;
+  }
+  if (o->task_frac < 0) o->task_frac = 1;
+  if (o->n_lens == 0) o->lens[0] = (size_t)o->seq, o->n_lens = 1;
+  /* a row is the example (context + question) and its answer: T + 1 tokens */
+  size_t shortest = longctx_min_length(o->task) + longctx_answer_len(o->task) - 1;
+  for (size_t i = 0; i < o->n_lens; i++)
+    if (o->lens[i] < shortest)
+      usage_fail("train", "a %s example needs sequences of at least %zu tokens (--seq or --lens)", longctx_kind_name(o->task),
+                 shortest);
 }
 
 static titans_config train_config_of(const train_opts *o) {
@@ -597,6 +681,56 @@ static titans_config train_config_of(const train_opts *o) {
   return c;
 }
 
+/* ---- retrieval training (--task) ---- */
+
+/* The shape of the batches of step `step`: stage i of the --lens curriculum (the steps split into equal
+   stages) trains on B_i = max(1, B * lens[0] / lens[i]) sequences of T_i = lens[i] tokens, so a step
+   holds about as many tokens in every stage. Without --task: --batch x --seq. */
+static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
+  if (o->task < 0) {
+    *B = (size_t)o->batch, *T = (size_t)o->seq;
+    return;
+  }
+  size_t stage = (size_t)((double)step * (double)o->n_lens / (double)o->steps);
+  if (stage >= o->n_lens) stage = o->n_lens - 1;
+  *T = o->lens[stage];
+  size_t b = (size_t)o->batch * o->lens[0] / o->lens[stage];
+  *B = b ? b : 1;
+}
+
+/* One training row [T + 1] of a retrieval task: the example (context + question, T + 1 - answer_len
+   tokens; the needle at a uniform depth; prose filler from the training split), then its answer.
+   This is the one place that decides which targets of an example the loss sees: today all of them (the
+   row is the input and, shifted by one, the targets). When titans_train_step accepts "target -1 =
+   ignored", an --answer-loss flag goes here and sets every target before the answer to -1. */
+static void retrieval_row(int *row, size_t T, int kind, uint64_t seed, const dataset *ds) {
+  longctx_example ex;
+  char why[200];
+  size_t answer_len = longctx_answer_len(kind);
+  if (longctx_example_init(&ex, kind, T + 1 - answer_len, -1.0, seed, ds->ids, ds->n_train, why) != 0) fail("%s", why);
+  longctx_tokens(&ex, 0, row, T + 1);
+}
+
+/* tokens [B, T + 1] of a --task run, drawn from (seed, step) alone like sample_batch: per row an example
+   seed, then a uniform draw that makes the row a retrieval example (below task_frac) or a plain window of
+   the training split (at an offset from the example seed). */
+static void sample_task_batch(int *tokens, const dataset *ds, const train_opts *o, size_t B, size_t T, long step) {
+  titans_rng rng;
+  titans_rng_seed(&rng, longctx_mix64(o->seed, (uint64_t)step));
+  for (size_t b = 0; b < B; b++) {
+    uint64_t example_seed = titans_rng_u64(&rng);
+    int *row = tokens + b * (T + 1);
+    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, o->task, example_seed, ds);
+    else memcpy(row, ds->ids + example_seed % (ds->n_train - T), (T + 1) * sizeof(int));
+  }
+}
+
+/* "passkey frac=1 lens=256,512": what a resumed --task run must match. */
+static void task_line(char *out, size_t size, const train_opts *o) {
+  size_t n = (size_t)snprintf(out, size, "%s frac=%.17g lens=", longctx_kind_name(o->task), o->task_frac);
+  for (size_t i = 0; i < o->n_lens && n < size; i++) n += (size_t)snprintf(out + n, size - n, "%s%zu", i ? "," : "", o->lens[i]);
+}
+
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */
 static char *train_meta(const train_opts *o, const dataset *ds, const series *train, const series *val) {
   text t = {0, 0, 0};
@@ -604,6 +738,11 @@ static char *train_meta(const train_opts *o, const dataset *ds, const series *tr
               (unsigned long long)o->seed, o->batch, o->seq);
   text_printf(&t, "val_every=%ld\nval_batches=%ld\ndata=%s\ndata_tokens=%zu\ndata_hash=%llu\n", o->val_every,
               o->val_batches, ds->name, ds->n, (unsigned long long)ds->hash);
+  if (o->task >= 0) { /* only then: a plain run's files stay as they were */
+    char task[512];
+    task_line(task, sizeof task, o);
+    text_printf(&t, "task=%s\n", task);
+  }
   series_format(&t, "train", train);
   series_format(&t, "val", val);
   return t.s;
@@ -619,6 +758,13 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   if (!meta_u64(meta, "seq", &v) || v != (uint64_t)o->seq) fail("--resume: %s was trained with --seq %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "data_hash", &v) || v != ds->hash)
     fail("--resume: %s was trained on other data (give the same --data)", path);
+  size_t len = 0;
+  const char *task = meta_find(meta, "task", &len);
+  char want[512] = "";
+  if (o->task >= 0) task_line(want, sizeof want, o);
+  if ((task != NULL) != (o->task >= 0) || (task && (len != strlen(want) || strncmp(task, want, len))))
+    fail("--resume: %s was trained with %s%.*s (give the same --task, --task-frac and --lens)", path,
+         task ? "--task " : "no --task", task ? (int)len : 0, task ? task : "");
 }
 
 static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const train_opts *o, const dataset *ds,
@@ -660,6 +806,9 @@ static int cmd_train(int argc, char **argv) {
   size_t T = (size_t)o.seq, B = (size_t)o.batch;
   if (ds.n_train < T + 1)
     fail("%s has %zu bytes: the training split (90%%) needs at least --seq + 1 = %zu", ds.name, ds.n, T + 1);
+  if (o.task >= 0 && o.task_frac < 1)
+    for (size_t i = 0; i < o.n_lens; i++)
+      if (ds.n_train < o.lens[i] + 1) fail("%s: the training split is shorter than --lens %zu + 1", ds.name, o.lens[i]);
   int have_val = ds.n - ds.n_train >= T + 1;
   if (!have_val) fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
 
@@ -705,22 +854,42 @@ static int cmd_train(int argc, char **argv) {
          titans_block_name(c->block), c->d, c->n_layers, c->attn_heads, model.n_floats, ds.name, ds.n, ds.n_train);
   printf("training: %ld steps of %zu x %zu tokens, lr %g, %d thread%s\n", o.steps, B, T, (double)tr.tc.lr, titans_threads(),
          titans_threads() == 1 ? "" : "s");
+  if (o.task >= 0) {
+    printf("retrieval task: %s examples in %.0f%% of the rows (the rest plain text), needle depth uniform; length stages:",
+           longctx_kind_name(o.task), 100 * o.task_frac);
+    for (size_t i = 0; i < o.n_lens; i++) printf(" %zu", o.lens[i]);
+    printf(" (validation: plain text, %zu x %zu)\n", B, T);
+  }
   fflush(stdout);
 
-  int *tokens = (int *)xmalloc(B * (T + 1) * sizeof(int));
-  double train_time = 0, t_start = now_seconds();
+  size_t capacity = B * (T + 1); /* tokens of the largest batch: validation's or a stage's */
+  for (long step = 0; step < o.steps; step++) {
+    size_t Bs, Ts;
+    step_shape(&o, step, &Bs, &Ts);
+    if (Bs * (Ts + 1) > capacity) capacity = Bs * (Ts + 1);
+  }
+  int *tokens = (int *)xmalloc(capacity * sizeof(int)); /* [B, T + 1] of the current step */
+  double train_time = 0, t_start = now_seconds(), tokens_done = 0;
   long first = tr.step, steps_done = 0;
+  size_t Tprev = 0;
   while (tr.step < o.steps) {
     long step = tr.step; /* 0-based index of this optimizer step */
     float loss;
-    sample_batch(tokens, &ds, B, T, o.seed, step);
+    size_t Bs, Ts; /* this step's batch shape (the curriculum's stage with --task) */
+    step_shape(&o, step, &Bs, &Ts);
+    if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
+    else sample_task_batch(tokens, &ds, &o, Bs, Ts, step);
+    if (o.task >= 0 && (step == first || Ts != Tprev))
+      printf("step %5ld/%ld  %s: %zu sequences of %zu tokens per step\n", step, o.steps, longctx_kind_name(o.task), Bs, Ts);
+    Tprev = Ts;
     double t0 = now_seconds();
-    int rc = titans_train_step(&tr, tokens, 1, B, T, &loss);
+    int rc = titans_train_step(&tr, tokens, 1, Bs, Ts, &loss);
     if (rc == TITANS_ERR_NONFINITE)
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
            "--resume restarts from the last checkpoint.", tr.error);
     if (rc != TITANS_OK) fail("%s", tr.error);
     train_time += now_seconds() - t0;
+    tokens_done += (double)(Bs * Ts);
     steps_done++;
     series_push(&train, tr.step, loss);
     int last = tr.step == o.steps, stop = o.stop_at && tr.step == o.stop_at;
@@ -729,7 +898,7 @@ static int cmd_train(int argc, char **argv) {
       char eta[32];
       fmt_duration(eta, sizeof eta, per_step * (double)(o.steps - tr.step));
       printf("step %5ld/%ld  loss %.4f  lr %.2e  %6.0f tok/s  ETA %s\n", tr.step, o.steps, (double)loss,
-             (double)tr.last_lr, (double)(B * T) / per_step, eta);
+             (double)tr.last_lr, tokens_done / train_time, eta);
       fflush(stdout);
     }
     if (have_val && ((o.val_every && tr.step % o.val_every == 0) || last)) {
@@ -854,59 +1023,6 @@ static int cmd_generate(int argc, char **argv) {
 }
 
 /* ---- shared by eval and needle: sizes, models, plots ------------------------------------------------ */
-
-/* "16K" -> 16384, "1M" -> 1048576 (K = 1024, M = 1024^2, G = 1024^3) into *out; 0 when malformed or too
-   large. */
-static int parse_size(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
-  if (!*s || *s == '-') return 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return 0;
-  unsigned long long unit = 1;
-  if (*end == 'K' || *end == 'k') unit = 1ull << 10, end++;
-  else if (*end == 'M' || *end == 'm') unit = 1ull << 20, end++;
-  else if (*end == 'G' || *end == 'g') unit = 1ull << 30, end++;
-  if (*end || v > (unsigned long long)SIZE_MAX / unit) return 0;
-  *out = (size_t)(v * unit);
-  return 1;
-}
-
-/* A size in lo..hi, e.g. --len 16K. */
-static size_t arg_size(args *a, const char *opt, size_t lo, size_t hi) {
-  const char *s = arg_value(a, opt);
-  size_t v;
-  if (!parse_size(s, &v) || v < lo || v > hi)
-    usage_fail(a->cmd, "%s %s: want a size in %zu..%zu (K = 1024, M = 1024^2)", opt, s, lo, hi);
-  return v;
-}
-
-/* A comma-separated list of sizes in lo..hi (e.g. 1K,4K,16K or 10,50,90) into out [max]; returns the
-   count (at least 1). */
-static size_t arg_size_list(args *a, const char *opt, size_t *out, size_t max, size_t lo, size_t hi) {
-  const char *s = arg_value(a, opt);
-  size_t n = 0;
-  for (const char *p = s;;) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p), v;
-    char piece[64];
-    if (n == max || len == 0 || len >= sizeof piece) usage_fail(a->cmd, "%s %s: want a list of at most %zu values like 1K,4K", opt, s, max);
-    memcpy(piece, p, len);
-    piece[len] = 0;
-    if (!parse_size(piece, &v) || v < lo || v > hi) usage_fail(a->cmd, "%s %s: '%s' is not in %zu..%zu (K = 1024)", opt, s, piece, lo, hi);
-    out[n++] = v;
-    if (!comma) break;
-    p = comma + 1;
-  }
-  return n;
-}
-
-/* 16384 -> "16K", 1048576 -> "1M", 1000 -> "1000". */
-static void fmt_size(char *out, size_t size, size_t v) {
-  if (v >= (1u << 20) && v % (1u << 20) == 0) snprintf(out, size, "%zuM", v >> 20);
-  else if (v >= 1024 && v % 1024 == 0) snprintf(out, size, "%zuK", v >> 10);
-  else snprintf(out, size, "%zu", v);
-}
 
 /* The text of --data (or the built-in text) as a dataset of byte ids. */
 static void dataset_load(dataset *ds, titans_tokenizer *tok, const char *path) {

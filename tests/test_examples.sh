@@ -55,6 +55,20 @@ rc=$(run "$bin" train $tiny --steps 8 --seed 8 --resume --out split)
 check "--resume with another seed is refused (rc=$rc)" [ "$rc" != 0 ]
 check "  with a message" grep -q "seed" err.txt
 
+echo "== train --task"
+task="--task passkey --task-frac 0.75 --lens 160,320"
+rc=$(run "$bin" train $tiny $task --steps 6 --out task_full)
+check "train --task passkey with a --lens curriculum exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "  it trains the stages' shapes (2 x 160, then 1 x 320)" sh -c 'grep -q "2 sequences of 160" out.txt && grep -q "1 sequences of 320" out.txt'
+rc=$(run "$bin" train $tiny $task --steps 6 --stop-at 3 --out task_split)
+rc2=$(run "$bin" train $tiny $task --steps 6 --resume --out task_split)
+check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s task_full/trainer.safetensors task_split/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --lens 200 --steps 6 --resume --out task_split)
+check "  --resume with another task is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'task' err.txt"
+rc=$(run "$bin" train $tiny --lens 200 --steps 2 --out nope)
+check "--lens without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+
 echo "== generate"
 gen="--model full/model.safetensors -n 40 --temperature 0.8 --top-k 10 --top-p 0.9 --seed 3"
 rc=$(run "$bin" generate $gen --prompt "The keeper")
