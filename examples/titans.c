@@ -3,12 +3,15 @@
      ./titans                      train a small model on the built-in text and print a sample
      ./titans train [options]      train (see ./titans help train)
      ./titans generate [options]   generate from a checkpoint (see ./titans help generate)
+     ./titans eval [options]       loss by position over long held-out streams (see ./titans help eval)
+     ./titans needle [options]     retrieval of a needle stated long ago (see ./titans help needle)
 
    A program built on titans.h only: the library computes, this file reads files, parses arguments,
    prints, draws the loss plot and keeps the training run reproducible. Everything a resumed run needs
    (weights, optimizer moments, step, the data's identity, the loss history) is in one trainer
    checkpoint; the data sampler draws the batch of step s from (seed, s) alone, so a run resumed from
-   step s is bit-identical to one that never stopped. See docs/usage.md and docs/checkpoints.md. */
+   step s is bit-identical to one that never stopped. The retrieval tasks of needle and train --task are
+   in longctx.h. See docs/usage.md, docs/checkpoints.md and docs/long_context.md. */
 #define _POSIX_C_SOURCE 200809L /* mkdir */
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
@@ -1314,7 +1317,8 @@ static void help_eval(void) {
          "difference of each to the LAST model (the control, e.g. an SWA baseline) is printed too.\n"
          "  --model FILE        a checkpoint of ./titans train (repeat for more models, up to %d)\n"
          "  --data FILE         the text (default: the built-in text); the same split as train\n"
-         "  --len N             tokens per stream (16K; K = 1024, M = 1024^2)\n"
+         "  --len N             tokens per stream (16K, or the largest power of two the held-out split\n"
+         "                      holds when it is shorter; K = 1024, M = 1024^2)\n"
          "  --streams N         streams from evenly spaced offsets of the held-out split (8)\n"
          "  --svg FILE          the plot of loss against position (eval.svg)\n"
          "  --threads N         OpenMP threads; streams run in parallel, one per thread\n", MAX_MODELS);
@@ -1331,7 +1335,7 @@ static void parse_eval(int argc, char **argv, eval_opts *o) {
   args a = {argc, 0, argv, "eval"};
   memset(o, 0, sizeof *o);
   o->svg = "eval.svg";
-  o->len = 16384;
+  o->len = 0; /* 16K, or less when the held-out split is shorter (cmd_eval) */
   o->streams = 8;
   for (a.i = 0; a.i < argc; a.i++) {
     const char *s = argv[a.i];
@@ -1430,6 +1434,12 @@ static int cmd_eval(int argc, char **argv) {
   dataset ds;
   dataset_load(&ds, &tok, o.data);
   size_t n_val = ds.n - ds.n_train, len = o.len, streams = o.streams;
+  if (len == 0) { /* the default: 16K, or the largest power of two that fits */
+    len = 16384;
+    while (len > 2 && n_val < len + 1) len /= 2;
+    if (len < 16384) printf("note: --len %zu (the held-out split of %s has %zu tokens)\n", len, ds.name, n_val);
+    o.len = len;
+  }
   if (n_val < len + 1)
     fail("the held-out 10%% of %s has %zu tokens: --len can be at most %zu", ds.name, n_val, n_val > 1 ? n_val - 1 : 0);
   models_load(&o.models);
