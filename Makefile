@@ -30,6 +30,9 @@ $(BUILD)/test_%: tests/test_%.c tests/harness.h $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
+# the long-context test also reads the example's task generator and text
+$(BUILD)/test_longctx: examples/longctx.h examples/default_text.h
+
 $(BUILD)/bench_%: bench/bench_%.c $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(BENCH_LIBS)

@@ -3,16 +3,20 @@
      ./titans                      train a small model on the built-in text and print a sample
      ./titans train [options]      train (see ./titans help train)
      ./titans generate [options]   generate from a checkpoint (see ./titans help generate)
+     ./titans eval [options]       loss by position over long held-out streams (see ./titans help eval)
+     ./titans needle [options]     retrieval of a needle stated long ago (see ./titans help needle)
 
    A program built on titans.h only: the library computes, this file reads files, parses arguments,
    prints, draws the loss plot and keeps the training run reproducible. Everything a resumed run needs
    (weights, optimizer moments, step, the data's identity, the loss history) is in one trainer
    checkpoint; the data sampler draws the batch of step s from (seed, s) alone, so a run resumed from
-   step s is bit-identical to one that never stopped. See docs/usage.md and docs/checkpoints.md. */
+   step s is bit-identical to one that never stopped. The retrieval tasks of needle and train --task are
+   in longctx.h. See docs/usage.md, docs/checkpoints.md and docs/long_context.md. */
 #define _POSIX_C_SOURCE 200809L /* mkdir */
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
 #include "default_text.h"
+#include "longctx.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -25,6 +29,7 @@
 #ifdef _WIN32
 #include <direct.h>
 #else
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #endif
@@ -174,6 +179,59 @@ static uint64_t arg_u64(args *a, const char *opt) {
   return (uint64_t)v;
 }
 
+/* "16K" -> 16384, "1M" -> 1048576 (K = 1024, M = 1024^2, G = 1024^3) into *out; 0 when malformed or too
+   large. */
+static int parse_size(const char *s, size_t *out) {
+  char *end;
+  errno = 0;
+  if (!*s || *s == '-') return 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return 0;
+  unsigned long long unit = 1;
+  if (*end == 'K' || *end == 'k') unit = 1ull << 10, end++;
+  else if (*end == 'M' || *end == 'm') unit = 1ull << 20, end++;
+  else if (*end == 'G' || *end == 'g') unit = 1ull << 30, end++;
+  if (*end || v > (unsigned long long)SIZE_MAX / unit) return 0;
+  *out = (size_t)(v * unit);
+  return 1;
+}
+
+/* A size in lo..hi, e.g. --len 16K. */
+static size_t arg_size(args *a, const char *opt, size_t lo, size_t hi) {
+  const char *s = arg_value(a, opt);
+  size_t v;
+  if (!parse_size(s, &v) || v < lo || v > hi)
+    usage_fail(a->cmd, "%s %s: want a size in %zu..%zu (K = 1024, M = 1024^2)", opt, s, lo, hi);
+  return v;
+}
+
+/* A comma-separated list of sizes in lo..hi (e.g. 1K,4K,16K or 10,50,90) into out [max]; returns the
+   count (at least 1). */
+static size_t arg_size_list(args *a, const char *opt, size_t *out, size_t max, size_t lo, size_t hi) {
+  const char *s = arg_value(a, opt);
+  size_t n = 0;
+  for (const char *p = s;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p), v;
+    char piece[64];
+    if (n == max || len == 0 || len >= sizeof piece) usage_fail(a->cmd, "%s %s: want a list of at most %zu values like 1K,4K", opt, s, max);
+    memcpy(piece, p, len);
+    piece[len] = 0;
+    if (!parse_size(piece, &v) || v < lo || v > hi) usage_fail(a->cmd, "%s %s: '%s' is not in %zu..%zu (K = 1024)", opt, s, piece, lo, hi);
+    out[n++] = v;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return n;
+}
+
+/* 16384 -> "16K", 1048576 -> "1M", 1000 -> "1000". */
+static void fmt_size(char *out, size_t size, size_t v) {
+  if (v >= (1u << 20) && v % (1u << 20) == 0) snprintf(out, size, "%zuM", v >> 20);
+  else if (v >= 1024 && v % 1024 == 0) snprintf(out, size, "%zuK", v >> 10);
+  else snprintf(out, size, "%zu", v);
+}
+
 /* ---- data ------------------------------------------------------------------------------------- */
 
 /* The token ids of a text, split into the first 90% (training) and the last 10% (validation). */
@@ -196,18 +254,10 @@ static void dataset_init(dataset *ds, titans_tokenizer *tok, const char *text, s
   ds->name = clean;
 }
 
-/* A 64-bit mix of two values (splitmix64 finaliser), to seed one RNG per (seed, step). */
-static uint64_t mix64(uint64_t a, uint64_t b) {
-  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /* tokens [B, T + 1]: B windows of the training split at offsets drawn from (seed, step) alone. */
 static void sample_batch(int *tokens, const dataset *ds, size_t B, size_t T, uint64_t seed, long step) {
   titans_rng rng;
-  titans_rng_seed(&rng, mix64(seed, (uint64_t)step));
+  titans_rng_seed(&rng, longctx_mix64(seed, (uint64_t)step)); /* one stream per (seed, step) */
   size_t span = ds->n_train - T; /* offsets 0..span-1; n_train >= T + 1 */
   for (size_t b = 0; b < B; b++) {
     size_t off = (size_t)(titans_rng_u64(&rng) % span);
@@ -476,6 +526,8 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
 
 /* ---- train ------------------------------------------------------------------------------------ */
 
+#define MAX_STAGES 32 /* of a --lens curriculum */
+
 typedef struct train_opts {
   const char *data, *out, *prompt;
   int block, d, layers, heads, mem_heads, mem_depth, chunk, segment, window, persist, ffn;
@@ -483,6 +535,9 @@ typedef struct train_opts {
   double lr, temperature, theta_max;
   uint64_t seed;
   int resume, threads;
+  int task;                      /* LONGCTX_PASSKEY or LONGCTX_PROSE; -1: plain text only */
+  double task_frac;              /* fraction of rows that are retrieval examples */
+  size_t lens[MAX_STAGES], n_lens; /* the length curriculum (--lens), one stage per entry */
 } train_opts;
 
 static void help_train(void) {
@@ -513,7 +568,13 @@ static void help_train(void) {
          "  --stop-at N         stop (and save) after step N, as if interrupted; --resume goes on from there\n"
          "  --prompt TEXT       start of the sample printed at the end (\"The \"); --sample-len N bytes (400)\n"
          "  --temperature X     of the sample (0.8)\n"
-         "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n");
+         "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
+         "Retrieval training (docs/long_context.md):\n"
+         "  --task KIND         rows are retrieval examples: passkey | prose (the needle at a uniform depth)\n"
+         "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
+         "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
+         "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
+         "                      of them (default: --seq only); validation stays on --seq windows of plain text\n");
 }
 
 static void parse_train(int argc, char **argv, train_opts *o) {
@@ -544,6 +605,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->log_every = -1;
   o->sample_len = 400;
   o->temperature = 0.8;
+  o->task = -1;
+  o->task_frac = -1; /* unset: 1 with --task */
   for (a.i = 0; a.i < argc; a.i++) {
     const char *s = argv[a.i];
     if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
@@ -579,6 +642,12 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--temperature")) o->temperature = arg_double(&a, s, 0.0, 100.0);
     else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
     else if (!strcmp(s, "--resume")) o->resume = 1;
+    else if (!strcmp(s, "--task")) {
+      const char *k = arg_value(&a, s);
+      o->task = longctx_kind_from_name(k);
+      if (o->task < 0) usage_fail("train", "--task %s: want passkey or prose", k);
+    } else if (!strcmp(s, "--task-frac")) o->task_frac = arg_double(&a, s, 0.0, 1.0);
+    else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
       help_train();
       exit(0);
@@ -586,6 +655,18 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   }
   if (o->warmup < 0) o->warmup = o->steps / 10;
   if (o->log_every < 0) o->log_every = o->steps / 50 > 0 ? o->steps / 50 : 1;
+  if (o->task < 0) {
+    if (o->task_frac >= 0 || o->n_lens) usage_fail("train", "--task-frac and --lens go with --task");
+    return;
+  }
+  if (o->task_frac < 0) o->task_frac = 1;
+  if (o->n_lens == 0) o->lens[0] = (size_t)o->seq, o->n_lens = 1;
+  /* a row is the example (context + question) and its answer: T + 1 tokens */
+  size_t shortest = longctx_min_length(o->task) + longctx_answer_len(o->task) - 1;
+  for (size_t i = 0; i < o->n_lens; i++)
+    if (o->lens[i] < shortest)
+      usage_fail("train", "a %s example needs sequences of at least %zu tokens (--seq or --lens)", longctx_kind_name(o->task),
+                 shortest);
 }
 
 static titans_config train_config_of(const train_opts *o) {
@@ -603,6 +684,56 @@ static titans_config train_config_of(const train_opts *o) {
   return c;
 }
 
+/* ---- retrieval training (--task) ---- */
+
+/* The shape of the batches of step `step`: stage i of the --lens curriculum (the steps split into equal
+   stages) trains on B_i = max(1, B * lens[0] / lens[i]) sequences of T_i = lens[i] tokens, so a step
+   holds about as many tokens in every stage. Without --task: --batch x --seq. */
+static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
+  if (o->task < 0) {
+    *B = (size_t)o->batch, *T = (size_t)o->seq;
+    return;
+  }
+  size_t stage = (size_t)((double)step * (double)o->n_lens / (double)o->steps);
+  if (stage >= o->n_lens) stage = o->n_lens - 1;
+  *T = o->lens[stage];
+  size_t b = (size_t)o->batch * o->lens[0] / o->lens[stage];
+  *B = b ? b : 1;
+}
+
+/* One training row [T + 1] of a retrieval task: the example (context + question, T + 1 - answer_len
+   tokens; the needle at a uniform depth; prose filler from the training split), then its answer.
+   This is the one place that decides which targets of an example the loss sees: today all of them (the
+   row is the input and, shifted by one, the targets). When titans_train_step accepts "target -1 =
+   ignored", an --answer-loss flag goes here and sets every target before the answer to -1. */
+static void retrieval_row(int *row, size_t T, int kind, uint64_t seed, const dataset *ds) {
+  longctx_example ex;
+  char why[200];
+  size_t answer_len = longctx_answer_len(kind);
+  if (longctx_example_init(&ex, kind, T + 1 - answer_len, -1.0, seed, ds->ids, ds->n_train, why) != 0) fail("%s", why);
+  longctx_tokens(&ex, 0, row, T + 1);
+}
+
+/* tokens [B, T + 1] of a --task run, drawn from (seed, step) alone like sample_batch: per row an example
+   seed, then a uniform draw that makes the row a retrieval example (below task_frac) or a plain window of
+   the training split (at an offset from the example seed). */
+static void sample_task_batch(int *tokens, const dataset *ds, const train_opts *o, size_t B, size_t T, long step) {
+  titans_rng rng;
+  titans_rng_seed(&rng, longctx_mix64(o->seed, (uint64_t)step));
+  for (size_t b = 0; b < B; b++) {
+    uint64_t example_seed = titans_rng_u64(&rng);
+    int *row = tokens + b * (T + 1);
+    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, o->task, example_seed, ds);
+    else memcpy(row, ds->ids + example_seed % (ds->n_train - T), (T + 1) * sizeof(int));
+  }
+}
+
+/* "passkey frac=1 lens=256,512": what a resumed --task run must match. */
+static void task_line(char *out, size_t size, const train_opts *o) {
+  size_t n = (size_t)snprintf(out, size, "%s frac=%.17g lens=", longctx_kind_name(o->task), o->task_frac);
+  for (size_t i = 0; i < o->n_lens && n < size; i++) n += (size_t)snprintf(out + n, size - n, "%s%zu", i ? "," : "", o->lens[i]);
+}
+
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */
 static char *train_meta(const train_opts *o, const dataset *ds, const series *train, const series *val) {
   text t = {0, 0, 0};
@@ -610,6 +741,11 @@ static char *train_meta(const train_opts *o, const dataset *ds, const series *tr
               (unsigned long long)o->seed, o->batch, o->seq);
   text_printf(&t, "val_every=%ld\nval_batches=%ld\ndata=%s\ndata_tokens=%zu\ndata_hash=%llu\n", o->val_every,
               o->val_batches, ds->name, ds->n, (unsigned long long)ds->hash);
+  if (o->task >= 0) { /* only then: a plain run's files stay as they were */
+    char task[512];
+    task_line(task, sizeof task, o);
+    text_printf(&t, "task=%s\n", task);
+  }
   series_format(&t, "train", train);
   series_format(&t, "val", val);
   return t.s;
@@ -625,6 +761,13 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   if (!meta_u64(meta, "seq", &v) || v != (uint64_t)o->seq) fail("--resume: %s was trained with --seq %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "data_hash", &v) || v != ds->hash)
     fail("--resume: %s was trained on other data (give the same --data)", path);
+  size_t len = 0;
+  const char *task = meta_find(meta, "task", &len);
+  char want[512] = "";
+  if (o->task >= 0) task_line(want, sizeof want, o);
+  if ((task != NULL) != (o->task >= 0) || (task && (len != strlen(want) || strncmp(task, want, len))))
+    fail("--resume: %s was trained with %s%.*s (give the same --task, --task-frac and --lens)", path,
+         task ? "--task " : "no --task", task ? (int)len : 0, task ? task : "");
 }
 
 static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const train_opts *o, const dataset *ds,
@@ -666,6 +809,9 @@ static int cmd_train(int argc, char **argv) {
   size_t T = (size_t)o.seq, B = (size_t)o.batch;
   if (ds.n_train < T + 1)
     fail("%s has %zu bytes: the training split (90%%) needs at least --seq + 1 = %zu", ds.name, ds.n, T + 1);
+  if (o.task >= 0 && o.task_frac < 1)
+    for (size_t i = 0; i < o.n_lens; i++)
+      if (ds.n_train < o.lens[i] + 1) fail("%s: the training split is shorter than --lens %zu + 1", ds.name, o.lens[i]);
   int have_val = ds.n - ds.n_train >= T + 1;
   if (!have_val) fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
 
@@ -711,22 +857,42 @@ static int cmd_train(int argc, char **argv) {
          titans_block_name(c->block), c->d, c->n_layers, c->attn_heads, model.n_floats, ds.name, ds.n, ds.n_train);
   printf("training: %ld steps of %zu x %zu tokens, lr %g, %d thread%s\n", o.steps, B, T, (double)tr.tc.lr, titans_threads(),
          titans_threads() == 1 ? "" : "s");
+  if (o.task >= 0) {
+    printf("retrieval task: %s examples in %.0f%% of the rows (the rest plain text), needle depth uniform; length stages:",
+           longctx_kind_name(o.task), 100 * o.task_frac);
+    for (size_t i = 0; i < o.n_lens; i++) printf(" %zu", o.lens[i]);
+    printf(" (validation: plain text, %zu x %zu)\n", B, T);
+  }
   fflush(stdout);
 
-  int *tokens = (int *)xmalloc(B * (T + 1) * sizeof(int));
-  double train_time = 0, t_start = now_seconds();
+  size_t capacity = B * (T + 1); /* tokens of the largest batch: validation's or a stage's */
+  for (long step = 0; step < o.steps; step++) {
+    size_t Bs, Ts;
+    step_shape(&o, step, &Bs, &Ts);
+    if (Bs * (Ts + 1) > capacity) capacity = Bs * (Ts + 1);
+  }
+  int *tokens = (int *)xmalloc(capacity * sizeof(int)); /* [B, T + 1] of the current step */
+  double train_time = 0, t_start = now_seconds(), tokens_done = 0;
   long first = tr.step, steps_done = 0;
+  size_t Tprev = 0;
   while (tr.step < o.steps) {
     long step = tr.step; /* 0-based index of this optimizer step */
     float loss;
-    sample_batch(tokens, &ds, B, T, o.seed, step);
+    size_t Bs, Ts; /* this step's batch shape (the curriculum's stage with --task) */
+    step_shape(&o, step, &Bs, &Ts);
+    if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
+    else sample_task_batch(tokens, &ds, &o, Bs, Ts, step);
+    if (o.task >= 0 && (step == first || Ts != Tprev))
+      printf("step %5ld/%ld  %s: %zu sequences of %zu tokens per step\n", step, o.steps, longctx_kind_name(o.task), Bs, Ts);
+    Tprev = Ts;
     double t0 = now_seconds();
-    int rc = titans_train_step(&tr, tokens, 1, B, T, &loss);
+    int rc = titans_train_step(&tr, tokens, 1, Bs, Ts, &loss);
     if (rc == TITANS_ERR_NONFINITE)
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
            "--resume restarts from the last checkpoint.", tr.error);
     if (rc != TITANS_OK) fail("%s", tr.error);
     train_time += now_seconds() - t0;
+    tokens_done += (double)(Bs * Ts);
     steps_done++;
     series_push(&train, tr.step, loss);
     int last = tr.step == o.steps, stop = o.stop_at && tr.step == o.stop_at;
@@ -735,7 +901,7 @@ static int cmd_train(int argc, char **argv) {
       char eta[32];
       fmt_duration(eta, sizeof eta, per_step * (double)(o.steps - tr.step));
       printf("step %5ld/%ld  loss %.4f  lr %.2e  %6.0f tok/s  ETA %s\n", tr.step, o.steps, (double)loss,
-             (double)tr.last_lr, (double)(B * T) / per_step, eta);
+             (double)tr.last_lr, tokens_done / train_time, eta);
       fflush(stdout);
     }
     if (have_val && ((o.val_every && tr.step % o.val_every == 0) || last)) {
@@ -859,13 +1025,713 @@ static int cmd_generate(int argc, char **argv) {
   return 0;
 }
 
+/* ---- shared by eval and needle: sizes, models, plots ------------------------------------------------ */
+
+/* The text of --data (or the built-in text) as a dataset of byte ids. */
+static void dataset_load(dataset *ds, titans_tokenizer *tok, const char *path) {
+  char *buf;
+  size_t len = 0;
+  if (path) {
+    buf = read_file(path, &len);
+    if (!buf) fail("cannot read %s: %s", path, strerror(errno));
+  } else {
+    len = default_text_size();
+    buf = (char *)xmalloc(len);
+    default_text_copy(buf);
+  }
+  dataset_init(ds, tok, buf, len, path ? path : "the built-in text");
+  free(buf);
+}
+
+#define MAX_MODELS 16
+
+/* The models of --model options, read-only once loaded (sessions on threads share them). */
+typedef struct model_set {
+  size_t n;
+  titans_model model[MAX_MODELS];
+  const char *path[MAX_MODELS];
+  char label[MAX_MODELS][64]; /* short names for tables and legends */
+} model_set;
+
+/* "runs/mac/model.safetensors" -> "mac" (the folder of a ./titans train checkpoint), else the file name. */
+static void model_label(char *out, size_t size, const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  if ((!strcmp(base, "model.safetensors") || !strcmp(base, "trainer.safetensors")) && base > path + 1) {
+    const char *dir_end = base - 1, *dir = dir_end;
+    while (dir > path && dir[-1] != '/') dir--;
+    snprintf(out, size, "%.*s", (int)(dir_end - dir), dir);
+  } else snprintf(out, size, "%s", base);
+}
+
+static void models_load(model_set *ms) {
+  for (size_t i = 0; i < ms->n; i++) {
+    titans_tokenizer tok;
+    if (titans_model_load_ex(&ms->model[i], &tok, NULL, ms->path[i]) != TITANS_OK)
+      fail("%s: %s", ms->path[i], ms->model[i].error);
+    int byte_level = tok.kind == TITANS_TOKENIZER_BYTE && ms->model[i].cfg.vocab == 256;
+    titans_tokenizer_free(&tok);
+    if (!byte_level) fail("%s: not a byte-level model (these instruments feed bytes)", ms->path[i]);
+    model_label(ms->label[i], sizeof ms->label[i], ms->path[i]);
+    for (size_t j = 0; j < i; j++) /* two models from folders of the same name: tell them apart */
+      if (!strcmp(ms->label[i], ms->label[j])) snprintf(ms->label[i], sizeof ms->label[i], "model %zu", i + 1);
+    const titans_config *c = &ms->model[i].cfg;
+    const char *kind = titans_block_name(c->block);
+    printf("model %zu: %s = %s (%s, d = %d, %d layers, %zu parameters)\n", i + 1, ms->label[i], ms->path[i],
+           kind ? kind : "?", c->d, c->n_layers, ms->model[i].n_floats);
+  }
+}
+
+static void models_free(model_set *ms) {
+  for (size_t i = 0; i < ms->n; i++) titans_model_free(&ms->model[i]);
+}
+
+/* -log softmax(logits)[target] in nats, computed in double. */
+static double next_token_loss(const float *logits, size_t V, int target) {
+  float max = logits[0];
+  for (size_t i = 1; i < V; i++)
+    if (logits[i] > max) max = logits[i];
+  double sum = 0.0;
+  for (size_t i = 0; i < V; i++) sum += exp((double)logits[i] - (double)max);
+  return log(sum) + (double)max - (double)logits[target];
+}
+
+static int argmax(const float *logits, size_t V) {
+  size_t best = 0;
+  for (size_t i = 1; i < V; i++)
+    if (logits[i] > logits[best]) best = i;
+  return (int)best;
+}
+
+/* The first error of jobs running on threads (the rest are dropped); jobs skip once it is set. */
+typedef struct job_error {
+  int set;
+  char msg[TITANS_ERR_MSG_SIZE + 64];
+} job_error;
+
+static void job_error_set(job_error *e, const char *what, const char *why) {
+#ifdef _OPENMP
+#pragma omp critical(titans_job_error)
+#endif
+  {
+    if (!e->set) snprintf(e->msg, sizeof e->msg, "%s: %s", what, why);
+    e->set = 1;
+  }
+}
+
+/* Progress on stderr, at most every few seconds, from the thread that owns it (thread 0). */
+typedef struct progress {
+  const char *what;
+  double t_start, t_last;
+  long long total; /* units of work, e.g. tokens */
+} progress;
+
+static void progress_report(progress *p, long long done, int final) {
+  double now = now_seconds();
+#ifdef _OPENMP
+  if (omp_get_thread_num() != 0) return;
+#endif
+  if (!final && now - p->t_last < 5.0) return;
+  p->t_last = now;
+  double rate = (double)done / (now - p->t_start + 1e-9);
+  char eta[32];
+  fmt_duration(eta, sizeof eta, rate > 0 ? (double)(p->total - done) / rate : 0);
+  fprintf(stderr, "%s: %5.1f%% (%lld/%lld tokens, %.0f tok/s) ETA %s\n", p->what, 100.0 * (double)done / (double)p->total,
+          done, p->total, rate, eta);
+}
+
+static void svg_text(FILE *f, const char *s) { /* escapes the XML specials */
+  for (const char *c = s; *c; c++)
+    if (*c == '<') fputs("&lt;", f);
+    else if (*c == '>') fputs("&gt;", f);
+    else if (*c == '&') fputs("&amp;", f);
+    else if (*c == '"') fputs("&quot;", f);
+    else fputc(*c, f);
+}
+
+static const char *const curve_colors[8] = {"#e6550d", "#3182bd", "#31a354", "#756bb1",
+                                            "#636363", "#d6616b", "#8c6d31", "#17becf"};
+
+/* Finishes an SVG written to "path.tmp": closes it and renames it over path. Returns 0 on success. */
+static int svg_close(FILE *f, const char *tmp, const char *path) {
+  fprintf(f, "</svg>\n");
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad) {
+    remove(tmp);
+    return -1;
+  }
+  remove(path); /* rename cannot replace a file on Windows */
+  return rename(tmp, path) == 0 ? 0 : -1;
+}
+
+/* Curves y [n_curves, n_points] against x [n_points] (x > 0) on a log x axis, with a legend of names.
+   Returns 0 on success. */
+static int write_curves_svg(const char *path, const char *title, const char *xlabel, const char *ylabel, size_t n_curves,
+                            const char *const *names, size_t n_points, const double *x, const double *y) {
+  const double W = 800, H = 480;
+  double view[8] = {0, 1, 0, 1, 70, W - 20, 40, H - 50}; /* data range in log2(x), then the plot area */
+  double ymin = INFINITY, ymax = -INFINITY;
+  for (size_t i = 0; i < n_curves * n_points; i++)
+    if (isfinite(y[i])) ymin = fmin(ymin, y[i]), ymax = fmax(ymax, y[i]);
+  if (!(ymin <= ymax)) ymin = 0, ymax = 1;
+  if (ymax - ymin < 1e-3) ymin -= 0.5, ymax += 0.5;
+  double ys = nice_step(ymax - ymin, 6);
+  view[0] = 0;
+  view[1] = ceil(log2(n_points ? fmax(x[n_points - 1], 2.0) : 2.0));
+  view[2] = floor(ymin / ys) * ys;
+  view[3] = ceil(ymax / ys) * ys;
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return -1;
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+             "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
+  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  fprintf(f, "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", W / 2);
+  svg_text(f, title);
+  fprintf(f, "</text>\n");
+  for (double v = view[2]; v <= view[3] + 1e-9 * ys; v += ys) {
+    double py = svg_py(v, view);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", view[4], py, view[5], py);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", view[4] - 6, py + 4, fabs(v) < 1e-12 ? 0.0 : v);
+  }
+  int every = view[1] > 12 ? 2 : 1; /* powers of two, every other one when there are many */
+  for (int k = 0; k <= (int)view[1]; k += every) {
+    double px = svg_px(k, view);
+    char label[32];
+    fmt_size(label, sizeof label, (size_t)1 << k);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", px, view[6], px, view[7]);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", px, view[7] + 18, label);
+  }
+  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n", view[4],
+          view[6], view[5] - view[4], view[7] - view[6]);
+  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", (view[4] + view[5]) / 2, H - 12);
+  svg_text(f, xlabel);
+  fprintf(f, "</text>\n<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">",
+          (view[6] + view[7]) / 2, (view[6] + view[7]) / 2);
+  svg_text(f, ylabel);
+  fprintf(f, "</text>\n");
+  for (size_t c = 0; c < n_curves; c++) {
+    const char *color = curve_colors[c % 8];
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+    for (size_t i = 0; i < n_points; i++)
+      fprintf(f, "%s%.1f,%.1f", i ? " " : "", svg_px(log2(x[i]), view), svg_py(y[c * n_points + i], view));
+    fprintf(f, "\"/>\n");
+    for (size_t i = 0; i < n_points; i++)
+      fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", svg_px(log2(x[i]), view),
+              svg_py(y[c * n_points + i], view), color);
+  }
+  double lx = view[4] + 10, ly = view[6] + 10;
+  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"220\" height=\"%.1f\" fill=\"white\" stroke=\"#999\"/>\n", lx, ly,
+          12.0 + 18.0 * (double)n_curves);
+  for (size_t c = 0; c < n_curves; c++) {
+    double yy = ly + 16 + 18 * (double)c;
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"/>\n", lx + 8, yy,
+            lx + 32, yy, curve_colors[c % 8]);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">", lx + 40, yy + 4);
+    svg_text(f, names[c]);
+    fprintf(f, "</text>\n");
+  }
+  return svg_close(f, tmp, path);
+}
+
+/* One heat map per model side by side: rows = lengths, columns = depths, cells = exact-match fraction
+   value [n_models, n_rows, n_cols] in [0, 1]. Returns 0 on success. */
+static int write_heatmap_svg(const char *path, const char *title, size_t n_models, const char *const *names,
+                             size_t n_rows, const size_t *lengths, size_t n_cols, const double *depths,
+                             const double *value) {
+  const double cell_w = 64, cell_h = 30, left = 60, top = 70, gap = 40;
+  double panel_w = (double)n_cols * cell_w, W = left + (double)n_models * (panel_w + gap) + 10;
+  double H = top + (double)n_rows * cell_h + 50;
+  if (W < 420) W = 420;
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return -1;
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+             "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
+  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  fprintf(f, "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", W / 2);
+  svg_text(f, title);
+  fprintf(f, "</text>\n");
+  for (size_t m = 0; m < n_models; m++) {
+    double x0 = left + (double)m * (panel_w + gap);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">", x0 + panel_w / 2, top - 30);
+    svg_text(f, names[m]);
+    fprintf(f, "</text>\n");
+    for (size_t c = 0; c < n_cols; c++)
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">depth %g%%</text>\n", x0 + ((double)c + 0.5) * cell_w,
+              top - 8, 100 * depths[c]);
+    for (size_t r = 0; r < n_rows; r++) {
+      double y0 = top + (double)r * cell_h;
+      if (m == 0) {
+        char label[32];
+        fmt_size(label, sizeof label, lengths[r]);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", left - 8, y0 + cell_h / 2 + 4, label);
+      }
+      for (size_t c = 0; c < n_cols; c++) {
+        double v = value[(m * n_rows + r) * n_cols + c];
+        int shade = (int)(255 - 200 * v); /* white (0%) to dark blue (100%) */
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"rgb(%d,%d,255)\" stroke=\"#999\"/>\n",
+                x0 + (double)c * cell_w, y0, cell_w, cell_h, shade, shade);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"%s\">%.0f%%</text>\n",
+                x0 + ((double)c + 0.5) * cell_w, y0 + cell_h / 2 + 4, v > 0.6 ? "white" : "black", 100 * v);
+      }
+    }
+  }
+  fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"middle\">rows: context length (tokens); cells: exact match</text>\n",
+          W / 2, H - 16);
+  return svg_close(f, tmp, path);
+}
+
+/* Peak resident memory of this process in MB, or -1 where unknown. */
+static double peak_rss_mb(void) {
+#if defined(__unix__) || defined(__APPLE__)
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+#ifdef __APPLE__
+  return (double)ru.ru_maxrss / (1024.0 * 1024.0); /* bytes on macOS */
+#else
+  return (double)ru.ru_maxrss / 1024.0; /* kilobytes on Linux and the BSDs */
+#endif
+#else
+  return -1;
+#endif
+}
+
+static void set_threads(int threads) {
+#ifdef _OPENMP
+  if (threads) omp_set_num_threads(threads);
+#else
+  (void)threads;
+#endif
+}
+
+/* ---- eval: loss by position ------------------------------------------------------------------- */
+
+static void help_eval(void) {
+  printf("usage: ./titans eval --model FILE [--model FILE2 ...] [options]\n"
+         "Streams the held-out last 10%% of the text through a session per model, one token per call (the\n"
+         "memory learning as it reads, as in generate), and prints the mean next-token loss (nats/byte) by\n"
+         "position bucket [0,1), [1,2), [2,4), ... All models read the same streams; with two or more, the\n"
+         "difference of each to the LAST model (the control, e.g. an SWA baseline) is printed too.\n"
+         "  --model FILE        a checkpoint of ./titans train (repeat for more models, up to %d)\n"
+         "  --data FILE         the text (default: the built-in text); the same split as train\n"
+         "  --len N             tokens per stream (16K, or the largest power of two the held-out split\n"
+         "                      holds when it is shorter; K = 1024, M = 1024^2)\n"
+         "  --streams N         streams from evenly spaced offsets of the held-out split (8)\n"
+         "  --svg FILE          the plot of loss against position (eval.svg)\n"
+         "  --threads N         OpenMP threads; streams run in parallel, one per thread\n", MAX_MODELS);
+}
+
+typedef struct eval_opts {
+  model_set models;
+  const char *data, *svg;
+  size_t len, streams;
+  int threads;
+} eval_opts;
+
+static void parse_eval(int argc, char **argv, eval_opts *o) {
+  args a = {argc, 0, argv, "eval"};
+  memset(o, 0, sizeof *o);
+  o->svg = "eval.svg";
+  o->len = 0; /* 16K, or less when the held-out split is shorter (cmd_eval) */
+  o->streams = 8;
+  for (a.i = 0; a.i < argc; a.i++) {
+    const char *s = argv[a.i];
+    if (!strcmp(s, "--model")) {
+      if (o->models.n == MAX_MODELS) usage_fail("eval", "at most %d models", MAX_MODELS);
+      o->models.path[o->models.n++] = arg_value(&a, s);
+    } else if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
+    else if (!strcmp(s, "--svg")) o->svg = arg_value(&a, s);
+    else if (!strcmp(s, "--len")) o->len = arg_size(&a, s, 2, (size_t)1 << 36);
+    else if (!strcmp(s, "--streams")) o->streams = (size_t)arg_long(&a, s, 1, 1 << 20);
+    else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
+    else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      help_eval();
+      exit(0);
+    } else usage_fail("eval", "unknown option '%s'", s);
+  }
+  if (o->models.n == 0) usage_fail("eval", "--model FILE is required");
+}
+
+/* Position p (0-based: the p-th token fed, predicting token p + 1) -> its bucket: [0,1) is 0, [1,2) is 1,
+   [2,4) is 2, ..., [2^(k-1), 2^k) is k. */
+static size_t position_bucket(size_t p) {
+  size_t k = 0;
+  while (p) p >>= 1, k++;
+  return k;
+}
+
+/* Feeds ids [len + 1] one token at a time and adds each next-token loss into loss_sum [buckets] by
+   position. Progress goes into *done (tokens, shared by the threads). */
+static int eval_stream(titans_session *s, const int *ids, size_t len, double *loss_sum, long long *done,
+                       progress *prog) {
+  size_t V = (size_t)s->model->cfg.vocab;
+  float *logits = (float *)xmalloc(V * sizeof(float)); /* [V] */
+  int rc = TITANS_OK;
+  for (size_t t = 0; t < len && rc == TITANS_OK; t++) {
+    rc = titans_session_feed(s, &ids[t], 1, logits);
+    if (rc == TITANS_OK) loss_sum[position_bucket(t)] += next_token_loss(logits, V, ids[t + 1]);
+    if ((t + 1) % 256 == 0 || t + 1 == len) {
+      long long now_done;
+      long long add = (t + 1) % 256 == 0 ? 256 : (long long)((t + 1) % 256);
+#ifdef _OPENMP
+#pragma omp atomic capture
+#endif
+      now_done = *done += add;
+      progress_report(prog, now_done, 0);
+    }
+  }
+  free(logits);
+  return rc;
+}
+
+/* The mean loss per bucket over the streams: mean [n_models, buckets] from sums [n_models, streams,
+   buckets], in a fixed order so the result does not depend on the threads. */
+static void eval_means(double *mean, const double *sums, const double *count, size_t n_models, size_t streams,
+                       size_t buckets) {
+  for (size_t m = 0; m < n_models; m++)
+    for (size_t k = 0; k < buckets; k++) {
+      double total = 0.0;
+      for (size_t s = 0; s < streams; s++) total += sums[(m * streams + s) * buckets + k];
+      mean[m * buckets + k] = total / count[k];
+    }
+}
+
+static void eval_print(const eval_opts *o, const double *mean, const double *count, size_t buckets) {
+  const model_set *ms = &o->models;
+  printf("\nmean next-token loss (nats/byte) by position, %zu streams of %zu tokens:\n", o->streams, o->len);
+  printf("%-14s %8s", "position", "count");
+  for (size_t m = 0; m < ms->n; m++) printf(" %12.12s", ms->label[m]);
+  for (size_t m = 0; m + 1 < ms->n; m++) {
+    char diff[160];
+    snprintf(diff, sizeof diff, "%s-%s", ms->label[m], ms->label[ms->n - 1]);
+    printf(" %14.14s", diff);
+  }
+  printf("\n");
+  for (size_t k = 0; k < buckets; k++) {
+    char range[80], lo[32], hi[32];
+    fmt_size(lo, sizeof lo, k ? (size_t)1 << (k - 1) : 0);
+    fmt_size(hi, sizeof hi, (size_t)1 << k);
+    snprintf(range, sizeof range, "[%s,%s)", lo, hi);
+    printf("%-14s %8.0f", range, count[k]);
+    for (size_t m = 0; m < ms->n; m++) printf(" %12.4f", mean[m * buckets + k]);
+    for (size_t m = 0; m + 1 < ms->n; m++) printf(" %+14.4f", mean[m * buckets + k] - mean[(ms->n - 1) * buckets + k]);
+    printf("\n");
+  }
+  if (ms->n >= 2)
+    printf("(differences: each model minus the last, %s, on the same streams; negative = better than it)\n",
+           ms->label[ms->n - 1]);
+}
+
+static int cmd_eval(int argc, char **argv) {
+  eval_opts o;
+  parse_eval(argc, argv, &o);
+  set_threads(o.threads);
+  titans_tokenizer tok;
+  titans_tokenizer_init(&tok, TITANS_TOKENIZER_BYTE);
+  dataset ds;
+  dataset_load(&ds, &tok, o.data);
+  size_t n_val = ds.n - ds.n_train, len = o.len, streams = o.streams;
+  if (len == 0) { /* the default: 16K, or the largest power of two that fits */
+    len = 16384;
+    while (len > 2 && n_val < len + 1) len /= 2;
+    if (len < 16384) printf("note: --len %zu (the held-out split of %s has %zu tokens)\n", len, ds.name, n_val);
+    o.len = len;
+  }
+  if (n_val < len + 1)
+    fail("the held-out 10%% of %s has %zu tokens: --len can be at most %zu", ds.name, n_val, n_val > 1 ? n_val - 1 : 0);
+  models_load(&o.models);
+  size_t n_models = o.models.n, buckets = position_bucket(len - 1) + 1, span = n_val - (len + 1);
+  printf("data: %s, held-out split of %zu tokens (from token %zu)\n", ds.name, n_val, ds.n_train);
+  if (streams * (len + 1) > n_val)
+    printf("note: %zu streams of %zu tokens overlap (the held-out split has %zu): they start at evenly spaced "
+           "offsets, so they share text\n", streams, len + 1, n_val);
+  size_t *offset = (size_t *)xmalloc(streams * sizeof(size_t)); /* [streams] into the held-out split */
+  for (size_t s = 0; s < streams; s++)
+    offset[s] = streams > 1 ? (size_t)((double)span * (double)s / (double)(streams - 1)) : 0;
+  double *count = (double *)xmalloc(buckets * sizeof(double)); /* [buckets] positions per bucket, all streams */
+  for (size_t k = 0; k < buckets; k++) count[k] = 0;
+  for (size_t t = 0; t < len; t++) count[position_bucket(t)] += (double)streams;
+  double *sums = (double *)calloc(n_models * streams * buckets, sizeof(double)); /* [n_models, streams, buckets] */
+  if (!sums) fail("out of memory");
+
+  progress prog = {"eval", now_seconds(), now_seconds(), (long long)(n_models * streams * len)};
+  long long done = 0;
+  job_error err = {0, ""};
+  long jobs = (long)(n_models * streams);
+  fflush(stdout);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+  for (long j = 0; j < jobs; j++) {
+    size_t m = (size_t)j / streams, s = (size_t)j % streams;
+    titans_session sess;
+    if (err.set) continue;
+    if (titans_session_init(&sess, &o.models.model[m]) != TITANS_OK) {
+      job_error_set(&err, o.models.path[m], sess.error);
+      continue;
+    }
+    if (eval_stream(&sess, ds.ids + ds.n_train + offset[s], len, sums + (size_t)j * buckets, &done, &prog) != TITANS_OK)
+      job_error_set(&err, o.models.path[m], sess.error);
+    titans_session_free(&sess);
+  }
+  if (err.set) fail("eval: %s", err.msg);
+  double took = now_seconds() - prog.t_start;
+  fprintf(stderr, "eval: %lld tokens in %.1f s (%.0f tok/s, %d thread%s)\n", prog.total, took, (double)prog.total / took,
+          titans_threads(), titans_threads() == 1 ? "" : "s");
+
+  double *mean = (double *)xmalloc(n_models * buckets * sizeof(double)); /* [n_models, buckets] */
+  eval_means(mean, sums, count, n_models, streams, buckets);
+  eval_print(&o, mean, count, buckets);
+
+  double *x = (double *)xmalloc(buckets * sizeof(double)); /* [buckets] mean tokens read (position + 1) */
+  for (size_t k = 0; k < buckets; k++) {
+    size_t lo = k ? (size_t)1 << (k - 1) : 0, hi = (size_t)1 << k;
+    if (hi > len) hi = len;
+    x[k] = 0.5 * (double)(lo + hi - 1) + 1.0;
+  }
+  const char *names[MAX_MODELS];
+  for (size_t m = 0; m < n_models; m++) names[m] = o.models.label[m];
+  char title[512];
+  snprintf(title, sizeof title, "next-token loss by position: %zu streams of the held-out part of %s", streams, ds.name);
+  if (write_curves_svg(o.svg, title, "tokens read (position + 1, log scale)", "loss (nats/byte)", n_models, names, buckets,
+                       x, mean) != 0)
+    fail("cannot write %s: %s", o.svg, strerror(errno));
+  printf("wrote %s\n", o.svg);
+  free(x);
+  free(mean);
+  free(sums);
+  free(count);
+  free(offset);
+  models_free(&o.models);
+  free(ds.ids);
+  free(ds.name);
+  titans_tokenizer_free(&tok);
+  return 0;
+}
+
+/* ---- needle: retrieval of a needle stated once, long ago ---------------------------------------- */
+
+#define MAX_CELLS 32 /* lengths, depths */
+
+static void help_needle(void) {
+  printf("usage: ./titans needle --model FILE [--model FILE2 ...] [options]\n"
+         "For each (length, depth, trial): streams a retrieval example (context + question, made on the fly)\n"
+         "through a session, decodes the answer greedily and scores exact match and per-digit accuracy.\n"
+         "The tasks are described in docs/long_context.md.\n"
+         "  --model FILE        a checkpoint of ./titans train (repeat for more models, up to %d)\n"
+         "  --task KIND         passkey (5 digits in repeated filler) | prose (7 digits in real text) (passkey)\n"
+         "  --len LIST          context + question lengths in tokens (1K,4K,16K; K = 1024, M = 1024^2)\n"
+         "  --depth LIST        needle depths in %% of the filler (10,50,90)\n"
+         "  --trials N          examples per (length, depth) (5)\n"
+         "  --data FILE         prose: the text whose held-out last 10%% is the filler (default: built-in)\n"
+         "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
+         "  --svg FILE          heat map of exact match, one panel per model (needle.svg)\n"
+         "  --threads N         OpenMP threads; trials run in parallel, one per thread\n", MAX_MODELS);
+}
+
+typedef struct needle_opts {
+  model_set models;
+  int kind, threads;
+  const char *data, *svg;
+  size_t lens[MAX_CELLS], n_lens, depth_pct[MAX_CELLS], n_depths, trials;
+  uint64_t seed;
+} needle_opts;
+
+static void parse_needle(int argc, char **argv, needle_opts *o) {
+  args a = {argc, 0, argv, "needle"};
+  memset(o, 0, sizeof *o);
+  o->kind = LONGCTX_PASSKEY;
+  o->svg = "needle.svg";
+  o->lens[0] = 1024, o->lens[1] = 4096, o->lens[2] = 16384, o->n_lens = 3;
+  o->depth_pct[0] = 10, o->depth_pct[1] = 50, o->depth_pct[2] = 90, o->n_depths = 3;
+  o->trials = 5;
+  o->seed = 1;
+  for (a.i = 0; a.i < argc; a.i++) {
+    const char *s = argv[a.i];
+    if (!strcmp(s, "--model")) {
+      if (o->models.n == MAX_MODELS) usage_fail("needle", "at most %d models", MAX_MODELS);
+      o->models.path[o->models.n++] = arg_value(&a, s);
+    } else if (!strcmp(s, "--task")) {
+      const char *k = arg_value(&a, s);
+      o->kind = longctx_kind_from_name(k);
+      if (o->kind < 0) usage_fail("needle", "--task %s: want passkey or prose", k);
+    } else if (!strcmp(s, "--len")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_CELLS, 1, (size_t)1 << 36);
+    else if (!strcmp(s, "--depth")) o->n_depths = arg_size_list(&a, s, o->depth_pct, MAX_CELLS, 0, 100);
+    else if (!strcmp(s, "--trials")) o->trials = (size_t)arg_long(&a, s, 1, 1 << 20);
+    else if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
+    else if (!strcmp(s, "--svg")) o->svg = arg_value(&a, s);
+    else if (!strcmp(s, "--seed")) o->seed = arg_u64(&a, s);
+    else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
+    else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      help_needle();
+      exit(0);
+    } else usage_fail("needle", "unknown option '%s'", s);
+  }
+  if (o->models.n == 0) usage_fail("needle", "--model FILE is required");
+  for (size_t i = 0; i < o->n_lens; i++)
+    if (o->lens[i] < longctx_min_length(o->kind))
+      usage_fail("needle", "--len %zu: a %s example needs at least %zu tokens", o->lens[i], longctx_kind_name(o->kind),
+                 longctx_min_length(o->kind));
+}
+
+/* Streams example ex (context + question) through s in pieces of a small buffer, then decodes the answer
+   greedily, feeding each decoded token back. Returns the number of answer digits right (all of them =
+   exact match) in *correct. */
+static int needle_trial(titans_session *s, const longctx_example *ex, size_t *correct, long long *done, progress *prog) {
+  enum { PIECE = 4096 };
+  size_t V = (size_t)s->model->cfg.vocab;
+  int piece[PIECE];                                    /* [PIECE] the next tokens of the context */
+  float *logits = (float *)xmalloc(V * sizeof(float)); /* [V] */
+  int rc = TITANS_OK;
+  for (size_t from = 0; from < ex->length && rc == TITANS_OK; from += PIECE) {
+    size_t n = ex->length - from < PIECE ? ex->length - from : PIECE;
+    longctx_tokens(ex, from, piece, n);
+    rc = titans_session_feed(s, piece, n, from + n == ex->length ? logits : NULL);
+    long long now_done;
+#ifdef _OPENMP
+#pragma omp atomic capture
+#endif
+    now_done = *done += (long long)n;
+    progress_report(prog, now_done, 0);
+  }
+  *correct = 0;
+  for (size_t i = 0; i < ex->answer_len && rc == TITANS_OK; i++) {
+    int guess = argmax(logits, V);
+    *correct += guess == (unsigned char)ex->answer[i];
+    if (i + 1 < ex->answer_len) rc = titans_session_feed(s, &guess, 1, logits);
+  }
+  free(logits);
+  return rc;
+}
+
+/* Per model: a table of lengths x depths, each cell "exact % (exact/trials) per-digit accuracy". */
+static void needle_print(const needle_opts *o, const size_t *exact, const size_t *digits, size_t answer_len) {
+  const model_set *ms = &o->models;
+  for (size_t m = 0; m < ms->n; m++) {
+    printf("\n%s, model %s: exact match %% (exact/trials) and per-digit accuracy, %zu trials per cell\n",
+           longctx_kind_name(o->kind), ms->label[m], o->trials);
+    printf("%-8s", "length");
+    for (size_t c = 0; c < o->n_depths; c++) {
+      char h[32];
+      snprintf(h, sizeof h, "depth %zu%%", o->depth_pct[c]);
+      printf(c + 1 < o->n_depths ? "  %-18s" : "  %s", h);
+    }
+    printf("\n");
+    for (size_t r = 0; r < o->n_lens; r++) {
+      char label[32];
+      fmt_size(label, sizeof label, o->lens[r]);
+      printf("%-8s", label);
+      for (size_t c = 0; c < o->n_depths; c++) {
+        size_t cell = (m * o->n_lens + r) * o->n_depths + c;
+        char text[64];
+        snprintf(text, sizeof text, "%3.0f%% (%zu/%zu) %.2f", 100.0 * (double)exact[cell] / (double)o->trials, exact[cell],
+                 o->trials, (double)digits[cell] / (double)(o->trials * answer_len));
+        printf(c + 1 < o->n_depths ? "  %-18s" : "  %s", text);
+      }
+      printf("\n");
+    }
+  }
+  printf("\nchance: exact match %g (10^-%zu), per digit 0.10\n", pow(10.0, -(double)answer_len), answer_len);
+}
+
+static int cmd_needle(int argc, char **argv) {
+  needle_opts o;
+  parse_needle(argc, argv, &o);
+  set_threads(o.threads);
+  titans_tokenizer tok;
+  titans_tokenizer_init(&tok, TITANS_TOKENIZER_BYTE);
+  dataset ds = {0, 0, 0, 0, 0};
+  if (o.kind == LONGCTX_PROSE) {
+    dataset_load(&ds, &tok, o.data);
+    if (ds.n == ds.n_train) fail("%s is too short to have a held-out part", ds.name);
+  } else if (o.data) usage_fail("needle", "--data is for --task prose (passkey's filler is fixed)");
+  models_load(&o.models);
+  size_t n_models = o.models.n, cells = o.n_lens * o.n_depths, answer_len = longctx_answer_len(o.kind);
+  if (o.kind == LONGCTX_PROSE) printf("prose filler: the held-out last 10%% of %s (%zu tokens)\n", ds.name, ds.n - ds.n_train);
+
+  size_t *exact = (size_t *)calloc(n_models * cells, sizeof(size_t));  /* [n_models, n_lens, n_depths] */
+  size_t *digits = (size_t *)calloc(n_models * cells, sizeof(size_t)); /* [n_models, n_lens, n_depths] */
+  if (!exact || !digits) fail("out of memory");
+  long long total = 0;
+  for (size_t r = 0; r < o.n_lens; r++) total += (long long)(o.lens[r] * o.n_depths * o.trials * n_models);
+  progress prog = {"needle", now_seconds(), now_seconds(), total};
+  long long done = 0;
+  job_error err = {0, ""};
+  long jobs = (long)(n_models * cells * o.trials);
+  fflush(stdout);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+  for (long j = 0; j < jobs; j++) {
+    /* the longest lengths first, so no thread is left with a long trial at the end */
+    size_t trial = (size_t)j % o.trials, c = (size_t)j / o.trials % o.n_depths;
+    size_t m = (size_t)j / (o.trials * o.n_depths) % n_models, r = o.n_lens - 1 - (size_t)j / (o.trials * o.n_depths * n_models);
+    size_t cell = (m * o.n_lens + r) * o.n_depths + c, correct = 0;
+    double depth = (double)o.depth_pct[c] / 100.0;
+    longctx_example ex;
+    char why[200];
+    titans_session sess;
+    if (err.set) continue;
+    if (longctx_example_init(&ex, o.kind, o.lens[r], depth, longctx_eval_seed(o.seed, o.lens[r], depth, trial),
+                             ds.ids + ds.n_train, ds.n - ds.n_train, why) != 0) {
+      job_error_set(&err, "example", why);
+      continue;
+    }
+    if (titans_session_init(&sess, &o.models.model[m]) != TITANS_OK) {
+      job_error_set(&err, o.models.path[m], sess.error);
+      continue;
+    }
+    if (needle_trial(&sess, &ex, &correct, &done, &prog) != TITANS_OK) job_error_set(&err, o.models.path[m], sess.error);
+    titans_session_free(&sess);
+#ifdef _OPENMP
+#pragma omp critical(titans_needle_score)
+#endif
+    {
+      digits[cell] += correct;
+      exact[cell] += correct == answer_len;
+    }
+  }
+  if (err.set) fail("needle: %s", err.msg);
+  double took = now_seconds() - prog.t_start;
+
+  needle_print(&o, exact, digits, answer_len);
+  printf("%lld context tokens in %.1f s: %.0f tok/s (%d thread%s); peak RSS %.1f MB\n", total, took, (double)total / took,
+         titans_threads(), titans_threads() == 1 ? "" : "s", peak_rss_mb());
+
+  double *frac = (double *)xmalloc(n_models * cells * sizeof(double)); /* [n_models, n_lens, n_depths] */
+  double depths[MAX_CELLS];
+  for (size_t i = 0; i < n_models * cells; i++) frac[i] = (double)exact[i] / (double)o.trials;
+  for (size_t c = 0; c < o.n_depths; c++) depths[c] = (double)o.depth_pct[c] / 100.0;
+  const char *names[MAX_MODELS];
+  for (size_t m = 0; m < n_models; m++) names[m] = o.models.label[m];
+  char title[256];
+  snprintf(title, sizeof title, "%s retrieval: exact match over %zu trials (chance %g)", longctx_kind_name(o.kind),
+           o.trials, pow(10.0, -(double)answer_len));
+  if (write_heatmap_svg(o.svg, title, n_models, names, o.n_lens, o.lens, o.n_depths, depths, frac) != 0)
+    fail("cannot write %s: %s", o.svg, strerror(errno));
+  printf("wrote %s\n", o.svg);
+  free(frac);
+  free(exact);
+  free(digits);
+  models_free(&o.models);
+  free(ds.ids);
+  free(ds.name);
+  titans_tokenizer_free(&tok);
+  return 0;
+}
+
 /* ---- main --------------------------------------------------------------------------------------- */
 
 static void help(void) {
   printf("titans " TITANS_VERSION ": Titans language models (titans.h)\n"
          "  ./titans                     train a small model on the built-in text, then print a sample\n"
          "  ./titans train [options]     train on a text file (./titans help train)\n"
-         "  ./titans generate [options]  generate from a checkpoint (./titans help generate)\n");
+         "  ./titans generate [options]  generate from a checkpoint (./titans help generate)\n"
+         "  ./titans eval [options]      loss by position over long streams (./titans help eval)\n"
+         "  ./titans needle [options]    retrieval of a needle stated long ago (./titans help needle)\n");
 }
 
 int main(int argc, char **argv) {
@@ -873,9 +1739,13 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+  if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
+  if (!strcmp(cmd, "needle")) return cmd_needle(argc - 2, argv + 2);
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
     if (argc > 2 && !strcmp(argv[2], "train")) help_train();
     else if (argc > 2 && !strcmp(argv[2], "generate")) help_generate();
+    else if (argc > 2 && !strcmp(argv[2], "eval")) help_eval();
+    else if (argc > 2 && !strcmp(argv[2], "needle")) help_needle();
     else help();
     return 0;
   }

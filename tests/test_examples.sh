@@ -55,6 +55,20 @@ rc=$(run "$bin" train $tiny --steps 8 --seed 8 --resume --out split)
 check "--resume with another seed is refused (rc=$rc)" [ "$rc" != 0 ]
 check "  with a message" grep -q "seed" err.txt
 
+echo "== train --task"
+task="--task passkey --task-frac 0.75 --lens 160,320"
+rc=$(run "$bin" train $tiny $task --steps 6 --out task_full)
+check "train --task passkey with a --lens curriculum exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "  it trains the stages' shapes (2 x 160, then 1 x 320)" sh -c 'grep -q "2 sequences of 160" out.txt && grep -q "1 sequences of 320" out.txt'
+rc=$(run "$bin" train $tiny $task --steps 6 --stop-at 3 --out task_split)
+rc2=$(run "$bin" train $tiny $task --steps 6 --resume --out task_split)
+check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s task_full/trainer.safetensors task_split/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --lens 200 --steps 6 --resume --out task_split)
+check "  --resume with another task is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'task' err.txt"
+rc=$(run "$bin" train $tiny --lens 200 --steps 2 --out nope)
+check "--lens without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+
 echo "== generate"
 gen="--model full/model.safetensors -n 40 --temperature 0.8 --top-k 10 --top-p 0.9 --seed 3"
 rc=$(run "$bin" generate $gen --prompt "The keeper")
@@ -96,6 +110,18 @@ check "a missing --data file: exit 1 (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'no
 printf 'too short' > short.txt
 rc=$(run "$bin" train --data short.txt --out short)
 check "a text shorter than --seq: exit 1 (rc=$rc)" [ "$rc" = 1 ]
+rc=$(run "$bin" eval)
+check "eval without --model: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" eval --model full/model.safetensors --len 12Q)
+check "eval with a bad size: exit 2 with a message (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'len' err.txt"
+rc=$(run "$bin" eval --model full/model.safetensors --data tiny.txt --len 1M)
+check "eval longer than the held-out split: exit 1 with a message (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'held-out' err.txt"
+rc=$(run "$bin" needle --model full/model.safetensors --task riddle)
+check "needle with an unknown task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" needle --model full/model.safetensors --len 64)
+check "needle shorter than a task needs: exit 2 with a message (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'at least' err.txt"
+rc=$(run "$bin" needle --model missing.safetensors)
+check "needle with a missing model: exit 1 (rc=$rc)" [ "$rc" = 1 ]
 rc=$(run "$bin" frobnicate)
 check "an unknown command: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" help)

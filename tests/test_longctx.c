@@ -1,0 +1,497 @@
+/* Long-context instruments: the retrieval generators of examples/longctx.h (deterministic, the needle at
+   the asked depth, the asked length), and the program's `eval` and `needle` commands on tiny models,
+   checked against a direct computation through a session here. Every SVG they write must be well-formed
+   XML (a small checker below: balanced tags, quoted attributes, escaped text).
+   The program is the `titans` next to this binary (make check builds both into the same folder). */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+#define TITANS_IMPLEMENTATION
+#include "titans.h"
+#include "tests/harness.h"
+#include "examples/default_text.h"
+#include "examples/longctx.h"
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+/* ---- generators ------------------------------------------------------------------------------------ */
+
+/* The index of the first occurrence of needle [n] in the example's tokens, or SIZE_MAX. */
+static size_t find_in_example(const longctx_example *ex, const char *needle) {
+  size_t n = strlen(needle), total = ex->length + ex->answer_len;
+  for (size_t i = 0; i + n <= total; i++) {
+    size_t k = 0;
+    while (k < n && longctx_token(ex, i + k) == (unsigned char)needle[k]) k++;
+    if (k == n) return i;
+  }
+  return SIZE_MAX;
+}
+
+static size_t count_in_example(const longctx_example *ex, const char *needle) {
+  size_t n = strlen(needle), total = ex->length + ex->answer_len, count = 0;
+  for (size_t i = 0; i + n <= total; i++) {
+    size_t k = 0;
+    while (k < n && longctx_token(ex, i + k) == (unsigned char)needle[k]) k++;
+    count += k == n;
+  }
+  return count;
+}
+
+static void test_determinism(const int *source, size_t source_len) {
+  for (int kind = 0; kind < 2; kind++) {
+    longctx_example a, b, c;
+    char err[200];
+    longctx_example_init(&a, kind, 4096, 0.3, 77, source, source_len, err);
+    longctx_example_init(&b, kind, 4096, 0.3, 77, source, source_len, err);
+    longctx_example_init(&c, kind, 4096, 0.3, 78, source, source_len, err);
+    size_t same = 0, differ = 0;
+    for (size_t i = 0; i < 4096 + a.answer_len; i++) {
+      same += longctx_token(&a, i) == longctx_token(&b, i);
+      differ += longctx_token(&a, i) != longctx_token(&c, i);
+    }
+    th_check(same == 4096 + a.answer_len, "%s: the same seed gives the same %zu tokens (%zu equal)",
+             longctx_kind_name(kind), 4096 + a.answer_len, same);
+    th_check(differ > 0 && strcmp(a.answer, c.answer) != 0, "%s: another seed another example (answers %s, %s)",
+             longctx_kind_name(kind), a.answer, c.answer);
+    /* pieces of any size give the same tokens: what the program feeds */
+    int piece[1000];
+    size_t bad = 0;
+    for (size_t from = 0; from < 4096; from += 1000) {
+      size_t n = 4096 - from < 1000 ? 4096 - from : 1000;
+      longctx_tokens(&a, from, piece, n);
+      for (size_t i = 0; i < n; i++) bad += piece[i] != longctx_token(&b, from + i);
+    }
+    th_check(bad == 0, "%s: longctx_tokens in pieces of 1000 = token by token (%zu differ)", longctx_kind_name(kind), bad);
+  }
+}
+
+/* The needle once, at the asked depth within one sentence; the question last; the answer after it. */
+static void test_layout(int kind, const int *source, size_t source_len) {
+  const size_t lengths[4] = {160, 1000, 4096, 65536};
+  const double depths[5] = {0.0, 0.1, 0.5, 0.9, 1.0};
+  /* the longest sentence of the passkey filler is 22 bytes; prose looks back LONGCTX_SNAP_BACK at most */
+  const double tolerance = kind == LONGCTX_PASSKEY ? 22 : LONGCTX_SNAP_BACK;
+  double worst_depth = 0;
+  size_t bad_length = 0, bad_count = 0, bad_question = 0, bad_answer = 0, bad_start = 0, cases = 0;
+  for (size_t li = 0; li < 4; li++)
+    for (size_t di = 0; di < 5; di++)
+      for (uint64_t seed = 1; seed <= 3; seed++) {
+        longctx_example ex;
+        char err[200];
+        if (longctx_example_init(&ex, kind, lengths[li], depths[di], seed * 1000 + li, source, source_len, err) != 0) {
+          th_check(0, "%s: init at length %zu: %s", longctx_kind_name(kind), lengths[li], err);
+          continue;
+        }
+        cases++;
+        size_t at = find_in_example(&ex, ex.needle);
+        bad_count += count_in_example(&ex, ex.needle) != 1;
+        /* the filler before the needle, as a fraction of all the filler */
+        size_t filler = lengths[li] - ex.question_len - ex.needle_len;
+        double target = depths[di] * (double)filler, off = target - (double)at;
+        worst_depth = fmax(worst_depth, at == SIZE_MAX || off < 0 ? 1e9 : off);
+        bad_start += at != SIZE_MAX && at > 0 && !(longctx_token(&ex, at - 1) == ' ' || longctx_token(&ex, at - 1) == '\n');
+        size_t q = find_in_example(&ex, ex.question);
+        bad_question += q != lengths[li] - ex.question_len;
+        bad_length += ex.length != lengths[li];
+        for (size_t i = 0; i < ex.answer_len; i++) {
+          int t = longctx_token(&ex, lengths[li] + i);
+          bad_answer += t != (unsigned char)ex.answer[i] || t < '0' || t > '9';
+        }
+      }
+  const char *name = longctx_kind_name(kind);
+  th_check(bad_count == 0, "%s: the needle appears exactly once (%zu cases, %zu wrong)", name, cases, bad_count);
+  th_check(worst_depth < tolerance, "%s: the needle starts within %.0f bytes before depth * filler (worst %.0f)", name,
+           tolerance, worst_depth);
+  th_check(bad_start == 0, "%s: the needle starts a sentence (%zu do not)", name, bad_start);
+  th_check(bad_question == 0 && bad_length == 0, "%s: context + question = the asked length, the question last (%zu, %zu wrong)",
+           name, bad_length, bad_question);
+  th_check(bad_answer == 0, "%s: the answer (digits) follows the question (%zu wrong)", name, bad_answer);
+}
+
+static void test_digits_uniform(void) {
+  size_t count[10] = {0}, n = 0;
+  for (uint64_t seed = 0; seed < 2000; seed++) {
+    longctx_example ex;
+    char err[200];
+    longctx_example_init(&ex, LONGCTX_PASSKEY, 200, 0.5, longctx_eval_seed(5, 200, 0.5, seed), NULL, 0, err);
+    for (size_t i = 0; i < ex.answer_len; i++) count[ex.answer[i] - '0']++, n++;
+  }
+  double worst = 0;
+  for (int d = 0; d < 10; d++) worst = fmax(worst, fabs((double)count[d] / (double)n - 0.1));
+  th_check(worst < 0.015, "answer digits are uniform: largest deviation from 0.1 over %zu digits is %.4f", n, worst);
+  longctx_example a, b;
+  char err[200];
+  longctx_example_init(&a, LONGCTX_PASSKEY, 200, -1, 9, NULL, 0, err);
+  longctx_example_init(&b, LONGCTX_PASSKEY, 200, -1, 10, NULL, 0, err);
+  th_check(a.depth >= 0 && a.depth < 1 && a.depth != b.depth, "a negative depth is drawn uniformly (%.3f, %.3f)", a.depth,
+           b.depth);
+  th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 100, 0.5, 1, NULL, 0, err) != 0, "a too short length is refused: %s",
+           err);
+}
+
+/* ---- a minimal XML well-formedness checker ------------------------------------------------------------ */
+
+static int is_name_char(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == ':' || c == '_' || c == '.'; }
+
+/* 1 when text [n] is one well-formed element: tags balanced and properly nested, every attribute
+   name="value" (or 'value'), no raw '<' in text or values, '&' only as an entity. Why in why [200]. */
+static int xml_well_formed(const char *s, size_t n, char *why) {
+  char stack[64][64];
+  int depth = 0, roots = 0;
+  size_t i = 0;
+  while (i < n) {
+    if (s[i] == '&') {
+      size_t k = i + 1;
+      while (k < n && k < i + 10 && (is_name_char(s[k]) || s[k] == '#')) k++;
+      if (k >= n || s[k] != ';' || k == i + 1) return snprintf(why, 200, "a bare '&' at byte %zu", i), 0;
+      i = k + 1;
+      continue;
+    }
+    if (s[i] != '<') {
+      if (depth == 0 && s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t')
+        return snprintf(why, 200, "text outside the root element at byte %zu", i), 0;
+      i++;
+      continue;
+    }
+    int closing = i + 1 < n && s[i + 1] == '/';
+    size_t k = i + 1 + (size_t)closing, name_start = k;
+    while (k < n && is_name_char(s[k])) k++;
+    size_t name_len = k - name_start;
+    if (name_len == 0 || name_len >= 64) return snprintf(why, 200, "a tag without a name at byte %zu", i), 0;
+    if (closing) {
+      while (k < n && s[k] == ' ') k++;
+      if (k >= n || s[k] != '>') return snprintf(why, 200, "a malformed end tag at byte %zu", i), 0;
+      if (depth == 0 || strlen(stack[depth - 1]) != name_len || strncmp(stack[depth - 1], s + name_start, name_len))
+        return snprintf(why, 200, "</%.*s> at byte %zu closes %s", (int)name_len, s + name_start, i,
+                        depth ? stack[depth - 1] : "nothing"), 0;
+      depth--;
+      i = k + 1;
+      continue;
+    }
+    /* attributes */
+    for (;;) {
+      while (k < n && (s[k] == ' ' || s[k] == '\n' || s[k] == '\t')) k++;
+      if (k >= n) return snprintf(why, 200, "an unterminated tag at byte %zu", i), 0;
+      if (s[k] == '>' || (s[k] == '/' && k + 1 < n && s[k + 1] == '>')) break;
+      size_t a = k;
+      while (k < n && is_name_char(s[k])) k++;
+      if (k == a || k >= n || s[k] != '=') return snprintf(why, 200, "a malformed attribute at byte %zu", a), 0;
+      k++;
+      if (k >= n || (s[k] != '"' && s[k] != '\'')) return snprintf(why, 200, "an unquoted attribute value at byte %zu", k), 0;
+      char quote = s[k++];
+      while (k < n && s[k] != quote) {
+        if (s[k] == '<') return snprintf(why, 200, "a '<' inside an attribute value at byte %zu", k), 0;
+        k++;
+      }
+      if (k >= n) return snprintf(why, 200, "an unterminated attribute value at byte %zu", a), 0;
+      k++;
+    }
+    if (s[k] == '/') { /* empty element */
+      if (depth == 0) roots++;
+      i = k + 2;
+      continue;
+    }
+    if (depth == 64) return snprintf(why, 200, "nesting deeper than 64"), 0;
+    if (depth == 0) roots++;
+    memcpy(stack[depth], s + name_start, name_len);
+    stack[depth++][name_len] = 0;
+    i = k + 1;
+  }
+  if (depth) return snprintf(why, 200, "<%s> is never closed", stack[depth - 1]), 0;
+  if (roots != 1) return snprintf(why, 200, "%d root elements", roots), 0;
+  return 1;
+}
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = (char *)malloc((size_t)size + 1);
+  *n = fread(buf, 1, (size_t)size, f);
+  buf[*n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static void check_svg(const char *path, const char *what) {
+  size_t n = 0;
+  char *s = slurp(path, &n), why[200] = "";
+  if (!s) {
+    th_check(0, "%s: %s was not written", what, path);
+    return;
+  }
+  int ok = xml_well_formed(s, n, why) && strstr(s, "<svg") == s;
+  th_check(ok, "%s: %s is well-formed SVG (%zu bytes)%s%s", what, path, n, ok ? "" : ": ", why);
+  free(s);
+}
+
+static void test_xml_checker(void) {
+  const char *good = "<svg a=\"1\"><g><text x='2'>a &lt; b &amp; c</text><line/></g></svg>\n";
+  const char *bad[5] = {"<svg><g></svg>", "<svg a=1></svg>", "<svg>a < b</svg>", "<svg>a & b</svg>", "<svg></svg><svg/>"};
+  char why[200];
+  th_check(xml_well_formed(good, strlen(good), why), "the XML checker accepts a well-formed document");
+  int rejected = 0;
+  for (int i = 0; i < 5; i++) rejected += !xml_well_formed(bad[i], strlen(bad[i]), why);
+  th_check(rejected == 5, "the XML checker rejects 5 malformed documents (%d rejected)", rejected);
+}
+
+/* ---- the program on tiny models ---------------------------------------------------------------------- */
+
+static char program[4096], dir[256];
+
+static int run(const char *args, const char *out_name) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s' %s > '%s/%s' 2> '%s/%s.err'", program, args, dir, out_name, dir, out_name);
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void tiny_model(titans_model *m, int block, uint64_t seed, const char *path) {
+  titans_config c = titans_config_default(block, 256, 32, 1);
+  c.attn_heads = 2;
+  c.window = 16;
+  c.segment = 16;
+  c.mem.heads = 2;
+  c.mem.head_dim = 16;
+  c.mem.depth = 1;
+  c.mem.chunk = 8;
+  titans_model_init(m, &c);
+  titans_model_init_weights(m, seed);
+  titans_tokenizer tok;
+  titans_tokenizer_init(&tok, TITANS_TOKENIZER_BYTE);
+  if (titans_model_save_ex(m, &tok, NULL, path) != TITANS_OK) printf("cannot save %s: %s\n", path, m->error);
+  titans_tokenizer_free(&tok);
+}
+
+/* The bucket means of streams through each model, computed here token by token: mean [models, buckets]. */
+static void direct_eval(double *mean, titans_model **models, size_t n_models, const int *held_out, size_t n_val,
+                        size_t len, size_t streams) {
+  size_t buckets = 0;
+  while (((size_t)1 << buckets) < len) buckets++;
+  buckets++; /* [0,1), [1,2), ..., the one holding len - 1 */
+  float logits[256];
+  for (size_t m = 0; m < n_models; m++) {
+    double sum[40] = {0}, count[40] = {0};
+    for (size_t s = 0; s < streams; s++) {
+      size_t off = (size_t)((double)(n_val - len - 1) * (double)s / (double)(streams - 1));
+      titans_session sess;
+      titans_session_init(&sess, models[m]);
+      for (size_t t = 0; t < len; t++) {
+        titans_session_feed(&sess, &held_out[off + t], 1, logits);
+        double mx = logits[0], z = 0;
+        for (int v = 1; v < 256; v++) mx = fmax(mx, logits[v]);
+        for (int v = 0; v < 256; v++) z += exp(logits[v] - mx);
+        size_t k = 0;
+        for (size_t p = t; p; p >>= 1) k++;
+        sum[k] += log(z) + mx - logits[held_out[off + t + 1]];
+        count[k] += 1;
+      }
+      titans_session_free(&sess);
+    }
+    for (size_t k = 0; k < buckets; k++) mean[m * buckets + k] = sum[k] / count[k];
+  }
+}
+
+static void test_eval(titans_model **models, const int *held_out, size_t n_val) {
+  char args[4096], path[512];
+  const size_t len = 200, streams = 3, buckets = 9; /* positions 0..199: [0,1) .. [128,256) */
+  snprintf(args, sizeof args, "eval --model %s/mac/model.safetensors --model %s/swa/model.safetensors --data %s/data.txt "
+           "--len 200 --streams 3 --threads 2 --svg %s/eval.svg", dir, dir, dir, dir);
+  int rc = run(args, "eval.txt");
+  th_check(rc == 0, "./titans eval on two tiny models exits 0 (rc=%d)", rc);
+  snprintf(path, sizeof path, "%s/eval.txt", dir);
+  size_t n;
+  char *out = slurp(path, &n);
+  double got[2 * 9], diff_col[9];
+  size_t rows = 0, counts_ok = 0;
+  for (char *line = out ? strtok(out, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+    char range[64];
+    double count, a, b, d;
+    if (line[0] != '[' || sscanf(line, "%63s %lf %lf %lf %lf", range, &count, &a, &b, &d) != 5 || rows == buckets) continue;
+    size_t expect = rows == 0 ? 1 : (size_t)1 << (rows - 1);
+    if (rows == buckets - 1) expect = len - 128;
+    counts_ok += count == (double)(expect * streams);
+    got[rows] = a, got[buckets + rows] = b, diff_col[rows] = d;
+    rows++;
+  }
+  free(out);
+  th_check(rows == buckets && counts_ok == buckets, "eval prints %zu buckets with their counts (%zu rows, %zu counts right)",
+           buckets, rows, counts_ok);
+  if (rows != buckets) return;
+  double mean[2 * 9], worst = 0, worst_diff = 0;
+  direct_eval(mean, models, 2, held_out, n_val, len, streams);
+  for (size_t i = 0; i < 2 * buckets; i++) worst = fmax(worst, fabs(mean[i] - got[i]));
+  for (size_t k = 0; k < buckets; k++) worst_diff = fmax(worst_diff, fabs((mean[k] - mean[buckets + k]) - diff_col[k]));
+  th_close("eval's per-bucket loss = a direct session computation (printed to 4 decimals)", worst, 1.5e-4);
+  th_close("eval's difference column = model 1 - model 2, computed directly", worst_diff, 2.5e-4);
+  snprintf(path, sizeof path, "%s/eval.svg", dir);
+  check_svg(path, "eval");
+}
+
+/* The program's needle table of one model: exact counts and digit accuracies [cells] in row-major order. */
+static size_t parse_needle_table(const char *out, const char *model, size_t *exact, double *acc, size_t max) {
+  char head[128];
+  snprintf(head, sizeof head, "model %s:", model);
+  const char *p = strstr(out, head);
+  size_t cells = 0;
+  if (!p) return 0;
+  p = strchr(p, '\n');
+  if (p) p = strchr(p + 1, '\n'); /* past the header row */
+  while (p && cells < max) {
+    p++;
+    if (*p == '\n' || *p == 0) break;
+    const char *eol = strchr(p, '\n');
+    for (const char *q = strchr(p, '('); q && (!eol || q < eol); q = strchr(q + 1, '(')) {
+      size_t e, t;
+      double a;
+      if (sscanf(q, "(%zu/%zu) %lf", &e, &t, &a) == 3 && cells < max) exact[cells] = e, acc[cells] = a, cells++;
+    }
+    p = eol;
+  }
+  return cells;
+}
+
+/* Greedy decoding and teacher forcing of one example through a session: the digits greedy gets right, and
+   whether every teacher-forced argmax is right (which must equal greedy's exact match). */
+static void direct_needle(titans_model *m, const longctx_example *ex, size_t *greedy_right, int *forced_exact) {
+  titans_session s, fork;
+  float logits[256];
+  titans_session_init(&s, m);
+  titans_session_init(&fork, m);
+  int *ids = (int *)malloc(ex->length * sizeof(int));
+  longctx_tokens(ex, 0, ids, ex->length);
+  titans_session_feed(&s, ids, ex->length, logits);
+  titans_session_copy(&fork, &s);
+  float forked_logits[256];
+  memcpy(forked_logits, logits, sizeof logits);
+  *greedy_right = 0;
+  for (size_t i = 0; i < ex->answer_len; i++) {
+    int best = 0;
+    for (int v = 1; v < 256; v++)
+      if (logits[v] > logits[best]) best = v;
+    *greedy_right += best == ex->answer[i];
+    titans_session_feed(&s, &best, 1, logits);
+  }
+  *forced_exact = 1;
+  for (size_t i = 0; i < ex->answer_len; i++) {
+    int best = 0, truth = (unsigned char)ex->answer[i];
+    for (int v = 1; v < 256; v++)
+      if (forked_logits[v] > forked_logits[best]) best = v;
+    *forced_exact &= best == truth;
+    titans_session_feed(&fork, &truth, 1, forked_logits);
+  }
+  free(ids);
+  titans_session_free(&s);
+  titans_session_free(&fork);
+}
+
+static void test_needle(titans_model **models, const char *task, const int *held_out, size_t n_val) {
+  char args[4096], path[512];
+  const size_t lens[2] = {256, 512}, depths[2] = {10, 90}, trials = 2;
+  int kind = longctx_kind_from_name(task);
+  char data_opt[300] = "";
+  if (kind == LONGCTX_PROSE) snprintf(data_opt, sizeof data_opt, "--data %s/data.txt", dir);
+  snprintf(args, sizeof args, "needle --model %s/mac/model.safetensors --model %s/swa/model.safetensors --task %s %s "
+           "--len 256,512 --depth 10,90 --trials 2 --seed 3 --threads 2 --svg %s/needle.svg", dir, dir, task, data_opt, dir);
+  int rc = run(args, "needle.txt");
+  th_check(rc == 0, "./titans needle --task %s on two tiny models exits 0 (rc=%d)", task, rc);
+  snprintf(path, sizeof path, "%s/needle.txt", dir);
+  size_t n;
+  char *out = slurp(path, &n);
+  if (!out) return;
+  th_check(strstr(out, "chance: exact match") && strstr(out, "peak RSS") && strstr(out, "tok/s"),
+           "needle reports the chance levels, tokens/s and the peak RSS");
+  const char *labels[2] = {"mac", "swa"};
+  for (int mi = 0; mi < 2; mi++) {
+    size_t exact[4], cells = 0, mismatch = 0, forced_mismatch = 0;
+    double acc[4];
+    cells = parse_needle_table(out, labels[mi], exact, acc, 4);
+    th_check(cells == 4, "%s: needle prints a 2 x 2 table for %s (%zu cells)", task, labels[mi], cells);
+    if (cells != 4) continue;
+    for (size_t r = 0; r < 2; r++)
+      for (size_t c = 0; c < 2; c++) {
+        size_t digits = 0, exact_direct = 0, forced = 0;
+        for (size_t t = 0; t < trials; t++) {
+          longctx_example ex;
+          char err[200];
+          double depth = (double)depths[c] / 100.0;
+          longctx_example_init(&ex, kind, lens[r], depth, longctx_eval_seed(3, lens[r], depth, t), held_out, n_val, err);
+          size_t right;
+          int forced_exact;
+          direct_needle(models[mi], &ex, &right, &forced_exact);
+          digits += right;
+          exact_direct += right == ex.answer_len;
+          forced += (size_t)forced_exact;
+        }
+        size_t cell = r * 2 + c;
+        double acc_direct = (double)digits / (double)(trials * longctx_answer_len(kind));
+        mismatch += exact[cell] != exact_direct || fabs(acc[cell] - acc_direct) > 0.006;
+        forced_mismatch += forced != exact_direct;
+      }
+    th_check(mismatch == 0, "%s, %s: needle's exact matches and digit accuracies = greedy decoding here (%zu cells differ)",
+             task, labels[mi], mismatch);
+    th_check(forced_mismatch == 0, "%s, %s: teacher-forced exact match = greedy exact match (%zu cells differ)", task,
+             labels[mi], forced_mismatch);
+  }
+  free(out);
+  snprintf(path, sizeof path, "%s/needle.svg", dir);
+  check_svg(path, "needle");
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  printf("== longctx generators\n");
+  size_t text_len = default_text_size();
+  char *text = (char *)malloc(text_len);
+  default_text_copy(text);
+  int *ids = (int *)malloc(text_len * sizeof(int));
+  for (size_t i = 0; i < text_len; i++) ids[i] = (unsigned char)text[i];
+  test_determinism(ids, text_len);
+  test_layout(LONGCTX_PASSKEY, NULL, 0);
+  test_layout(LONGCTX_PROSE, ids, text_len);
+  test_digits_uniform();
+  test_xml_checker();
+
+  printf("== ./titans eval and needle on tiny models\n");
+  const char *slash = strrchr(argv[0], '/');
+  snprintf(program, sizeof program, "%.*stitans", slash ? (int)(slash - argv[0] + 1) : 0, argv[0]);
+  FILE *probe = fopen(program, "rb");
+  if (th_check(probe != NULL, "the program %s exists (make check builds it)", program)) {
+    fclose(probe);
+    snprintf(dir, sizeof dir, "%s/titans_longctx.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir)) {
+      th_check(0, "cannot create a temporary folder");
+      return th_summary("test_longctx");
+    }
+    /* data: 20,000 bytes of the built-in text; the held-out 10% is its last 2,000 */
+    char path[512];
+    snprintf(path, sizeof path, "%s/data.txt", dir);
+    FILE *f = fopen(path, "wb");
+    fwrite(text, 1, 20000, f);
+    fclose(f);
+    size_t n_train = 20000 - 20000 / 10, n_val = 20000 - n_train;
+    titans_model mac, swa;
+    snprintf(path, sizeof path, "%s/mac", dir);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/swa", dir);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/mac/model.safetensors", dir);
+    tiny_model(&mac, TITANS_BLOCK_MAC, 11, path);
+    snprintf(path, sizeof path, "%s/swa/model.safetensors", dir);
+    tiny_model(&swa, TITANS_BLOCK_SWA, 12, path);
+    titans_model *models[2] = {&mac, &swa};
+    test_eval(models, ids + n_train, n_val);
+    test_needle(models, "passkey", NULL, 0);
+    test_needle(models, "prose", ids + n_train, n_val);
+    titans_model_free(&mac);
+    titans_model_free(&swa);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("  (could not remove %s)\n", dir);
+  }
+  free(ids);
+  free(text);
+  return th_summary("test_longctx");
+}
