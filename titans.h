@@ -788,6 +788,10 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg);
 /* SPEC 5 initialisation from a seed (deterministic). */
 TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed);
 TITANSDEF void titans_model_free(titans_model *m);
+/* Sets where every memory layer's gates start, through their biases (the gate weights stay): theta as a
+   fraction of theta_max, eta (momentum) and alpha (forgetting), each in (0, 1); a value outside (0, 1)
+   leaves that gate as it is. titans_model_init_weights starts them at 0.5, 0.9 and 0.02. */
+TITANSDEF void titans_model_set_gates(titans_model *m, float theta_frac, float eta, float alpha);
 /* Points w (with its own layers array of n_layers entries, caller-provided) into any slab of the model's
    layout, e.g. a gradient slab. */
 TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab);
@@ -6506,6 +6510,21 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
   offset = 0;
   titans__model_walk(cfg, &m->w, m->params, m->plist, m->n_params, &offset);
   return TITANS_OK;
+}
+
+/* logit of p in (0, 1): the bias that makes sigma(bias) = p */
+static float titans__logit(float p) { return logf(p / (1.0f - p)); }
+
+TITANSDEF void titans_model_set_gates(titans_model *m, float theta_frac, float eta, float alpha) {
+  const titans_config *c = &m->cfg;
+  float start[3] = {theta_frac, eta, alpha};
+  for (int l = 0; l < c->n_layers; l++) {
+    titans_mem_weights *w = &m->w.layers[l].mem;
+    float *bias[3] = {w->lr_b, w->mom_b, w->decay_b}; /* [H] each; NULL without a memory */
+    for (int g = 0; g < 3; g++)
+      if (bias[g] && start[g] > 0.0f && start[g] < 1.0f)
+        for (int h = 0; h < c->mem.heads; h++) bias[g][h] = titans__logit(start[g]);
+  }
 }
 
 TITANSDEF void titans_model_free(titans_model *m) {

@@ -254,6 +254,20 @@ static void dataset_init(dataset *ds, titans_tokenizer *tok, const char *text, s
   ds->name = clean;
 }
 
+/* --doc-len: row b of step s reads window s mod W (W = doc_len / T windows per document) of document
+   s / W, a stretch of the training split at an offset drawn from (seed, document) alone, so a resumed run
+   reads what the uninterrupted one did. tokens [B, T + 1]. */
+static void sample_doc_batch(int *tokens, const dataset *ds, size_t B, size_t T, size_t doc_len, uint64_t seed, long step) {
+  size_t windows = doc_len / T, w = (size_t)step % windows;
+  titans_rng rng;
+  titans_rng_seed(&rng, longctx_mix64(seed ^ 0xD0C5D0C5D0C5D0C5ull, (uint64_t)step / windows));
+  size_t span = ds->n_train - windows * T; /* offsets 0..span-1 keep a whole document inside the split */
+  for (size_t b = 0; b < B; b++) {
+    size_t off = (size_t)(titans_rng_u64(&rng) % span);
+    memcpy(tokens + b * (T + 1), ds->ids + off + w * T, (T + 1) * sizeof(int));
+  }
+}
+
 /* tokens [B, T + 1]: B windows of the training split at offsets drawn from (seed, step) alone. */
 static void sample_batch(int *tokens, const dataset *ds, size_t B, size_t T, uint64_t seed, long step) {
   titans_rng rng;
@@ -538,6 +552,8 @@ typedef struct train_opts {
   int task;                      /* LONGCTX_PASSKEY or LONGCTX_PROSE; -1: plain text only */
   double task_frac;              /* fraction of rows that are retrieval examples */
   size_t lens[MAX_STAGES], n_lens; /* the length curriculum (--lens), one stage per entry */
+  long doc_len;                  /* > 0: each row reads documents of doc_len tokens window by window (streams) */
+  double theta_init, eta_init, alpha_init; /* where the memory's gates start (0: the library's) */
 } train_opts;
 
 static void help_train(void) {
@@ -569,6 +585,12 @@ static void help_train(void) {
          "  --prompt TEXT       start of the sample printed at the end (\"The \"); --sample-len N bytes (400)\n"
          "  --temperature X     of the sample (0.8)\n"
          "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
+         "Long reads (docs/long_context.md):\n"
+         "  --doc-len N         each batch row reads a stretch of N tokens of the text as --seq windows in order,\n"
+         "                      its memory (and SWA's window) carried from one window to the next: truncated\n"
+         "                      backpropagation through time (0 = off: every window starts afresh)\n"
+         "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
+         "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.02)\n"
          "Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose (the needle at a uniform depth)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
@@ -648,6 +670,10 @@ static void parse_train(int argc, char **argv, train_opts *o) {
       if (o->task < 0) usage_fail("train", "--task %s: want passkey or prose", k);
     } else if (!strcmp(s, "--task-frac")) o->task_frac = arg_double(&a, s, 0.0, 1.0);
     else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
+    else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
+    else if (!strcmp(s, "--theta-init")) o->theta_init = arg_double(&a, s, 1e-6, 0.999999);
+    else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
+    else if (!strcmp(s, "--alpha-init")) o->alpha_init = arg_double(&a, s, 1e-9, 0.999999);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
       help_train();
       exit(0);
@@ -655,6 +681,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   }
   if (o->warmup < 0) o->warmup = o->steps / 10;
   if (o->log_every < 0) o->log_every = o->steps / 50 > 0 ? o->steps / 50 : 1;
+  if (o->doc_len > 0 && o->task >= 0) usage_fail("train", "--doc-len reads plain text: it does not go with --task");
+  if (o->doc_len > 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens) usage_fail("train", "--task-frac and --lens go with --task");
     return;
@@ -741,6 +769,7 @@ static char *train_meta(const train_opts *o, const dataset *ds, const series *tr
               (unsigned long long)o->seed, o->batch, o->seq);
   text_printf(&t, "val_every=%ld\nval_batches=%ld\ndata=%s\ndata_tokens=%zu\ndata_hash=%llu\n", o->val_every,
               o->val_batches, ds->name, ds->n, (unsigned long long)ds->hash);
+  if (o->doc_len > 0) text_printf(&t, "doc_len=%ld\n", o->doc_len); /* only then, as task= below */
   if (o->task >= 0) { /* only then: a plain run's files stay as they were */
     char task[512];
     task_line(task, sizeof task, o);
@@ -759,6 +788,8 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   if (!meta_u64(meta, "seed", &v) || v != o->seed) fail("--resume: %s was trained with --seed %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "batch", &v) || v != (uint64_t)o->batch) fail("--resume: %s was trained with --batch %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "seq", &v) || v != (uint64_t)o->seq) fail("--resume: %s was trained with --seq %llu", path, (unsigned long long)v);
+  if (!meta_u64(meta, "doc_len", &v)) v = 0;
+  if (v != (uint64_t)o->doc_len) fail("--resume: %s was trained with --doc-len %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "data_hash", &v) || v != ds->hash)
     fail("--resume: %s was trained on other data (give the same --data)", path);
   size_t len = 0;
@@ -845,6 +876,7 @@ static int cmd_train(int argc, char **argv) {
     titans_config cfg = train_config_of(&o);
     if (titans_model_init(&model, &cfg) != TITANS_OK) fail("%s", model.error);
     titans_model_init_weights(&model, o.seed);
+    titans_model_set_gates(&model, (float)o.theta_init, (float)o.eta_init, (float)o.alpha_init);
     titans_train_config tc = titans_train_config_default();
     tc.lr = (float)o.lr;
     tc.min_lr = (float)o.lr / 10;
@@ -872,6 +904,15 @@ static int cmd_train(int argc, char **argv) {
     if (Bs * (Ts + 1) > capacity) capacity = Bs * (Ts + 1);
   }
   int *tokens = (int *)xmalloc(capacity * sizeof(int)); /* [B, T + 1] of the current step */
+  titans_stream stream; /* --doc-len: what each row carries from one window to the next */
+  if (o.doc_len > 0) {
+    if (titans_stream_init(&stream, &model, B) != TITANS_OK) fail("--doc-len: %s", stream.error);
+    printf("long reads: each row reads %ld-token stretches as %ld windows of %zu, memory carried between windows\n",
+           o.doc_len, o.doc_len / (long)T, T);
+    if (tr.step % (o.doc_len / (long)T) != 0)
+      printf("note: resumed inside a document: the rows start its remaining windows with a fresh memory (a stream's "
+             "state is not checkpointed), so this run is not bit-identical to one that never stopped\n");
+  }
   double train_time = 0, t_start = now_seconds(), tokens_done = 0;
   long first = tr.step, steps_done = 0;
   size_t Tprev = 0;
@@ -880,13 +921,19 @@ static int cmd_train(int argc, char **argv) {
     float loss;
     size_t Bs, Ts; /* this step's batch shape (the curriculum's stage with --task) */
     step_shape(&o, step, &Bs, &Ts);
-    if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
+    if (o.doc_len > 0) sample_doc_batch(tokens, &ds, Bs, Ts, (size_t)o.doc_len, o.seed, step);
+    else if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
     else sample_task_batch(tokens, &ds, &o, Bs, Ts, step);
     if (o.task >= 0 && (step == first || Ts != Tprev))
       printf("step %5ld/%ld  %s: %zu sequences of %zu tokens per step\n", step, o.steps, longctx_kind_name(o.task), Bs, Ts);
     Tprev = Ts;
     double t0 = now_seconds();
-    int rc = titans_train_step(&tr, tokens, 1, Bs, Ts, &loss);
+    int rc;
+    if (o.doc_len > 0) {
+      if (step % (o.doc_len / (long)T) == 0) /* a new document for every row */
+        for (size_t b = 0; b < Bs; b++) titans_stream_restart(&stream, b);
+      rc = titans_train_step_stream(&tr, &stream, tokens, Ts, &loss);
+    } else rc = titans_train_step(&tr, tokens, 1, Bs, Ts, &loss);
     if (rc == TITANS_ERR_NONFINITE)
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
            "--resume restarts from the last checkpoint.", tr.error);
@@ -938,6 +985,7 @@ static int cmd_train(int argc, char **argv) {
     free(prompt);
     titans_session_free(&s);
   }
+  if (o.doc_len > 0) titans_stream_free(&stream);
   free(tokens);
   free(ds.ids);
   free(ds.name);
