@@ -878,6 +878,7 @@ typedef struct titans_stream {
   long long *row_position;   /* [B] tokens each row has read of its current document */
   unsigned char *fresh;      /* [B] 1: the row's next window starts a new document */
   int ended;                 /* 1 after a window that was not a multiple of the segment / chunk */
+  float *staged;             /* what titans_stream_write hands to a writer (owned, freed with the stream) */
   char error[TITANS_ERR_MSG_SIZE];
 } titans_stream;
 
@@ -1068,6 +1069,20 @@ TITANSDEF int titans_session_read(titans_session *s, titans_st_reader *r);
 #ifndef TITANS_NO_STDIO
 TITANSDEF int titans_session_save(titans_session *s, const char *path);
 TITANSDEF int titans_session_load(titans_session *s, const char *path);
+#endif
+
+/* ---- streams ---- */
+/* A stream's state (every row's carried memory, SWA tails, positions, restart flags) with kind =
+   "stream", the model's config and hash and the batch size, so that a training run interrupted inside
+   its documents resumes exactly. The tensors are staged in a buffer the stream owns until the next
+   write or titans_stream_free. */
+TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w);
+/* Restores a state written for the same model weights, configuration and batch (all checked first: on
+   failure s is unchanged and s->error says why). */
+TITANSDEF int titans_stream_read(titans_stream *s, titans_st_reader *r);
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_stream_save(titans_stream *s, const char *path);
+TITANSDEF int titans_stream_load(titans_stream *s, const char *path);
 #endif
 
 #ifdef __cplusplus
@@ -7514,6 +7529,8 @@ TITANSDEF void titans_stream_free(titans_stream *s) {
   titans_free(s->attn_tail_rows);
   titans_free(s->row_position);
   titans_free(s->fresh);
+  titans_free(s->staged);
+  s->staged = NULL;
   s->mem = NULL;
   s->attn_tail = NULL;
   s->attn_tail_rows = NULL;
@@ -9007,6 +9024,181 @@ TITANSDEF int titans_session_load(titans_session *s, const char *path) {
   } else {
     rc = titans_session_read(s, &r);
   }
+  titans_st_reader_free(&r);
+  return rc;
+}
+#endif
+
+/* ---- streams ---------------------------------------------------------------------------------- */
+
+/* A non-negative integer below 2^62 as three exact 21-bit float pieces, and back (-1: not such pieces). */
+static void titans__ck_put_u63(float *out, uint64_t v) {
+  for (int i = 0; i < 3; i++) out[i] = (float)((v >> (21 * i)) & 0x1FFFFF);
+}
+static long long titans__ck_get_u63(const float *in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 3; i++) {
+    if (!(in[i] >= 0.0f && in[i] < 2097152.0f) || in[i] != floorf(in[i])) return -1;
+    v |= (uint64_t)in[i] << (21 * i);
+  }
+  return v >> 62 ? -1 : (long long)v;
+}
+
+/* Floats staged for a writer: "stream.position" [4] (position, ended), "stream.rows" [B, 5] (fresh, SWA
+   tail rows, row position), one "stream.layers.{l}.mem" per memory layer; the SWA tails go as they are. */
+static size_t titans__stream_staged_floats(const titans_stream *s, size_t *mem_floats) {
+  *mem_floats = s->mem ? titans_mem_state_floats(&s->mem[0]) : 0;
+  return 4 + 5 * s->batch + (size_t)s->model->cfg.n_layers * *mem_floats;
+}
+
+static size_t titans__stream_tail_floats(const titans_stream *s) {
+  const titans_config *c = &s->model->cfg;
+  return s->attn_tail ? (size_t)c->n_layers * s->batch * (size_t)c->window * (size_t)c->d : 0;
+}
+
+TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w) {
+  const titans_config *c = &s->model->cfg;
+  size_t mem_floats, n = titans__stream_staged_floats(s, &mem_floats), B = s->batch, shape[2];
+  char hash[17], batch[32], name[64];
+  titans_free(s->staged);
+  if (!(s->staged = titans_alloc_floats(n))) return titans__error(s->error, TITANS_ERR_NOMEM, "stream save: out of memory");
+  float *pos = s->staged, *rows = pos + 4, *mem = rows + 5 * B; /* [4], [B, 5], [n_layers, mem_floats] */
+  titans__ck_put_u63(pos, (uint64_t)s->position);
+  pos[3] = (float)s->ended;
+  for (size_t b = 0; b < B; b++) {
+    rows[5 * b] = (float)s->fresh[b];
+    rows[5 * b + 1] = (float)s->attn_tail_rows[b];
+    titans__ck_put_u63(rows + 5 * b + 2, (uint64_t)s->row_position[b]);
+  }
+  titans__ck_hex64(hash, titans_model_hash(s->model));
+  snprintf(batch, sizeof batch, "%zu", B);
+  int rc = titans__ck_add_common_meta(w, c, "stream", NULL);
+  if (!rc) rc = titans_st_writer_add_meta(w, "model_hash", hash);
+  if (!rc) rc = titans_st_writer_add_meta(w, "batch", batch);
+  shape[0] = 4;
+  if (!rc) rc = titans_st_writer_add_f32(w, "stream.position", pos, 1, shape);
+  shape[0] = B;
+  shape[1] = 5;
+  if (!rc) rc = titans_st_writer_add_f32(w, "stream.rows", rows, 2, shape);
+  for (int l = 0; s->mem && l < c->n_layers && !rc; l++) {
+    titans_mem_state_save(&s->mem[l], mem + (size_t)l * mem_floats);
+    snprintf(name, sizeof name, "stream.layers.%d.mem", l);
+    rc = titans_st_writer_add_f32(w, name, mem + (size_t)l * mem_floats, 1, &mem_floats);
+  }
+  shape[0] = titans__stream_tail_floats(s);
+  if (!rc && shape[0]) rc = titans_st_writer_add_f32(w, "stream.attn_tail", s->attn_tail, 1, shape);
+  if (rc) return titans__error(s->error, rc, "stream save: %s", w->error);
+  return TITANS_OK;
+}
+
+/* Checks the file's header and tensor list against the stream before anything is read. */
+static int titans__ck_stream_check(titans_stream *s, titans_st_reader *r, char *err) {
+  const titans_config *c = &s->model->cfg;
+  char mine[1024], theirs[1024], hash[17], batch[32];
+  titans_config fcfg;
+  size_t mem_floats, B = s->batch;
+  int rc = titans__ck_check_header(r, "stream", err);
+  if (rc) return rc;
+  if ((rc = titans_config_from_json(&fcfg, titans_st_meta(r, "config"), err)) != 0) return rc;
+  if (titans_config_to_json(c, mine, sizeof mine) || titans_config_to_json(&fcfg, theirs, sizeof theirs) ||
+      strcmp(mine, theirs) != 0)
+    return titans__error(err, TITANS_ERR_FORMAT, "the stream belongs to a model of another configuration");
+  const char *fhash = titans_st_meta(r, "model_hash"), *fbatch = titans_st_meta(r, "batch");
+  titans__ck_hex64(hash, titans_model_hash(s->model));
+  if (!fhash || strcmp(fhash, hash) != 0)
+    return titans__error(err, TITANS_ERR_FORMAT, "the stream was saved with other weights (model hash %.16s, this model %s)",
+                         fhash ? fhash : "missing", hash);
+  snprintf(batch, sizeof batch, "%zu", B);
+  if (!fbatch || strcmp(fbatch, batch) != 0)
+    return titans__error(err, TITANS_ERR_FORMAT, "the stream has %.20s rows, this one %zu", fbatch ? fbatch : "no", B);
+  size_t want = 2 + (s->mem ? (size_t)c->n_layers : 0) + (s->attn_tail ? 1 : 0);
+  if (r->n_tensors != want) return titans__error(err, TITANS_ERR_FORMAT, "the file has %zu tensors, a stream %zu", r->n_tensors, want);
+  titans__stream_staged_floats(s, &mem_floats);
+  for (size_t i = 0; i < r->n_tensors; i++) {
+    const titans_st_tensor *t = titans_st_tensor_at(r, i);
+    size_t count = 1;
+    for (size_t k = 0; k < t->ndim; k++) count *= t->shape[k];
+    size_t expect = !strcmp(t->name, "stream.position")    ? 4
+                    : !strcmp(t->name, "stream.rows")      ? 5 * B
+                    : !strcmp(t->name, "stream.attn_tail") ? titans__stream_tail_floats(s)
+                    : !strncmp(t->name, "stream.layers.", 14) ? mem_floats : 0;
+    if (t->dtype != TITANS_ST_F32 || expect == 0 || count != expect)
+      return titans__error(err, TITANS_ERR_FORMAT, "tensor '%.64s' is not a stream tensor of this model", t->name);
+  }
+  return TITANS_OK;
+}
+
+/* Reads the file into a buffer and checks every value; copies into s only when all is valid. */
+static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *err) {
+  const titans_config *c = &s->model->cfg;
+  size_t mem_floats, n = titans__stream_staged_floats(s, &mem_floats), B = s->batch, shape[2] = {4, 5};
+  size_t tail = titans__stream_tail_floats(s);
+  char name[64];
+  int rc = titans__ck_stream_check(s, r, err);
+  if (rc) return rc;
+  float *buf = titans_alloc_floats(n + tail); /* [staged layout | SWA tails] */
+  if (!buf) return titans__error(err, TITANS_ERR_NOMEM, "out of memory");
+  float *pos = buf, *rows = pos + 4, *mem = rows + 5 * B;
+  rc = titans_st_read_f32(r, "stream.position", pos, 1, shape);
+  shape[0] = B;
+  if (!rc) rc = titans_st_read_f32(r, "stream.rows", rows, 2, shape);
+  for (int l = 0; s->mem && l < c->n_layers && !rc; l++) {
+    snprintf(name, sizeof name, "stream.layers.%d.mem", l);
+    rc = titans_st_read_f32(r, name, mem + (size_t)l * mem_floats, 1, &mem_floats);
+  }
+  if (!rc && tail) rc = titans_st_read_f32(r, "stream.attn_tail", buf + n, 1, &tail);
+  if (rc) titans__error(err, rc, "%s", r->error);
+  if (!rc && (titans__ck_get_u63(pos) < 0 || (pos[3] != 0.0f && pos[3] != 1.0f)))
+    rc = titans__error(err, TITANS_ERR_FORMAT, "bad stream position");
+  for (size_t b = 0; b < B && !rc; b++)
+    if ((rows[5 * b] != 0.0f && rows[5 * b] != 1.0f) || !(rows[5 * b + 1] >= 0.0f && rows[5 * b + 1] <= (float)c->window) ||
+        rows[5 * b + 1] != floorf(rows[5 * b + 1]) || titans__ck_get_u63(rows + 5 * b + 2) < 0)
+      rc = titans__error(err, TITANS_ERR_FORMAT, "bad stream row %zu", b);
+  if (!rc && !titans__ck_finite(buf + n, tail)) rc = titans__error(err, TITANS_ERR_FORMAT, "the SWA tails hold NaN or Inf");
+  /* each memory state loads into a scratch state first, so a bad one changes nothing */
+  titans_mem_state probe;
+  int have_probe = !rc && s->mem && titans_mem_state_init(&probe, &c->mem, B) == TITANS_OK;
+  if (!rc && s->mem && !have_probe) rc = titans__error(err, TITANS_ERR_NOMEM, "out of memory");
+  for (int l = 0; have_probe && l < c->n_layers && !rc; l++)
+    if (titans_mem_state_load(&probe, mem + (size_t)l * mem_floats, mem_floats))
+      rc = titans__error(err, TITANS_ERR_FORMAT, "layer %d: %s", l, probe.error);
+  if (have_probe) titans_mem_state_free(&probe);
+  if (!rc) {
+    for (int l = 0; s->mem && l < c->n_layers; l++) titans_mem_state_load(&s->mem[l], mem + (size_t)l * mem_floats, mem_floats);
+    if (tail) memcpy(s->attn_tail, buf + n, tail * sizeof(float));
+    s->position = titans__ck_get_u63(pos);
+    s->ended = pos[3] != 0.0f;
+    for (size_t b = 0; b < B; b++) {
+      s->fresh[b] = (unsigned char)(rows[5 * b] != 0.0f);
+      s->attn_tail_rows[b] = (size_t)rows[5 * b + 1];
+      s->row_position[b] = titans__ck_get_u63(rows + 5 * b + 2);
+    }
+  }
+  titans_free(buf);
+  return rc;
+}
+
+TITANSDEF int titans_stream_read(titans_stream *s, titans_st_reader *r) {
+  char err[TITANS_ERR_MSG_SIZE];
+  int rc = titans__ck_stream_read(s, r, err);
+  return rc ? titans__error(s->error, rc, "stream load: %s", err) : TITANS_OK;
+}
+
+#ifndef TITANS_NO_STDIO
+TITANSDEF int titans_stream_save(titans_stream *s, const char *path) {
+  titans_st_writer w;
+  titans_st_writer_init(&w);
+  int rc = titans_stream_write(s, &w);
+  if (!rc && (rc = titans_st_writer_save(&w, path)) != 0) titans__error(s->error, rc, "stream save: %s", w.error);
+  titans_st_writer_free(&w);
+  return rc;
+}
+
+TITANSDEF int titans_stream_load(titans_stream *s, const char *path) {
+  titans_st_reader r;
+  int rc = titans_st_reader_load(&r, path);
+  if (rc) titans__error(s->error, rc, "stream load: %s", r.error);
+  else rc = titans_stream_read(s, &r);
   titans_st_reader_free(&r);
   return rc;
 }

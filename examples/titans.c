@@ -553,6 +553,7 @@ typedef struct train_opts {
   double task_frac;              /* fraction of rows that are retrieval examples */
   size_t lens[MAX_STAGES], n_lens; /* the length curriculum (--lens), one stage per entry */
   long doc_len;                  /* > 0: each row reads documents of doc_len tokens window by window (streams) */
+  int answer_loss;               /* --task: the loss sees only the answers */
   double theta_init, eta_init, alpha_init; /* where the memory's gates start (0: the library's) */
 } train_opts;
 
@@ -560,13 +561,14 @@ static void help_train(void) {
   printf("usage: ./titans train [options]   (./titans with no arguments trains with the defaults)\n"
          "Trains a byte-level language model on a text file and prints a sample at the end.\n"
          "  --data FILE         text to learn (default: the built-in text, examples/default_text.h)\n"
-         "  --block KIND        mac | mag | mal | lmm | attn | swa (default mac)\n"
+         "  --block KIND        mag | mac | mal | lmm | attn | swa (default mag)\n"
          "  --d N               model width (128)\n"
          "  --layers N          blocks (2)\n"
          "  --heads N           attention heads (d / 64, at least 1)\n"
          "  --mem-heads N       memory heads (4); --mem-depth N memory MLP depth (1: a matrix memory)\n"
          "  --chunk N           memory chunk size b (16); --segment N MAC segment C (64)\n"
-         "  --window N          sliding window w (64); --persist N persistent tokens (4)\n"
+         "  --window N          sliding window w (64); --persist N persistent tokens (mag: one chunk, 16;\n"
+         "                      mac, mal: 4; the baselines: 0)\n"
          "  --ffn N             FFN hidden width (4 d)\n"
          "  --theta-max X       upper bound of the memory's inner learning rate (0.005)\n"
          "  --seq T             tokens per training sequence (128)\n"
@@ -588,15 +590,17 @@ static void help_train(void) {
          "Long reads (docs/long_context.md):\n"
          "  --doc-len N         each batch row reads a stretch of N tokens of the text as --seq windows in order,\n"
          "                      its memory (and SWA's window) carried from one window to the next: truncated\n"
-         "                      backpropagation through time (0 = off: every window starts afresh)\n"
+         "                      backpropagation through time (default 4096 when the training split holds two\n"
+         "                      such stretches; 0 = off: every window starts afresh)\n"
          "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
-         "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.02)\n"
+         "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.01)\n"
          "Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose (the needle at a uniform depth)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
          "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
-         "                      of them (default: --seq only); validation stays on --seq windows of plain text\n");
+         "                      of them (default: --seq only); validation stays on --seq windows of plain text\n"
+         "  --answer-loss       the loss sees only the answers of the examples (default: every token)\n");
 }
 
 static void parse_train(int argc, char **argv, train_opts *o) {
@@ -604,7 +608,11 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   memset(o, 0, sizeof *o);
   o->out = "out";
   o->prompt = "The ";
-  o->block = TITANS_BLOCK_MAC;
+  /* MAG reading long stretches window by window (--doc-len) is the default: measured on tiny Shakespeare,
+     it beats the sliding-window baseline trained the same way at every position from 64 to 16K
+     (docs/long_context.md), while every memory kind trained on independent 128-token windows gets
+     worse the further it reads. */
+  o->block = TITANS_BLOCK_MAG;
   o->d = 128;
   o->layers = 2;
   o->mem_heads = 4;
@@ -612,6 +620,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
      the inner loop of the default run diverged (non-finite loss at step 62 of the built-in text, at
      step 210 of tiny Shakespeare with theta_max 0.01), while depth 1 trained stably on both. */
   o->mem_depth = 1;
+  o->doc_len = -1;     /* 4096 when the training split holds two such documents, else off */
+  o->alpha_init = 0.01; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
   o->chunk = 16;
   o->segment = 64;
   o->window = 64;
@@ -671,6 +681,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     } else if (!strcmp(s, "--task-frac")) o->task_frac = arg_double(&a, s, 0.0, 1.0);
     else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
+    else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init")) o->theta_init = arg_double(&a, s, 1e-6, 0.999999);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
     else if (!strcmp(s, "--alpha-init")) o->alpha_init = arg_double(&a, s, 1e-9, 0.999999);
@@ -682,9 +693,10 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (o->warmup < 0) o->warmup = o->steps / 10;
   if (o->log_every < 0) o->log_every = o->steps / 50 > 0 ? o->steps / 50 : 1;
   if (o->doc_len > 0 && o->task >= 0) usage_fail("train", "--doc-len reads plain text: it does not go with --task");
+  if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
-    if (o->task_frac >= 0 || o->n_lens) usage_fail("train", "--task-frac and --lens go with --task");
+    if (o->task_frac >= 0 || o->n_lens || o->answer_loss) usage_fail("train", "--task-frac, --lens and --answer-loss go with --task");
     return;
   }
   if (o->task_frac < 0) o->task_frac = 1;
@@ -709,6 +721,9 @@ static titans_config train_config_of(const train_opts *o) {
   c.mem.depth = o->mem_depth;
   c.mem.chunk = o->chunk;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
+  /* MAG's persistent tokens fill one memory chunk, so that it can read long stretches (streams need
+     them to be a multiple of the chunk) */
+  if (o->persist < 0 && o->block == TITANS_BLOCK_MAG) c.n_persist = c.mem.chunk;
   return c;
 }
 
@@ -731,15 +746,16 @@ static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
 
 /* One training row [T + 1] of a retrieval task: the example (context + question, T + 1 - answer_len
    tokens; the needle at a uniform depth; prose filler from the training split), then its answer.
-   This is the one place that decides which targets of an example the loss sees: today all of them (the
-   row is the input and, shifted by one, the targets). When titans_train_step accepts "target -1 =
-   ignored", an --answer-loss flag goes here and sets every target before the answer to -1. */
-static void retrieval_row(int *row, size_t T, int kind, uint64_t seed, const dataset *ds) {
+   This is the one place that decides which targets of an example the loss sees: all of them (the row is
+   the input and, shifted by one, the targets), or with answer_only just the answer's (every earlier
+   token marked TITANS_NO_LOSS: still read as input, left out of the loss). */
+static void retrieval_row(int *row, size_t T, int kind, uint64_t seed, const dataset *ds, int answer_only) {
   longctx_example ex;
   char why[200];
   size_t answer_len = longctx_answer_len(kind);
   if (longctx_example_init(&ex, kind, T + 1 - answer_len, -1.0, seed, ds->ids, ds->n_train, why) != 0) fail("%s", why);
   longctx_tokens(&ex, 0, row, T + 1);
+  for (size_t i = 1; answer_only && i < T + 1 - answer_len; i++) row[i] = TITANS_NO_LOSS(row[i]);
 }
 
 /* tokens [B, T + 1] of a --task run, drawn from (seed, step) alone like sample_batch: per row an example
@@ -751,7 +767,7 @@ static void sample_task_batch(int *tokens, const dataset *ds, const train_opts *
   for (size_t b = 0; b < B; b++) {
     uint64_t example_seed = titans_rng_u64(&rng);
     int *row = tokens + b * (T + 1);
-    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, o->task, example_seed, ds);
+    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, o->task, example_seed, ds, o->answer_loss);
     else memcpy(row, ds->ids + example_seed % (ds->n_train - T), (T + 1) * sizeof(int));
   }
 }
@@ -760,6 +776,7 @@ static void sample_task_batch(int *tokens, const dataset *ds, const train_opts *
 static void task_line(char *out, size_t size, const train_opts *o) {
   size_t n = (size_t)snprintf(out, size, "%s frac=%.17g lens=", longctx_kind_name(o->task), o->task_frac);
   for (size_t i = 0; i < o->n_lens && n < size; i++) n += (size_t)snprintf(out + n, size - n, "%s%zu", i ? "," : "", o->lens[i]);
+  if (o->answer_loss && n < size) snprintf(out + n, size - n, " answer-loss");
 }
 
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */
@@ -803,9 +820,11 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
 
 static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const train_opts *o, const dataset *ds,
                             const series *train, const series *val, const char *model_path, const char *trainer_path,
-                            const char *svg_path) {
+                            const char *svg_path, titans_stream *stream, const char *stream_path) {
   char *meta = train_meta(o, ds, train, val), small[256], title[256];
   snprintf(small, sizeof small, "program=titans train\nstep=%ld\ndata=%s\n", t->step, ds->name);
+  /* the stream first: a trainer checkpoint on disk always has the stream state of its step beside it */
+  if (stream && titans_stream_save(stream, stream_path) != TITANS_OK) fail("%s", stream->error);
   if (titans_trainer_save(t, tok, meta, trainer_path) != TITANS_OK) fail("%s", t->error);
   if (titans_model_save_ex(t->model, tok, small, model_path) != TITANS_OK) fail("%s", t->model->error);
   snprintf(title, sizeof title, "%s, d = %d, %d layers: loss on %s", titans_block_name(t->model->cfg.block),
@@ -843,12 +862,16 @@ static int cmd_train(int argc, char **argv) {
   if (o.task >= 0 && o.task_frac < 1)
     for (size_t i = 0; i < o.n_lens; i++)
       if (ds.n_train < o.lens[i] + 1) fail("%s: the training split is shorter than --lens %zu + 1", ds.name, o.lens[i]);
+  if (o.doc_len < 0) o.doc_len = ds.n_train >= 2 * 4096 + T + 1 && 4096 % (long)T == 0 ? 4096 : 0;
+  if (o.doc_len > 0 && (size_t)o.doc_len / T * T + 1 > ds.n_train)
+    fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train, o.doc_len);
   int have_val = ds.n - ds.n_train >= T + 1;
   if (!have_val) fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
 
   make_dir(o.out);
   char *model_path = path_join(o.out, "model.safetensors"), *trainer_path = path_join(o.out, "trainer.safetensors");
   char *svg_path = path_join(o.out, "loss.svg");
+  char *stream_path = path_join(o.out, "stream.safetensors"); /* --doc-len: the rows' carried state */
 
   titans_model model;
   titans_trainer tr;
@@ -909,9 +932,10 @@ static int cmd_train(int argc, char **argv) {
     if (titans_stream_init(&stream, &model, B) != TITANS_OK) fail("--doc-len: %s", stream.error);
     printf("long reads: each row reads %ld-token stretches as %ld windows of %zu, memory carried between windows\n",
            o.doc_len, o.doc_len / (long)T, T);
-    if (tr.step % (o.doc_len / (long)T) != 0)
-      printf("note: resumed inside a document: the rows start its remaining windows with a fresh memory (a stream's "
-             "state is not checkpointed), so this run is not bit-identical to one that never stopped\n");
+    if (o.resume && tr.step % (o.doc_len / (long)T) != 0) { /* inside a document: what the rows carried */
+      if (titans_stream_load(&stream, stream_path) != TITANS_OK) fail("--resume: %s", stream.error);
+      printf("resumed the rows' memory from %s\n", stream_path);
+    }
   }
   double train_time = 0, t_start = now_seconds(), tokens_done = 0;
   long first = tr.step, steps_done = 0;
@@ -960,7 +984,8 @@ static int cmd_train(int argc, char **argv) {
     /* an interruption (--stop-at) saves but adds no validation point, so the resumed run's history
        and files are the uninterrupted run's */
     if ((o.save_every && tr.step % o.save_every == 0) || last || stop)
-      save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path);
+      save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, o.doc_len > 0 ? &stream : NULL,
+                      stream_path);
     if (stop) {
       printf("stopped at step %ld (--stop-at); continue with --resume\n", tr.step);
       break;
@@ -994,6 +1019,7 @@ static int cmd_train(int argc, char **argv) {
   free(model_path);
   free(trainer_path);
   free(svg_path);
+  free(stream_path);
   titans_trainer_free(&tr);
   titans_model_free(&model);
   titans_tokenizer_free(&tok);

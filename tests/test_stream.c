@@ -277,6 +277,52 @@ static void test_refusals_and_ignored_targets(void) {
   titans_model_free(&m);
 }
 
+/* A stream saved and loaded into a fresh one continues bit for bit; a file of another batch size or of
+   other weights is refused and leaves the stream as it was. */
+static void test_stream_checkpoint(int kind) {
+  titans_config c = tiny_config(kind);
+  titans_model m;
+  titans_trainer t;
+  titans_stream a, b, other;
+  const char *name = titans_block_name(kind);
+  titans_model_init(&m, &c);
+  lively_weights(&m, 51 + (uint64_t)kind);
+  titans_trainer_init(&t, &m, NULL);
+  size_t B = 2, T = 8, V = (size_t)c.vocab;
+  int tok[2 * 8];
+  float *la = titans_alloc_floats(B * T * V), *lb = titans_alloc_floats(B * T * V);
+  random_tokens(tok, B * T, c.vocab, 17);
+  titans_stream_init(&a, &m, B);
+  titans_stream_init(&b, &m, B);
+  titans_stream_init(&other, &m, 3);
+  int rc = titans_forward_logits_stream(&t, &a, tok, T, la);
+  titans_st_writer w;
+  unsigned char *bytes = NULL;
+  size_t size = 0;
+  titans_st_writer_init(&w);
+  if (!rc) rc = titans_stream_write(&a, &w);
+  if (!rc) rc = titans_st_writer_to_memory(&w, &bytes, &size);
+  titans_st_writer_free(&w);
+  titans_st_reader r;
+  int rr = rc ? -1 : titans_st_reader_parse(&r, bytes, size);
+  int refused = rr == 0 && titans_stream_read(&other, &r) == TITANS_ERR_FORMAT && other.position == 0;
+  if (rr == 0) rc = titans_stream_read(&b, &r);
+  random_tokens(tok, B * T, c.vocab, 18);
+  if (!rc) rc = titans_forward_logits_stream(&t, &a, tok, T, la);
+  if (!rc) rc = titans_forward_logits_stream(&t, &b, tok, T, lb);
+  th_check(rc == 0 && memcmp(la, lb, B * T * V * sizeof(float)) == 0 && b.position == a.position,
+           "%s: a stream saved (%zu bytes) and loaded continues bit for bit (%s)", name, size, rc ? b.error : "ok");
+  m.params[0] += 1.0f; /* other weights */
+  int other_weights = rr == 0 && titans_stream_read(&b, &r) == TITANS_ERR_FORMAT;
+  th_check(refused && other_weights, "%s: a stream file of another batch size or other weights is refused: %s", name, b.error);
+  if (rr == 0) titans_st_reader_free(&r);
+  titans_free(bytes);
+  titans_stream_free(&a); titans_stream_free(&b); titans_stream_free(&other);
+  titans_free(la); titans_free(lb);
+  titans_trainer_free(&t);
+  titans_model_free(&m);
+}
+
 int main(void) {
   printf("streams: window by window == sessions, restarts\n");
   for (int k = 0; k < NKINDS; k++) test_stream_equals_session(kinds[k]);
@@ -285,6 +331,8 @@ int main(void) {
     test_stream_gradients(kinds[k], 99);
     test_stream_gradients(kinds[k], 1);
   }
+  printf("streams: checkpoints\n");
+  for (int k = 0; k < NKINDS; k++) test_stream_checkpoint(kinds[k]);
   printf("streams: refusals, ignored targets\n");
   test_refusals_and_ignored_targets();
   return th_summary("test_stream");
