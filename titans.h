@@ -3273,7 +3273,8 @@ static void titans__mem_coeffs(float *A, float *B, float *E, float *C, float *D,
     A[t] = keep * Ap;
     B[t] = keep * Bp + E[t];
     float *Ct = C + t * n, *Dt = D + t * n;
-    const float *Cp = C + (t - 1) * n, *Dp = D + (t - 1) * n;
+    /* rows t - 1; at t = 0 the loop below reads nothing, and forming C + (t - 1) * n would be UB */
+    const float *Cp = t ? C + (t - 1) * n : C, *Dp = t ? D + (t - 1) * n : D;
     for (size_t i = 0; i < t; i++) {
       Dt[i] = eta[t] * Dp[i];
       Ct[i] = keep * Cp[i] + Dt[i];
