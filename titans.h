@@ -19,6 +19,8 @@
                           invariants, never the caller's input, which is reported as an error instead
      TITANS_NO_SIMD       plain scalar kernels (same results within float tolerance)
      TITANS_NO_STDIO      no file functions; error messages are not formatted
+     TITANS_NO_FSYNC      saves do not fsync the file and its folder (faster, not durable across a
+                          power loss); fsync is only used on POSIX systems (__unix__, __APPLE__)
 
    CONVENTIONS
      - float32 everywhere. Matrices are row-major; linear weights are stored [out, in] (y = W x).
@@ -700,9 +702,11 @@ TITANSDEF int titans_st_writer_add_meta(titans_st_writer *w, const char *key, co
 TITANSDEF int titans_st_writer_to_memory(titans_st_writer *w, unsigned char **out, size_t *size);
 #ifndef TITANS_NO_STDIO
 /* Write the file atomically: to "<path>.tmp" (streamed: only the header is buffered), flushed and
-   closed with every error checked, then renamed over path. On failure the temporary file is removed,
-   an existing file at path is left as it was, and TITANS_ERR_IO (or _ARG, _NOMEM) is returned. Not
-   fsync'ed: atomic against a crash of the program, not against a power loss. */
+   closed with every error checked, fsync'ed, then renamed over path, and the folder fsync'ed (best
+   effort: some file systems refuse it), so a crash or power loss leaves the old file or the new one.
+   fsync is POSIX only (__unix__, __APPLE__) and off under TITANS_NO_FSYNC. On failure the temporary
+   file is removed, an existing file at path is left as it was, and TITANS_ERR_IO (or _ARG, _NOMEM)
+   is returned. */
 TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path);
 #endif
 /* ================================================================================================
@@ -954,7 +958,8 @@ TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, in
    (titans_config_check, and a configuration is refused before anything is allocated when its
    parameters need more floats than the file holds), each tensor's presence, dtype and exact shape,
    no tensor left over, finite values (AdamW second moments also >= 0). A failed load leaves the object empty (model, trainer) or reset
-   (session) with the reason in its error buffer. Saves are atomic ("<path>.tmp", then rename).
+   (session) with the reason in its error buffer. Saves are atomic and durable ("<path>.tmp", fsync,
+   rename, fsync of the folder; see titans_st_writer_save).
 
        titans_model m;
        if (titans_model_load(&m, "model.safetensors") != TITANS_OK) fprintf(stderr, "%s\n", m.error);
@@ -5213,6 +5218,10 @@ static int titans__kv_cache_reserve(titans_kv_cache *cache, size_t slots) {
   int64_t *pos = (int64_t *)TITANS_REALLOC(cache->pos, grow * sizeof(int64_t));
   if (!pos) return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: cannot grow to %zu rows", grow);
   cache->pos = pos;
+  /* new rows start at zero, as titans_kv_cache_init's: a restored state need not write rows it lacks */
+  size_t old = cache->P + cache->reserved, add = (grow - cache->reserved) * ld;
+  memset(cache->k + old * ld, 0, add * sizeof(float));
+  memset(cache->v + old * ld, 0, add * sizeof(float));
   cache->reserved = grow;
   return TITANS_OK;
 }
@@ -5330,6 +5339,11 @@ TITANSDEF const char *titans_kv_cache_error(const titans_kv_cache *cache) { retu
 #include <stdlib.h> /* qsort */
 #ifndef TITANS_NO_STDIO
 #include <errno.h>
+#if !defined(TITANS_NO_FSYNC) && (defined(__unix__) || defined(__APPLE__))
+#include <fcntl.h>  /* open: declared without feature macros, unlike fileno */
+#include <unistd.h> /* fsync, close */
+#define TITANS__FSYNC 1
+#endif
 #endif
 
 #define TITANS__ST_MAX_DEPTH 64 /* nesting of the JSON values skipped inside a tensor's entry */
@@ -6307,6 +6321,31 @@ static int titans__st_write_stream(titans_st_writer *w, FILE *f, const unsigned 
   return 1;
 }
 
+#ifdef TITANS__FSYNC
+/* fsync of a path: the file (opened for writing: some systems refuse fsync on a read-only descriptor)
+   or a folder. 0, or the errno. */
+static int titans__st_fsync(const char *path, int folder) {
+  int fd = open(path, folder ? O_RDONLY : O_WRONLY);
+  if (fd < 0) return errno;
+  int err = fsync(fd) == 0 ? 0 : errno;
+  close(fd);
+  return err;
+}
+
+/* fsync of the folder holding path, so the rename itself survives a crash. Best effort: some file
+   systems refuse fsync on a folder (EINVAL), and the file's bytes are already on the disk. */
+static void titans__st_fsync_folder(const char *path) {
+  size_t n = strlen(path);
+  while (n > 0 && path[n - 1] != '/') n--;
+  char *dir = (char *)titans_alloc_bytes(n + 2, 1);
+  if (!dir) return;
+  if (n == 0) dir[0] = '.';
+  else memcpy(dir, path, n);
+  (void)titans__st_fsync(dir, 1);
+  titans_free(dir);
+}
+#endif
+
 TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
   if (!w) return TITANS_ERR_ARG;
   if (!path) return titans__error(w->error, TITANS_ERR_ARG, "safetensors: NULL path");
@@ -6335,6 +6374,10 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
       ok = 0;
       err = errno;
     }
+#ifdef TITANS__FSYNC
+    /* the bytes reach the disk before the rename publishes them: a crash leaves the old file or the new */
+    if (ok && (err = titans__st_fsync(tmp, 0)) != 0) ok = 0;
+#endif
     if (!ok) rc = titans__error(w->error, TITANS_ERR_IO, "safetensors: cannot write '%.180s': %s", tmp, strerror(err));
     else if (rename(tmp, path) != 0) {
       err = errno;
@@ -6347,6 +6390,9 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
                            strerror(err));
     }
     if (rc != TITANS_OK) remove(tmp);
+#ifdef TITANS__FSYNC
+    else titans__st_fsync_folder(path);
+#endif
   }
   titans_free(head);
   titans_free(tmp);
