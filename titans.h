@@ -19,6 +19,8 @@
                           invariants, never the caller's input, which is reported as an error instead
      TITANS_NO_SIMD       plain scalar kernels (same results within float tolerance)
      TITANS_NO_STDIO      no file functions; error messages are not formatted
+     TITANS_NO_FSYNC      saves do not fsync the file and its folder (faster, not durable across a
+                          power loss); fsync is only used on POSIX systems (__unix__, __APPLE__)
 
    CONVENTIONS
      - float32 everywhere. Matrices are row-major; linear weights are stored [out, in] (y = W x).
@@ -500,13 +502,18 @@ TITANSDEF int titans_attention_backward(float *dq,           /* [Tq, H * d_a] +=
    the cache's window. Capacity to choose: SWA (window w): w; full attention: the longest context;
    MAC: 2C (the Hm and X rows of one segment; reset at each segment boundary).
    Keys are stored as given: apply RoPE to them before titans_kv_cache_append. Rows must be appended
-   in non-decreasing position order for the ring to keep the rows a later query can see. */
+   in non-decreasing position order for the ring to keep the rows a later query can see.
+   titans_kv_cache_init allocates every slot; the caches of inference sessions start small and grow
+   by use (doubling, up to the capacity), so a large capacity read from an untrusted file costs
+   memory only as tokens arrive. Until the ring first fills, slots 0 .. count - 1 hold the rows in
+   order (next == count). */
 typedef struct titans_kv_cache {
-  float *k;         /* [P + capacity, H * d_a]: prefix rows, then the ring slots */
-  float *v;         /* [P + capacity, H * d_a] */
-  int64_t *pos;     /* [capacity] position of each ring slot */
+  float *k;         /* [P + reserved, H * d_a]: prefix rows, then the ring slots */
+  float *v;         /* [P + reserved, H * d_a] */
+  int64_t *pos;     /* [reserved] position of each ring slot */
   size_t P;         /* prefix rows */
   size_t capacity;  /* ring slots */
+  size_t reserved;  /* ring slots allocated (<= capacity); append grows it by doubling */
   size_t H, d_a;    /* heads, head width */
   int64_t window;   /* mask window, 0 = none */
   size_t count;     /* valid ring rows, <= capacity */
@@ -526,11 +533,13 @@ TITANSDEF void titans_kv_cache_set_prefix(titans_kv_cache *cache,
 /* Forget every positioned row; the prefix stays. */
 TITANSDEF void titans_kv_cache_reset(titans_kv_cache *cache);
 /* Fork: dst becomes an independent copy of src. dst must be an initialised cache of the same shape
-   (P, capacity, H, d_a; TITANS_ERR_ARG otherwise); nothing is allocated. */
+   (P, capacity, H, d_a; TITANS_ERR_ARG otherwise); dst's slots grow when src holds more rows than
+   dst has allocated (TITANS_ERR_NOMEM, dst unchanged, when that fails). */
 TITANSDEF int titans_kv_cache_copy(titans_kv_cache *dst, const titans_kv_cache *src);
 /* Fork into a new cache: dst (uninitialised) is allocated as a copy of src. */
 TITANSDEF int titans_kv_cache_clone(titans_kv_cache *dst, const titans_kv_cache *src);
-/* Append n rows (n may exceed the capacity: then only the last `capacity` rows stay). */
+/* Append n rows (n may exceed the capacity: then only the last `capacity` rows stay). Grows the
+   allocated slots when needed: TITANS_ERR_NOMEM (cache unchanged) when that fails. */
 TITANSDEF int titans_kv_cache_append(titans_kv_cache *cache,
                                      const float *k,      /* [n, H * d_a], RoPE applied */
                                      const float *v,      /* [n, H * d_a] */
@@ -693,9 +702,11 @@ TITANSDEF int titans_st_writer_add_meta(titans_st_writer *w, const char *key, co
 TITANSDEF int titans_st_writer_to_memory(titans_st_writer *w, unsigned char **out, size_t *size);
 #ifndef TITANS_NO_STDIO
 /* Write the file atomically: to "<path>.tmp" (streamed: only the header is buffered), flushed and
-   closed with every error checked, then renamed over path. On failure the temporary file is removed,
-   an existing file at path is left as it was, and TITANS_ERR_IO (or _ARG, _NOMEM) is returned. Not
-   fsync'ed: atomic against a crash of the program, not against a power loss. */
+   closed with every error checked, fsync'ed, then renamed over path, and the folder fsync'ed (best
+   effort: some file systems refuse it), so a crash or power loss leaves the old file or the new one.
+   fsync is POSIX only (__unix__, __APPLE__) and off under TITANS_NO_FSYNC. On failure the temporary
+   file is removed, an existing file at path is left as it was, and TITANS_ERR_IO (or _ARG, _NOMEM)
+   is returned. */
 TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path);
 #endif
 /* ================================================================================================
@@ -899,7 +910,37 @@ TITANSDEF int titans_eval_loss_stream(titans_trainer *t, titans_stream *s, const
 TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
                                            float *logits);
 
-/* ---- inference sessions ---- */
+/* ---- inference sessions ----
+   A session runs the model token by token with bounded memory. What can fail, and how:
+   - titans_session_init: TITANS_ERR_NOMEM. Opening a session allocates the memory-layer states
+     (8 weight-sized buffers per memory layer for MAC, 4 otherwise: at most 8 times the model's
+     parameter floats), the persistent-token rows of the KV caches, 16 ring slots per cache and one
+     token's scratch (17 max(d, d_ff) floats), plus the memory layer's per-thread work space of one
+     chunk (O(b^2 + b n_hid) floats per head-task). The KV caches then grow by use, doubling, up to
+     their capacity (window, 2 segment for MAC, max_context for ATTN): at most
+     2 (N_p + capacity) d floats (+ one int64 per slot) per layer, reached only after that many tokens.
+     So a model file's configuration cannot make a session reserve memory it does not use.
+   - titans_session_reset: TITANS_ERR_NOMEM (MAG, MAL, and the persistent-token rows need scratch).
+   - titans_session_feed: TITANS_ERR_ARG (a token outside the vocabulary; nothing was changed),
+     TITANS_ERR_STATE (the position limit TITANS_MAX_POSITION, or a session left broken by an earlier
+     error; nothing was changed), TITANS_ERR_NOMEM (a cache or work space could not grow), and
+     TITANS_ERR_NONFINITE: every layer's output of every token, and the logits, are checked; the
+     message names the layer (or the output head) and the position.
+     After NOMEM or NONFINITE the session is broken: part of a token went through, and the memory
+     cannot be rolled back without keeping a copy of it at every token (as costly as the update
+     itself). Every later feed, copy-from and save returns TITANS_ERR_STATE until titans_session_reset,
+     titans_session_load/read, or titans_session_copy into it. The tokens before the failing one were
+     fed (s->position counts them). To go back to the last good state, keep a fork
+     (titans_session_copy) of it; to keep it across runs, save it before feeding more.
+   - titans_session_copy, titans_session_state_prepare: TITANS_ERR_NOMEM (caches grow),
+     TITANS_ERR_ARG, TITANS_ERR_STATE.
+   - titans_session_save/write: TITANS_ERR_STATE for a broken session or a state holding NaN or Inf:
+     what is saved always loads. */
+
+/* The largest session position (2^62 tokens): a feed stops there (TITANS_ERR_STATE), and a state
+   file with any position up to it loads. */
+#define TITANS_MAX_POSITION ((long long)1 << 62)
+
 struct titans__session_layer; /* per-layer state (private) */
 
 typedef struct titans_session {
@@ -909,33 +950,51 @@ typedef struct titans_session {
   struct titans__session_layer *layers;
   float *work;                 /* scratch of one token */
   size_t work_size;
+  int broken;                  /* 1 after an error left the state inconsistent (see above) */
   char error[TITANS_ERR_MSG_SIZE];
 } titans_session;
 
 TITANSDEF int titans_session_init(titans_session *s, const titans_model *m);
 TITANSDEF void titans_session_free(titans_session *s);
-/* Back to the state of a new session (position 0, memories at w0, caches empty). */
-TITANSDEF void titans_session_reset(titans_session *s);
+/* Back to the state of a new session (position 0, memories at w0, caches empty). TITANS_OK, or
+   TITANS_ERR_NOMEM with the session broken (feed refuses it) until a reset succeeds. */
+TITANSDEF int titans_session_reset(titans_session *s);
 /* dst (initialised on the same model) becomes an independent copy of src: a fork. */
 TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src);
-/* Feed n tokens one after another; logits [V] (may be NULL) receives the logits after the last. */
+/* Feed n tokens one after another; logits [V] (may be NULL) receives the logits after the last.
+   Errors: see above (a NaN or Inf anywhere is TITANS_ERR_NONFINITE, never a silent result). */
 TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n, float *logits);
 /* The session's state as named float tensors (memory weights and momentum, conv tails, KV caches,
-   position) for saving: fills up to max entries, returns the count. Pointers stay valid until the
-   session is freed; writing into them and calling titans_session_state_loaded restores a state. */
+   position) for saving: fills up to max entries, returns the count. The KV tensors hold the rows in
+   use, so their sizes depend on the position. Pointers stay valid until the session is fed, reset,
+   prepared, loaded or freed. To restore a state of position p into a session:
+   titans_session_state_prepare(s, p), then titans_session_state lists tensors of the sizes such a
+   state has; write into them and call titans_session_state_loaded. */
 typedef struct titans_tensor_ref {
   char name[96];
   float *data;
   size_t count;
 } titans_tensor_ref;
 TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list, size_t max);
-/* Validates a state written into the tensors of titans_session_state (finite, consistent). */
+/* Sizes the state for a position p in 0..TITANS_MAX_POSITION (grows the KV caches to the rows such
+   a state holds) and marks the session as being restored: feed refuses it until
+   titans_session_state_loaded succeeds. TITANS_ERR_ARG, TITANS_ERR_NOMEM. */
+TITANSDEF int titans_session_state_prepare(titans_session *s, long long position);
+/* Validates a state written into the tensors of titans_session_state (finite, consistent with the
+   prepared position) and makes the session usable. */
 TITANSDEF int titans_session_state_loaded(titans_session *s);
 
 /* ---- sampling ---- */
-/* A token from logits [V]: temperature <= 0 is greedy (argmax); otherwise softmax(logits / T), then
-   keep the top_k most likely (0 = all), then the smallest set whose probability reaches top_p
-   (>= 1 = all), and draw with rng. */
+/* A token from logits [V]: temperature <= 0 is greedy (argmax, the first on ties); otherwise
+   softmax(logits / T), then keep the top_k most likely (0 = all), then the smallest set whose
+   probability reaches top_p (>= 1 = all), and draw with rng. A logit of -INFINITY marks a token that
+   is never drawn. Returns TITANS_OK with *token set, TITANS_ERR_NONFINITE for a NaN or +Inf logit
+   (or every logit -Inf), TITANS_ERR_NOMEM when the distribution cannot be allocated (temperature > 0),
+   TITANS_ERR_ARG for V = 0 or > INT_MAX, NULL pointers, a NaN temperature or top_p; *token is -1 on
+   error. */
+TITANSDEF int titans_sample_ex(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng,
+                               int *token);
+/* The same, returning the token, or -1 on any error (never a silent substitute). */
 TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng);
 /* ================================================================================================
    8. Checkpoints and tokenizer (SPEC section 6)
@@ -958,7 +1017,8 @@ TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, in
    (titans_config_check, and a configuration is refused before anything is allocated when its
    parameters need more floats than the file holds), each tensor's presence, dtype and exact shape,
    no tensor left over, finite values (AdamW second moments also >= 0). A failed load leaves the object empty (model, trainer) or reset
-   (session) with the reason in its error buffer. Saves are atomic ("<path>.tmp", then rename).
+   (session) with the reason in its error buffer. Saves are atomic and durable ("<path>.tmp", fsync,
+   rename, fsync of the folder; see titans_st_writer_save).
 
        titans_model m;
        if (titans_model_load(&m, "model.safetensors") != TITANS_OK) fprintf(stderr, "%s\n", m.error);
@@ -3346,7 +3406,8 @@ static void titans__mem_coeffs(float *A, float *B, float *E, float *C, float *D,
     A[t] = keep * Ap;
     B[t] = keep * Bp + E[t];
     float *Ct = C + t * n, *Dt = D + t * n;
-    const float *Cp = C + (t - 1) * n, *Dp = D + (t - 1) * n;
+    /* rows t - 1; at t = 0 the loop below reads nothing, and forming C + (t - 1) * n would be UB */
+    const float *Cp = t ? C + (t - 1) * n : C, *Dp = t ? D + (t - 1) * n : D;
     for (size_t i = 0; i < t; i++) {
       Dt[i] = eta[t] * Dp[i];
       Ct[i] = keep * Cp[i] + Dt[i];
@@ -5197,26 +5258,63 @@ TITANSDEF int titans_attention_backward(float *dq, float *dk, float *dv, const f
 /* The public struct spells the error buffer's size out; it must be the core's. */
 typedef char titans__kv_cache_errlen_check[sizeof(((titans_kv_cache *)0)->error) == TITANS__ERRLEN ? 1 : -1];
 
-TITANSDEF int titans_kv_cache_init(titans_kv_cache *cache, size_t P, size_t capacity, size_t H, size_t d_a,
-                                   int64_t window) {
+/* A cache with `reserve` (<= capacity, >= 1) ring slots allocated; the full size is checked for
+   overflow here, so growing later cannot overflow. */
+static int titans__kv_cache_init_reserve(titans_kv_cache *cache, size_t P, size_t capacity, size_t H, size_t d_a,
+                                         int64_t window, size_t reserve) {
   size_t ld, rows, n;
   memset(cache, 0, sizeof(*cache));
   if (capacity == 0 || H == 0 || d_a == 0 || window < 0)
     return titans__error(cache->error, TITANS_ERR_ARG, "kv cache: capacity, H and d_a must be > 0, window >= 0");
-  if (!titans_size_mul(H, d_a, &ld) || !titans_size_add(P, capacity, &rows) || !titans_size_mul(rows, ld, &n))
+  if (!titans_size_mul(H, d_a, &ld) || !titans_size_add(P, capacity, &rows) || !titans_size_mul(rows, ld, &n) ||
+      !titans_size_mul(capacity, sizeof(int64_t), &n))
     return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: size overflows");
-  cache->k = titans_alloc_floats(n);
-  cache->v = titans_alloc_floats(n);
-  cache->pos = (int64_t *)titans_alloc_bytes(capacity, sizeof(int64_t));
+  reserve = reserve < 1 ? 1 : reserve > capacity ? capacity : reserve;
+  rows = P + reserve;
+  cache->k = titans_alloc_floats(rows * ld);
+  cache->v = titans_alloc_floats(rows * ld);
+  cache->pos = (int64_t *)titans_alloc_bytes(reserve, sizeof(int64_t));
   if (!cache->k || !cache->v || !cache->pos) {
     titans_kv_cache_free(cache);
     return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: out of memory (%zu rows of %zu floats)", rows, ld);
   }
   cache->P = P;
   cache->capacity = capacity;
+  cache->reserved = reserve;
   cache->H = H;
   cache->d_a = d_a;
   cache->window = window;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_kv_cache_init(titans_kv_cache *cache, size_t P, size_t capacity, size_t H, size_t d_a,
+                                   int64_t window) {
+  return titans__kv_cache_init_reserve(cache, P, capacity, H, d_a, window, capacity);
+}
+
+/* Makes at least `slots` (<= capacity) ring slots allocated: doubles, so appends cost O(1) amortised.
+   Only grows while the ring has not wrapped (slots in order), so the rows stay where they are. On
+   failure nothing the cache uses changes. */
+static int titans__kv_cache_reserve(titans_kv_cache *cache, size_t slots) {
+  if (slots <= cache->reserved) return TITANS_OK;
+  size_t cap = cache->capacity, grow = cache->reserved > cap / 2 ? cap : 2 * cache->reserved;
+  if (grow < slots) grow = slots;
+  if (grow > cap) grow = cap;
+  size_t ld = cache->H * cache->d_a, bytes = (cache->P + grow) * ld * sizeof(float); /* checked at init */
+  float *k = (float *)TITANS_REALLOC(cache->k, bytes);
+  if (!k) return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: cannot grow to %zu rows", grow);
+  cache->k = k;
+  float *v = (float *)TITANS_REALLOC(cache->v, bytes);
+  if (!v) return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: cannot grow to %zu rows", grow);
+  cache->v = v;
+  int64_t *pos = (int64_t *)TITANS_REALLOC(cache->pos, grow * sizeof(int64_t));
+  if (!pos) return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: cannot grow to %zu rows", grow);
+  cache->pos = pos;
+  /* new rows start at zero, as titans_kv_cache_init's: a restored state need not write rows it lacks */
+  size_t old = cache->P + cache->reserved, add = (grow - cache->reserved) * ld;
+  memset(cache->k + old * ld, 0, add * sizeof(float));
+  memset(cache->v + old * ld, 0, add * sizeof(float));
+  cache->reserved = grow;
   return TITANS_OK;
 }
 
@@ -5244,10 +5342,12 @@ TITANSDEF int titans_kv_cache_copy(titans_kv_cache *dst, const titans_kv_cache *
   if (dst == src) return TITANS_OK;
   if (!dst->k || dst->P != src->P || dst->capacity != src->capacity || dst->H != src->H || dst->d_a != src->d_a)
     return titans__error(dst->error, TITANS_ERR_ARG, "kv cache copy: shapes differ");
-  size_t n = (src->P + src->capacity) * src->H * src->d_a;
+  /* the valid slots are 0 .. count - 1 (in order before the ring fills, all of them after) */
+  if (titans__kv_cache_reserve(dst, src->count)) return TITANS_ERR_NOMEM;
+  size_t n = (src->P + src->count) * src->H * src->d_a;
   memcpy(dst->k, src->k, n * sizeof(float));
   memcpy(dst->v, src->v, n * sizeof(float));
-  memcpy(dst->pos, src->pos, src->capacity * sizeof(int64_t));
+  if (src->count) memcpy(dst->pos, src->pos, src->count * sizeof(int64_t));
   dst->window = src->window;
   dst->count = src->count;
   dst->next = src->next;
@@ -5255,7 +5355,7 @@ TITANSDEF int titans_kv_cache_copy(titans_kv_cache *dst, const titans_kv_cache *
 }
 
 TITANSDEF int titans_kv_cache_clone(titans_kv_cache *dst, const titans_kv_cache *src) {
-  int st = titans_kv_cache_init(dst, src->P, src->capacity, src->H, src->d_a, src->window);
+  int st = titans__kv_cache_init_reserve(dst, src->P, src->capacity, src->H, src->d_a, src->window, src->reserved);
   if (st != TITANS_OK) return st;
   return titans_kv_cache_copy(dst, src);
 }
@@ -5267,6 +5367,10 @@ TITANSDEF int titans_kv_cache_append(titans_kv_cache *cache, const float *k, con
   if (!k || !v || !pos) return titans__error(cache->error, TITANS_ERR_ARG, "kv cache append: NULL buffer");
   size_t ld = cache->H * cache->d_a, cap = cache->capacity;
   size_t first = n > cap ? n - cap : 0; /* older rows would be overwritten within this call */
+  if (cache->reserved < cap) { /* not wrapped yet: next == count, the slots needed are next .. */
+    size_t need = n - first > cap - cache->next ? cap : cache->next + (n - first);
+    if (titans__kv_cache_reserve(cache, need)) return TITANS_ERR_NOMEM;
+  }
   for (size_t r = first; r < n; r++) {
     size_t slot = cache->next;
     memcpy(cache->k + (cache->P + slot) * ld, k + r * ld, ld * sizeof(float));
@@ -5327,6 +5431,11 @@ TITANSDEF const char *titans_kv_cache_error(const titans_kv_cache *cache) { retu
 #include <stdlib.h> /* qsort */
 #ifndef TITANS_NO_STDIO
 #include <errno.h>
+#if !defined(TITANS_NO_FSYNC) && (defined(__unix__) || defined(__APPLE__))
+#include <fcntl.h>  /* open: declared without feature macros, unlike fileno */
+#include <unistd.h> /* fsync, close */
+#define TITANS__FSYNC 1
+#endif
 #endif
 
 #define TITANS__ST_MAX_DEPTH 64 /* nesting of the JSON values skipped inside a tensor's entry */
@@ -6304,6 +6413,31 @@ static int titans__st_write_stream(titans_st_writer *w, FILE *f, const unsigned 
   return 1;
 }
 
+#ifdef TITANS__FSYNC
+/* fsync of a path: the file (opened for writing: some systems refuse fsync on a read-only descriptor)
+   or a folder. 0, or the errno. */
+static int titans__st_fsync(const char *path, int folder) {
+  int fd = open(path, folder ? O_RDONLY : O_WRONLY);
+  if (fd < 0) return errno;
+  int err = fsync(fd) == 0 ? 0 : errno;
+  close(fd);
+  return err;
+}
+
+/* fsync of the folder holding path, so the rename itself survives a crash. Best effort: some file
+   systems refuse fsync on a folder (EINVAL), and the file's bytes are already on the disk. */
+static void titans__st_fsync_folder(const char *path) {
+  size_t n = strlen(path);
+  while (n > 0 && path[n - 1] != '/') n--;
+  char *dir = (char *)titans_alloc_bytes(n + 2, 1);
+  if (!dir) return;
+  if (n == 0) dir[0] = '.';
+  else memcpy(dir, path, n);
+  (void)titans__st_fsync(dir, 1);
+  titans_free(dir);
+}
+#endif
+
 TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
   if (!w) return TITANS_ERR_ARG;
   if (!path) return titans__error(w->error, TITANS_ERR_ARG, "safetensors: NULL path");
@@ -6332,6 +6466,10 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
       ok = 0;
       err = errno;
     }
+#ifdef TITANS__FSYNC
+    /* the bytes reach the disk before the rename publishes them: a crash leaves the old file or the new */
+    if (ok && (err = titans__st_fsync(tmp, 0)) != 0) ok = 0;
+#endif
     if (!ok) rc = titans__error(w->error, TITANS_ERR_IO, "safetensors: cannot write '%.180s': %s", tmp, strerror(err));
     else if (rename(tmp, path) != 0) {
       err = errno;
@@ -6344,6 +6482,9 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
                            strerror(err));
     }
     if (rc != TITANS_OK) remove(tmp);
+#ifdef TITANS__FSYNC
+    else titans__st_fsync_folder(path);
+#endif
   }
   titans_free(head);
   titans_free(tmp);
@@ -7701,6 +7842,13 @@ static size_t titans__kv_capacity(const titans_config *c) {
   }
 }
 
+/* 1 when x [n] holds no NaN or Inf */
+static int titans__all_finite(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) return 0;
+  return 1;
+}
+
 /* y [n, d] = x [n, d] W^T for W [d, d] */
 static void titans__linear(float *y, const float *x, const float *W, size_t n, size_t d_out, size_t d_in) {
   titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
@@ -7738,7 +7886,8 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
     int rc = TITANS_OK;
     if (titans__has_attn(c->block)) {
       int64_t window = c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL ? c->window : 0;
-      rc = titans_kv_cache_init(&sl->kv, (size_t)c->n_persist, titans__kv_capacity(c), H, d / H, window);
+      /* 16 slots now, more by use: the capacity comes from a file and may be 2^24 (see the header) */
+      rc = titans__kv_cache_init_reserve(&sl->kv, (size_t)c->n_persist, titans__kv_capacity(c), H, d / H, window, 16);
       sl->has_kv = rc == TITANS_OK;
     }
     if (!rc && titans__has_mem(c->block)) {
@@ -7754,15 +7903,22 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
       return titans__error(s->error, rc, "session: cannot create the state of layer %d", l);
     }
   }
-  titans_session_reset(s);
+  int rc = titans_session_reset(s);
+  if (rc) {
+    char msg[TITANS_ERR_MSG_SIZE];
+    memcpy(msg, s->error, sizeof msg);
+    titans_session_free(s);
+    return titans__error(s->error, rc, "%s", msg);
+  }
   return TITANS_OK;
 }
 
-TITANSDEF void titans_session_reset(titans_session *s) {
+TITANSDEF int titans_session_reset(titans_session *s) {
   const titans_model *m = s->model;
   const titans_config *c = &m->cfg;
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
   s->position = 0;
+  s->broken = 1; /* until every layer is reset */
   for (int l = 0; l < c->n_layers; l++) {
     struct titans__session_layer *sl = &s->layers[l];
     const titans_layer *L = &m->w.layers[l];
@@ -7774,15 +7930,17 @@ TITANSDEF void titans_session_reset(titans_session *s) {
     /* Prefix rows: the persistent tokens (MAL: the memory's outputs for them), projected, no RoPE.
        MAG and MAL feed the persistent tokens to the memory first, as the training forward does. */
     float *pk = titans_alloc_floats(3 * P * d);
-    if (!pk) continue; /* leaves zero prefix rows; titans_session_feed reports the allocation failure */
+    if (!pk) return titans__error(s->error, TITANS_ERR_NOMEM, "session reset: out of memory (layer %d)", l);
     float *pv = pk + P * d, *src = pk + 2 * P * d;
     memcpy(src, L->persist, P * d * sizeof(float));
     if (c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL) {
       float *mo = titans_alloc_floats(P * d);
-      if (mo) {
-        titans_mem_forward(&c->mem, &L->mem, &sl->mem, mo, L->persist, P, NULL);
-        if (c->block == TITANS_BLOCK_MAL) memcpy(src, mo, P * d * sizeof(float));
-        titans_free(mo);
+      int rc = mo ? titans_mem_forward(&c->mem, &L->mem, &sl->mem, mo, L->persist, P, NULL) : TITANS_ERR_NOMEM;
+      if (!rc && c->block == TITANS_BLOCK_MAL) memcpy(src, mo, P * d * sizeof(float));
+      titans_free(mo);
+      if (rc) {
+        titans_free(pk);
+        return titans__error(s->error, rc, "session reset: layer %d: %s", l, mo ? sl->mem.error : "out of memory");
       }
     }
     titans__linear(pk, src, L->attn_wk, P, d, d);
@@ -7790,10 +7948,14 @@ TITANSDEF void titans_session_reset(titans_session *s) {
     titans_kv_cache_set_prefix(&sl->kv, pk, pv);
     titans_free(pk);
   }
+  s->broken = 0;
+  return TITANS_OK;
 }
 
 TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src) {
   if (dst->model != src->model) return titans__error(dst->error, TITANS_ERR_ARG, "session copy: different models");
+  if (src->broken) return titans__error(dst->error, TITANS_ERR_STATE, "session copy: the source session is broken");
+  dst->broken = 1; /* until every layer is copied */
   for (int l = 0; l < src->model->cfg.n_layers; l++) {
     struct titans__session_layer *a = &dst->layers[l];
     const struct titans__session_layer *b = &src->layers[l];
@@ -7801,9 +7963,11 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
     if (a->has_kv) rc = titans_kv_cache_copy(&a->kv, &b->kv);
     if (!rc && a->has_mem) rc = titans_mem_state_copy(&a->mem, &b->mem);
     if (!rc && a->has_committed) rc = titans_mem_state_copy(&a->committed, &b->committed);
+    if (rc == TITANS_ERR_NOMEM) return titans__error(dst->error, rc, "session copy: layer %d: out of memory", l);
     if (rc) return titans__error(dst->error, rc, "session copy: layer %d differs in shape", l);
   }
   dst->position = src->position;
+  dst->broken = 0;
   return TITANS_OK;
 }
 
@@ -7883,13 +8047,20 @@ static int titans__session_token(titans_session *s, int token, float *x) {
   float *xn = s->work + d, *mix = s->work + 2 * d, *h = s->work + 3 * d, *u1 = s->work + 4 * d;
   size_t ff = (size_t)c->ffn_hidden, wmax = d > ff ? d : ff;
   float *u3 = u1 + wmax, *mixwork = u3 + wmax, r;
+  if (s->broken)
+    return titans__error(s->error, TITANS_ERR_STATE, "session: broken by an earlier error; reset or load it first");
+  if (s->position >= TITANS_MAX_POSITION)
+    return titans__error(s->error, TITANS_ERR_STATE, "session: the position limit 2^62 is reached");
   if (titans_embedding_forward(x, &token, mo->w.tok_emb, 1, (size_t)c->vocab, d))
     return titans__error(s->error, TITANS_ERR_ARG, "session: token %d is outside the vocabulary [0, %d)", token, c->vocab);
   for (int l = 0; l < c->n_layers; l++) {
     const titans_layer *L = &mo->w.layers[l];
     titans_rmsnorm_forward(xn, &r, x, L->norm1, 1, d);
     int rc = titans__session_mixer(s, l, mix, xn, s->position, mixwork);
-    if (rc) return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position, titans_status_string(rc));
+    if (rc) {
+      s->broken = 1; /* earlier layers have taken the token */
+      return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position, titans_status_string(rc));
+    }
     for (size_t j = 0; j < d; j++) h[j] = x[j] + mix[j];
     titans_rmsnorm_forward(xn, &r, h, L->norm2, 1, d);
     titans__linear(u1, xn, L->ffn_w1, 1, ff, d);
@@ -7898,6 +8069,14 @@ static int titans__session_token(titans_session *s, int token, float *x) {
     for (size_t j = 0; j < ff; j++) u1[j] *= u3[j];
     titans__linear(x, u1, L->ffn_w2, 1, d, ff);
     for (size_t j = 0; j < d; j++) x[j] += h[j];
+    /* A NaN or Inf in a memory (W, S) reaches the layer's output at this very token (y_t reads W_t,
+       and IEEE products and sums keep NaN and Inf), as does one in any weight the token used. */
+    if (!titans__all_finite(x, d)) {
+      s->broken = 1;
+      return titans__error(s->error, TITANS_ERR_NONFINITE,
+                           "session: layer %d at position %lld produced NaN or Inf (reset or reload the session)", l,
+                           s->position);
+    }
   }
   s->position++;
   return TITANS_OK;
@@ -7912,6 +8091,11 @@ TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n
   if (logits && n > 0) {
     titans_rmsnorm_forward(xf, &r, x, mo->w.norm_f, 1, d);
     titans__linear(logits, xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
+    if (!titans__all_finite(logits, (size_t)c->vocab)) {
+      s->broken = 1; /* the same weights would give NaN again: do not let the caller go on silently */
+      return titans__error(s->error, TITANS_ERR_NONFINITE,
+                           "session: the output head produced NaN or Inf logits at position %lld", s->position - 1);
+    }
   }
   return TITANS_OK;
 }
@@ -7947,12 +8131,26 @@ TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list
       n = titans__push_ref(list, max, n, prefix, "mem.committed", sl->committed.w_chunk,
                            titans__mem_state_slab_floats(&sl->committed));
     if (sl->has_kv) {
-      size_t rows = (sl->kv.P + sl->kv.capacity) * (size_t)c->d;
+      size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d; /* the rows in use: slots 0 .. count - 1 */
       n = titans__push_ref(list, max, n, prefix, "kv.k", sl->kv.k, rows);
       n = titans__push_ref(list, max, n, prefix, "kv.v", sl->kv.v, rows);
     }
   }
   return n;
+}
+
+/* Rows a session's KV cache has appended since its last reset at position pos (MAC: two per token
+   of the current segment; it resets at each segment's first token). */
+static long long titans__session_kv_appended(const titans_config *c, long long pos) {
+  if (c->block != TITANS_BLOCK_MAC) return pos;
+  long long seg_start = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
+  return 2 * (pos - seg_start);
+}
+
+/* Ring rows a state at position pos holds (the kv.k, kv.v tensors hold P + this many rows). */
+static size_t titans__session_kv_rows(const titans_config *c, long long pos) {
+  long long a = titans__session_kv_appended(c, pos), cap = (long long)titans__kv_capacity(c);
+  return (size_t)(a < cap ? a : cap);
 }
 
 /* Rebuilds the ring bookkeeping of a KV cache after `appended` rows were appended since its last reset;
@@ -7968,16 +8166,42 @@ static void titans__kv_rebuild(titans_kv_cache *kv, long long appended, int mac)
   }
 }
 
-TITANSDEF int titans_session_state_loaded(titans_session *s) {
-  const titans_config *c = &s->model->cfg;
+/* The position of three 21-bit pieces; -1 when they are not a position in 0..TITANS_MAX_POSITION. */
+static long long titans__position_decode(const float *code) {
   uint64_t p = 0;
   for (int i = 0; i < 3; i++) {
-    float f = s->position_code[i];
-    if (!(f >= 0.0f && f < 2097152.0f) || f != floorf(f))
-      return titans__error(s->error, TITANS_ERR_FORMAT, "session state: bad position");
+    float f = code[i];
+    if (!(f >= 0.0f && f < 2097152.0f) || f != floorf(f)) return -1;
     p |= (uint64_t)f << (21 * i);
   }
-  if (p > ((uint64_t)1 << 62)) return titans__error(s->error, TITANS_ERR_FORMAT, "session state: bad position");
+  return p > (uint64_t)TITANS_MAX_POSITION ? -1 : (long long)p;
+}
+
+TITANSDEF int titans_session_state_prepare(titans_session *s, long long position) {
+  const titans_config *c = &s->model->cfg;
+  if (position < 0 || position > TITANS_MAX_POSITION)
+    return titans__error(s->error, TITANS_ERR_ARG, "session state: position %lld is outside 0..2^62", position);
+  s->broken = 1; /* being restored: titans_session_state_loaded makes it usable */
+  for (int l = 0; l < c->n_layers; l++) {
+    struct titans__session_layer *sl = &s->layers[l];
+    if (!sl->has_kv) continue;
+    if (titans__kv_cache_reserve(&sl->kv, titans__session_kv_rows(c, position)))
+      return titans__error(s->error, TITANS_ERR_NOMEM, "session state: cannot allocate layer %d's KV cache", l);
+    titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, position), c->block == TITANS_BLOCK_MAC);
+  }
+  s->position = position;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_session_state_loaded(titans_session *s) {
+  const titans_config *c = &s->model->cfg;
+  long long decoded = titans__position_decode(s->position_code);
+  if (decoded < 0) return titans__error(s->error, TITANS_ERR_FORMAT, "session state: bad position");
+  uint64_t p = (uint64_t)decoded;
+  for (int l = 0; l < c->n_layers; l++)
+    if (s->layers[l].has_kv && s->layers[l].kv.count != titans__session_kv_rows(c, decoded))
+      return titans__error(s->error, TITANS_ERR_STATE,
+                           "session state: position %lld was not prepared (titans_session_state_prepare)", decoded);
   titans_tensor_ref refs[4];
   for (int l = 0; l < c->n_layers; l++) {
     struct titans__session_layer *sl = &s->layers[l];
@@ -7994,20 +8218,16 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
     long long pos = (long long)p;
     if (sl->has_mem) sl->mem.position = pos + (c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL ? c->n_persist : 0);
     if (sl->has_kv) {
-      size_t rows = (sl->kv.P + sl->kv.capacity) * (size_t)c->d;
+      size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d;
       for (size_t j = 0; j < rows; j++)
         if (!isfinite(sl->kv.k[j]) || !isfinite(sl->kv.v[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's KV cache holds a non-finite value", l);
-      if (c->block == TITANS_BLOCK_MAC) {
-        long long seg_start = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
-        titans__kv_rebuild(&sl->kv, 2 * (pos - seg_start), 1);
-        sl->committed.position = seg_start;
-      } else {
-        titans__kv_rebuild(&sl->kv, pos, 0);
-      }
+      titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), c->block == TITANS_BLOCK_MAC);
+      if (c->block == TITANS_BLOCK_MAC) sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
     }
   }
   s->position = (long long)p;
+  s->broken = 0;
   return TITANS_OK;
 }
 
@@ -8025,20 +8245,33 @@ static int titans__prob_cmp(const void *a, const void *b) {
   return x->index - y->index;
 }
 
-TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng) {
-  if (V == 0 || V > (size_t)INT_MAX) return -1;
+TITANSDEF int titans_sample_ex(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng,
+                               int *token) {
+  if (!token) return TITANS_ERR_ARG;
+  *token = -1;
+  if (!logits || V == 0 || V > (size_t)INT_MAX || temperature != temperature || top_p != top_p) return TITANS_ERR_ARG;
   size_t best = 0;
-  for (size_t i = 1; i < V; i++)
-    if (logits[i] > logits[best]) best = i;
-  if (!(temperature > 0.0f) || !isfinite(logits[best])) return (int)best;
-  titans__prob *pr = (titans__prob *)titans_alloc_bytes(V, sizeof(titans__prob));
-  if (!pr) return (int)best; /* no memory for the distribution: fall back to greedy */
   for (size_t i = 0; i < V; i++) {
-    pr[i].p = logits[i] == logits[i] ? expf((logits[i] - logits[best]) / temperature) : 0.0f;
+    if (logits[i] != logits[i] || logits[i] == INFINITY) return TITANS_ERR_NONFINITE;
+    if (logits[i] > logits[best]) best = i;
+  }
+  if (logits[best] == -INFINITY) return TITANS_ERR_NONFINITE; /* nothing can be drawn */
+  if (!(temperature > 0.0f)) {
+    *token = (int)best;
+    return TITANS_OK;
+  }
+  if (!rng) return TITANS_ERR_ARG;
+  titans__prob *pr = (titans__prob *)titans_alloc_bytes(V, sizeof(titans__prob));
+  if (!pr) return TITANS_ERR_NOMEM;
+  size_t positive = 0;
+  for (size_t i = 0; i < V; i++) {
+    pr[i].p = expf((logits[i] - logits[best]) / temperature); /* -Inf (or a far logit) gives 0 */
     pr[i].index = (int)i;
+    positive += pr[i].p > 0.0f;
   }
   qsort(pr, V, sizeof *pr, titans__prob_cmp);
   size_t keep = top_k > 0 && (size_t)top_k < V ? (size_t)top_k : V;
+  if (keep > positive) keep = positive; /* >= 1: the best token has p = 1 */
   double total = 0.0;
   for (size_t i = 0; i < keep; i++) total += pr[i].p;
   if (top_p > 0.0f && top_p < 1.0f) {
@@ -8062,7 +8295,13 @@ TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, in
     }
   }
   titans_free(pr);
-  return choice;
+  *token = choice;
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng) {
+  int token;
+  return titans_sample_ex(logits, V, temperature, top_k, top_p, rng, &token) == TITANS_OK ? token : -1;
 }
 /* ---- 8. Checkpoints and tokenizer (implementation) -------------------------------------------- */
 #include <stdlib.h> /* qsort */
@@ -8946,8 +9185,17 @@ TITANSDEF int titans_session_write(titans_session *s, titans_st_writer *w) {
   titans_tensor_ref *list = NULL;
   size_t n = 0;
   char hash[17];
+  if (s->broken)
+    return titans__error(s->error, TITANS_ERR_STATE, "session save: the session is broken by an earlier error");
   int rc = titans__ck_state_list(s, &list, &n);
   if (rc) return rc;
+  /* what the loader would refuse is never written */
+  for (size_t i = 0; i < n; i++)
+    if (!titans__ck_finite(list[i].data, list[i].count)) {
+      titans__error(s->error, TITANS_ERR_STATE, "session save: state tensor '%s' holds NaN or Inf", list[i].name);
+      titans_free(list);
+      return TITANS_ERR_STATE;
+    }
   titans__ck_hex64(hash, titans_model_hash(s->model));
   rc = titans__ck_add_common_meta(w, &s->model->cfg, "session", NULL);
   if (!rc) rc = titans_st_writer_add_meta(w, "model_hash", hash);
@@ -8957,10 +9205,44 @@ TITANSDEF int titans_session_write(titans_session *s, titans_st_writer *w) {
   return TITANS_OK;
 }
 
-/* Checks the file against the session, then copies: nothing is written into s before all is valid. */
-static int titans__ck_session_read(titans_session *s, titans_st_reader *r, titans_tensor_ref *list, size_t n, char *err) {
+/* The file's position: checked, then the KV caches are sized for it once the file is known to hold
+   those rows (so a hostile position cannot make the session allocate what the file does not hold). */
+static int titans__ck_session_position(titans_session *s, titans_st_reader *r, char *err) {
+  const titans_config *c = &s->model->cfg;
+  float code[3];
+  size_t three = 3;
+  const titans_st_tensor *t = titans_st_find(r, "position");
+  if (!t || t->dtype != TITANS_ST_F32 || t->ndim != 1 || t->shape[0] != 3)
+    return titans__error(err, TITANS_ERR_FORMAT, "state tensor 'position' is missing or not F32 [3]");
+  int rc = titans_st_read_f32(r, "position", code, 1, &three);
+  if (rc) return titans__error(err, rc, "%s", r->error);
+  long long pos = titans__position_decode(code);
+  if (pos < 0) return titans__error(err, TITANS_ERR_FORMAT, "state tensor 'position' is not a position in 0..2^62");
+  size_t want = ((size_t)c->n_persist + titans__session_kv_rows(c, pos)) * (size_t)c->d;
+  for (int l = 0; l < c->n_layers; l++) {
+    if (!s->layers[l].has_kv) continue;
+    char name[96];
+    titans__layer_prefix(name, l);
+    size_t pl = strlen(name);
+    for (int kv = 0; kv < 2; kv++) {
+      memcpy(name + pl, kv ? "kv.v" : "kv.k", 5);
+      t = titans_st_find(r, name);
+      if (!t || t->dtype != TITANS_ST_F32 || t->ndim != 1 || t->shape[0] != want)
+        return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is missing or not F32 [%zu] (position %lld)", name,
+                             want, pos);
+    }
+  }
+  if ((rc = titans_session_state_prepare(s, pos)) != 0) return titans__error(err, rc, "%s", s->error);
+  return TITANS_OK;
+}
+
+/* Checks the file against the session, then copies: nothing but the KV caches' size is changed in s
+   before all is valid. */
+static int titans__ck_session_read(titans_session *s, titans_st_reader *r, char *err) {
   char mine[1024], theirs[1024], hash[17];
   titans_config fcfg;
+  titans_tensor_ref *list = NULL;
+  size_t n = 0;
   int rc = titans__ck_check_header(r, "session", err);
   if (rc) return rc;
   if ((rc = titans_config_from_json(&fcfg, titans_st_meta(r, "config"), err)) != 0) return rc;
@@ -8972,33 +9254,33 @@ static int titans__ck_session_read(titans_session *s, titans_st_reader *r, titan
   if (!fhash || strcmp(fhash, hash) != 0)
     return titans__error(err, TITANS_ERR_FORMAT, "the state was saved from other weights (model hash %.16s, this model %s)",
                          fhash ? fhash : "missing", hash);
-  if (r->n_tensors != n) return titans__error(err, TITANS_ERR_FORMAT, "the file has %zu state tensors, the session %zu", r->n_tensors, n);
-  for (size_t i = 0; i < n; i++) {
+  if ((rc = titans__ck_session_position(s, r, err)) != 0) return rc;
+  if ((rc = titans__ck_state_list(s, &list, &n)) != 0) return titans__error(err, rc, "%s", s->error);
+  if (r->n_tensors != n) rc = titans__error(err, TITANS_ERR_FORMAT, "the file has %zu state tensors, the session %zu", r->n_tensors, n);
+  for (size_t i = 0; i < n && !rc; i++) {
     const titans_st_tensor *t = titans_st_find(r, list[i].name);
-    if (!t) return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is missing", list[i].name);
-    if (t->dtype != TITANS_ST_F32 || t->ndim != 1 || t->shape[0] != list[i].count)
-      return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is not F32 [%zu]", list[i].name, list[i].count);
+    if (!t) rc = titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is missing", list[i].name);
+    else if (t->dtype != TITANS_ST_F32 || t->ndim != 1 || t->shape[0] != list[i].count)
+      rc = titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is not F32 [%zu]", list[i].name, list[i].count);
   }
   /* all names found and the counts agree: no tensor is left over. Copy (bit-exact, any host order) */
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n && !rc; i++) {
     if ((rc = titans_st_read_f32(r, list[i].name, list[i].data, 1, &list[i].count)) != 0)
-      return titans__error(err, rc, "%s", r->error);
-    if (!titans__ck_finite(list[i].data, list[i].count))
-      return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' holds NaN or Inf", list[i].name);
+      titans__error(err, rc, "%s", r->error);
+    else if (!titans__ck_finite(list[i].data, list[i].count))
+      rc = titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' holds NaN or Inf", list[i].name);
   }
+  titans_free(list);
+  if (rc) return rc;
   if ((rc = titans_session_state_loaded(s)) != 0) return titans__error(err, rc, "%s", s->error);
   return TITANS_OK;
 }
 
 TITANSDEF int titans_session_read(titans_session *s, titans_st_reader *r) {
-  titans_tensor_ref *list = NULL;
-  size_t n = 0;
   char err[TITANS_ERR_MSG_SIZE];
-  int rc = titans__ck_state_list(s, &list, &n);
-  if (rc) return rc;
-  rc = titans__ck_session_read(s, r, list, n, err);
-  titans_free(list);
+  int rc = titans__ck_session_read(s, r, err);
   if (rc) {
+    /* back to a new session; if even that fails, the session stays broken (feed refuses it) */
     titans_session_reset(s);
     return titans__error(s->error, rc, "session load: %s", err);
   }
@@ -9044,6 +9326,25 @@ static long long titans__ck_get_u63(const float *in) {
   return v >> 62 ? -1 : (long long)v;
 }
 
+/* out = decimal digits of v (no stdio needed); out holds at least 21 chars. */
+static void titans__ck_decimal(char *out, uint64_t v) {
+  char digits[21];
+  int n = 0;
+  do {
+    digits[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v > 0);
+  for (int i = 0; i < n; i++) out[i] = digits[n - 1 - i];
+  out[n] = 0;
+}
+
+/* out = "stream.layers.<l>.mem" */
+static void titans__ck_stream_mem_name(char *out, int l) {
+  memcpy(out, "stream.", 7);
+  titans__layer_prefix(out + 7, l);
+  strcat(out, "mem");
+}
+
 /* Floats staged for a writer: "stream.position" [4] (position, ended), "stream.rows" [B, 5] (fresh, SWA
    tail rows, row position), one "stream.layers.{l}.mem" per memory layer; the SWA tails go as they are. */
 static size_t titans__stream_staged_floats(const titans_stream *s, size_t *mem_floats) {
@@ -9071,7 +9372,7 @@ TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w) {
     titans__ck_put_u63(rows + 5 * b + 2, (uint64_t)s->row_position[b]);
   }
   titans__ck_hex64(hash, titans_model_hash(s->model));
-  snprintf(batch, sizeof batch, "%zu", B);
+  titans__ck_decimal(batch, B);
   int rc = titans__ck_add_common_meta(w, c, "stream", NULL);
   if (!rc) rc = titans_st_writer_add_meta(w, "model_hash", hash);
   if (!rc) rc = titans_st_writer_add_meta(w, "batch", batch);
@@ -9082,7 +9383,7 @@ TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w) {
   if (!rc) rc = titans_st_writer_add_f32(w, "stream.rows", rows, 2, shape);
   for (int l = 0; s->mem && l < c->n_layers && !rc; l++) {
     titans_mem_state_save(&s->mem[l], mem + (size_t)l * mem_floats);
-    snprintf(name, sizeof name, "stream.layers.%d.mem", l);
+    titans__ck_stream_mem_name(name, l);
     rc = titans_st_writer_add_f32(w, name, mem + (size_t)l * mem_floats, 1, &mem_floats);
   }
   shape[0] = titans__stream_tail_floats(s);
@@ -9108,7 +9409,7 @@ static int titans__ck_stream_check(titans_stream *s, titans_st_reader *r, char *
   if (!fhash || strcmp(fhash, hash) != 0)
     return titans__error(err, TITANS_ERR_FORMAT, "the stream was saved with other weights (model hash %.16s, this model %s)",
                          fhash ? fhash : "missing", hash);
-  snprintf(batch, sizeof batch, "%zu", B);
+  titans__ck_decimal(batch, B);
   if (!fbatch || strcmp(fbatch, batch) != 0)
     return titans__error(err, TITANS_ERR_FORMAT, "the stream has %.20s rows, this one %zu", fbatch ? fbatch : "no", B);
   size_t want = 2 + (s->mem ? (size_t)c->n_layers : 0) + (s->attn_tail ? 1 : 0);
@@ -9143,7 +9444,7 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
   shape[0] = B;
   if (!rc) rc = titans_st_read_f32(r, "stream.rows", rows, 2, shape);
   for (int l = 0; s->mem && l < c->n_layers && !rc; l++) {
-    snprintf(name, sizeof name, "stream.layers.%d.mem", l);
+    titans__ck_stream_mem_name(name, l);
     rc = titans_st_read_f32(r, name, mem + (size_t)l * mem_floats, 1, &mem_floats);
   }
   if (!rc && tail) rc = titans_st_read_f32(r, "stream.attn_tail", buf + n, 1, &tail);

@@ -214,7 +214,7 @@ static int bm_train(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int 
 
 /* One stream of n tokens, one per call, logits [V] after each. Returns seconds, < 0 on error. */
 static double bm_stream(titans_session *s, const int *tokens, size_t n, float *logits) {
-  titans_session_reset(s);
+  if (titans_session_reset(s)) return -1.0;
   double t0 = bm_now();
   for (size_t i = 0; i < n; i++)
     if (titans_session_feed(s, &tokens[i], 1, logits)) return -1.0;

@@ -74,15 +74,26 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
-/* The whole file; NULL (errno set) when it cannot be read. */
-static char *read_file(const char *path, size_t *size) {
+/* The most --data reads by default: 1 GiB (the tokens take 4 bytes per byte of text on top of it). */
+#define DATA_MAX_BYTES (1L << 30)
+
+/* The whole file, at most max bytes; NULL (errno set: EFBIG when it holds more) when it cannot be
+   read. Reads in pieces, so a file that never ends (/dev/zero) stops at the cap. */
+static char *read_file(const char *path, size_t *size, size_t max) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   size_t cap = 1 << 16, n = 0;
   char *buf = (char *)xmalloc(cap);
   for (;;) {
+    if (n > max) {
+      fclose(f);
+      free(buf);
+      errno = EFBIG;
+      return NULL;
+    }
     if (n == cap) {
-      char *nb = (char *)realloc(buf, cap *= 2);
+      cap = cap > max / 2 ? max + 1 : 2 * cap; /* max + 1: room to see that the file holds more */
+      char *nb = (char *)realloc(buf, cap);
       if (!nb) fail("out of memory reading %s", path);
       buf = nb;
     }
@@ -509,8 +520,13 @@ static int write_svg(const char *path, const series *train, const series *val, c
     remove(tmp);
     return -1;
   }
-  remove(path); /* rename cannot replace a file on Windows */
-  return rename(tmp, path) == 0 ? 0 : -1;
+  /* rename replaces the old file atomically (POSIX): a reader sees the old plot or the new one */
+  if (rename(tmp, path) == 0) return 0;
+#ifdef _WIN32
+  if (remove(path) == 0 && rename(tmp, path) == 0) return 0; /* Windows' rename does not replace */
+#endif
+  remove(tmp);
+  return -1;
 }
 
 /* ---- generation --------------------------------------------------------------------------------- */
@@ -527,7 +543,8 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
   if (n_prompt == 0) prompt = &nl, n_prompt = 1;
   if (titans_session_feed(s, prompt, n_prompt, logits) != TITANS_OK) fail("generate: %s", s->error);
   for (long i = 0; i < n; i++) {
-    int id = titans_sample(logits, V, temperature, top_k, top_p, &rng);
+    int id, rc = titans_sample_ex(logits, V, temperature, top_k, top_p, &rng, &id);
+    if (rc != TITANS_OK) fail("generate: sampling: %s", titans_status_string(rc));
     char bytes[16];
     size_t nb;
     if (titans_tokenizer_decode(tok, bytes, sizeof bytes, &nb, &id, 1) != TITANS_OK) fail("generate: %s", tok->error);
@@ -544,6 +561,7 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
 
 typedef struct train_opts {
   const char *data, *out, *prompt;
+  long data_max; /* the most bytes --data reads */
   int block, d, layers, heads, mem_heads, mem_depth, chunk, segment, window, persist, ffn;
   long seq, batch, steps, warmup, val_every, val_batches, save_every, log_every, sample_len, stop_at;
   double lr, temperature, theta_max;
@@ -561,6 +579,7 @@ static void help_train(void) {
   printf("usage: ./titans train [options]   (./titans with no arguments trains with the defaults)\n"
          "Trains a byte-level language model on a text file and prints a sample at the end.\n"
          "  --data FILE         text to learn (default: the built-in text, examples/default_text.h)\n"
+         "  --data-max N        refuse a --data file of more than N bytes (2^30 = 1 GiB)\n"
          "  --block KIND        mag | mac | mal | lmm | attn | swa (default mag)\n"
          "  --d N               model width (128)\n"
          "  --layers N          blocks (2)\n"
@@ -613,6 +632,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
      (docs/long_context.md), while every memory kind trained on independent 128-token windows gets
      worse the further it reads. */
   o->block = TITANS_BLOCK_MAG;
+  o->data_max = DATA_MAX_BYTES;
   o->d = 128;
   o->layers = 2;
   o->mem_heads = 4;
@@ -642,6 +662,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   for (a.i = 0; a.i < argc; a.i++) {
     const char *s = argv[a.i];
     if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
+    else if (!strcmp(s, "--data-max")) o->data_max = arg_long(&a, s, 1, 1L << 30);
     else if (!strcmp(s, "--out")) o->out = arg_value(&a, s);
     else if (!strcmp(s, "--prompt")) o->prompt = arg_value(&a, s);
     else if (!strcmp(s, "--block")) {
@@ -692,6 +713,12 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   }
   if (o->warmup < 0) o->warmup = o->steps / 10;
   if (o->log_every < 0) o->log_every = o->steps / 50 > 0 ? o->steps / 50 : 1;
+  /* the memory's head width is d / mem-heads: refuse what would have to be rounded */
+  int has_mem = o->block == TITANS_BLOCK_MAC || o->block == TITANS_BLOCK_MAG || o->block == TITANS_BLOCK_MAL ||
+                o->block == TITANS_BLOCK_LMM;
+  if (has_mem && o->d % o->mem_heads != 0)
+    usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
+               o->d);
   if (o->doc_len > 0 && o->task >= 0) usage_fail("train", "--doc-len reads plain text: it does not go with --task");
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
@@ -717,7 +744,7 @@ static titans_config train_config_of(const train_opts *o) {
   c.window = o->window;
   c.segment = o->segment;
   c.mem.heads = o->mem_heads;
-  c.mem.head_dim = o->d / o->mem_heads > 0 ? o->d / o->mem_heads : 1;
+  c.mem.head_dim = o->d % o->mem_heads == 0 ? o->d / o->mem_heads : 0; /* 0: refused by titans_config_check */
   c.mem.depth = o->mem_depth;
   c.mem.chunk = o->chunk;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
@@ -846,7 +873,8 @@ static int cmd_train(int argc, char **argv) {
   char *buf = NULL;
   size_t len = 0;
   if (o.data) {
-    buf = read_file(o.data, &len);
+    buf = read_file(o.data, &len, (size_t)o.data_max);
+    if (!buf && errno == EFBIG) fail("%s holds more than %ld bytes, the most --data reads (--data-max)", o.data, o.data_max);
     if (!buf) fail("cannot read %s: %s", o.data, strerror(errno));
   } else {
     len = default_text_size();
@@ -1106,7 +1134,8 @@ static void dataset_load(dataset *ds, titans_tokenizer *tok, const char *path) {
   char *buf;
   size_t len = 0;
   if (path) {
-    buf = read_file(path, &len);
+    buf = read_file(path, &len, (size_t)DATA_MAX_BYTES);
+    if (!buf && errno == EFBIG) fail("%s holds more than %ld bytes, the most --data reads", path, DATA_MAX_BYTES);
     if (!buf) fail("cannot read %s: %s", path, strerror(errno));
   } else {
     len = default_text_size();

@@ -20,6 +20,7 @@ try "C11 implementation, no SIMD, no OpenMP" $CC -std=c11 $W -DTITANS_NO_SIMD -c
 try "C11 implementation, generic x86-64 (no -march)" $CC -std=c11 $W -c "$tmp/impl.c" -o "$tmp/c.o"
 try "C11 declarations only" $CC -std=c11 $W -c "$tmp/decl.c" -o "$tmp/d.o"
 try "C11 TITANS_STATIC" $CC -std=c11 $W -march=native -c "$tmp/static.c" -o "$tmp/e.o"
+try "C11 TITANS_NO_FSYNC, TITANS_NO_STDIO" $CC -std=c11 $W -DTITANS_NO_FSYNC -DTITANS_NO_STDIO -c "$tmp/impl.c" -o "$tmp/e2.o"
 try "C++17 implementation" $CXX -std=c++17 $W -march=native -fopenmp -c "$tmp/impl.cpp" -o "$tmp/f.o"
 try "C++17 implementation at -O2 (inlining warnings)" $CXX -std=c++17 $W -O2 -march=native -fopenmp -c "$tmp/impl.cpp" -o "$tmp/f2.o"
 try "C11 implementation at -O2 (inlining warnings)" $CC -std=c11 $W -O2 -march=native -fopenmp -c "$tmp/impl.c" -o "$tmp/a2.o"

@@ -122,6 +122,33 @@ rc=$(run "$bin" needle --model full/model.safetensors --len 64)
 check "needle shorter than a task needs: exit 2 with a message (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'at least' err.txt"
 rc=$(run "$bin" needle --model missing.safetensors)
 check "needle with a missing model: exit 1 (rc=$rc)" [ "$rc" = 1 ]
+rc=$(run "$bin" train --data /dev/zero --data-max 100000 --out zero)
+check "--data larger than --data-max (here /dev/zero): exit 1 with a message (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'more than 100000 bytes' err.txt"
+rc=$(run "$bin" train --mem-heads 32 --d 16 --out heads)
+check "--mem-heads 32 --d 16 (head width 0.5): exit 2, not rounded (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'does not divide' err.txt"
+rc=$(run "$bin" train --mem-heads 3 --d 32 --out heads)
+check "--mem-heads 3 --d 32: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+
+# A memory state near the float range is legal (finite) and loads, but the next tokens overflow:
+# generate must fail (non-zero) and keep the old state file, not write one it would refuse.
+cp mem.safetensors huge.safetensors
+hlen=$(od -An -tu8 -N8 huge.safetensors | tr -d ' ')
+span=$(head -c $((8 + hlen)) huge.safetensors | tail -c "$hlen" | \
+  sed -n 's/.*"layers\.0\.mem\.state":{[^}]*"data_offsets":\[\([0-9]*\),\([0-9]*\)\].*/\1 \2/p')
+set -- $span
+if [ -n "${2:-}" ]; then
+  n=$((($2 - $1) / 4)); : > big.bin; k=0
+  while [ $k -lt "$n" ]; do printf '\346\261\141\177' >> big.bin; k=$((k + 1)); done # 3e38 as f32 LE
+  dd if=big.bin of=huge.safetensors bs=1 seek=$((8 + hlen + $1)) conv=notrunc 2>/dev/null
+fi
+check "  (the state file's layers.0.mem.state found and overwritten with 3e38)" [ -n "${2:-}" ]
+cp huge.safetensors huge_before.safetensors
+rc=$(run "$bin" generate $gen --prompt "The" --state huge.safetensors)
+check "a state that overflows at the next token: exit 1 (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'NaN or Inf' err.txt"
+check "  and the old state file is kept, unchanged" cmp -s huge.safetensors huge_before.safetensors
+
 rc=$(run "$bin" frobnicate)
 check "an unknown command: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" help)

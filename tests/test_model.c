@@ -163,29 +163,31 @@ static void test_causality_and_sessions(int kind) {
   /* fork: a copy continues like the original; reset starts over */
   titans_session fork;
   titans_session_init(&fork, &m);
-  titans_session_reset(&ss);
+  rc = titans_session_reset(&ss);
+  th_check(rc == TITANS_OK, "%s: session reset returns TITANS_OK", titans_block_name(kind));
   titans_session_feed(&ss, tok, 7, NULL);
   titans_session_copy(&fork, &ss);
   titans_session_feed(&ss, tok + 7, T - 7, a);
   titans_session_feed(&fork, tok + 7, T - 7, b);
   int same_fork = memcmp(a, b, V * sizeof(float)) == 0;
-  titans_session_reset(&fork);
-  titans_session_feed(&fork, tok, T, b);
-  th_check(same_fork && memcmp(a, b, V * sizeof(float)) == 0,
+  rc = titans_session_reset(&fork);
+  rc = rc ? rc : titans_session_feed(&fork, tok, T, b);
+  th_check(rc == TITANS_OK && same_fork && memcmp(a, b, V * sizeof(float)) == 0,
            "%s: a forked session continues bit-identically; a reset one starts over", titans_block_name(kind));
   /* the state as named tensors: copy them into a fresh session, continue identically */
   titans_session other;
   titans_session_init(&other, &m);
   titans_tensor_ref r1[64], r2[64];
-  titans_session_reset(&ss);
-  titans_session_feed(&ss, tok, 9, NULL);
+  rc = titans_session_reset(&ss);
+  rc = rc ? rc : titans_session_feed(&ss, tok, 9, NULL);
+  rc = rc ? rc : titans_session_state_prepare(&other, ss.position); /* the KV tensors' sizes depend on it */
   size_t n1 = titans_session_state(&ss, r1, 64), n2 = titans_session_state(&other, r2, 64);
   int ok = n1 == n2;
   for (size_t i = 0; ok && i < n1; i++) {
     ok = strcmp(r1[i].name, r2[i].name) == 0 && r1[i].count == r2[i].count;
     if (ok) memcpy(r2[i].data, r1[i].data, r1[i].count * sizeof(float));
   }
-  rc = ok ? titans_session_state_loaded(&other) : -1;
+  rc = ok && !rc ? titans_session_state_loaded(&other) : -1;
   titans_session_feed(&ss, tok + 9, T - 9, a);
   titans_session_feed(&other, tok + 9, T - 9, b);
   th_check(rc == 0 && memcmp(a, b, V * sizeof(float)) == 0,
