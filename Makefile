@@ -1,5 +1,6 @@
 # titans.h build: `make` builds the examples, `make check` builds and runs every test,
-# `make check-all` also runs the variants CI runs, `make bench` runs the benchmarks.
+# `make check-all` also runs the variants CI runs, `make bench` runs the benchmarks,
+# `make install PREFIX=/usr/local` installs titans.h, the titans program and titans.pc (`make uninstall`).
 CC      ?= cc
 CXX     ?= c++
 OPT     ?= -O3 -march=native
@@ -13,16 +14,21 @@ HEADER   := titans.h
 TESTS    := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/bench_*.c))
 EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))
+# the README's programs, run by make check (tests/test_readme.sh)
+README_PROGRAMS := $(BUILD)/readme_quickstart $(BUILD)/readme_memory
+PREFIX  ?= /usr/local
+VERSION := $(shell sed -n 's/^\#define TITANS_VERSION "\(.*\)"/\1/p' $(HEADER))
 
-.PHONY: all check check-o2 check-noomp check-nosimd check-asan check-clang-asan check-all bench fuzz fuzz-check clean
+.PHONY: all install uninstall check check-o2 check-noomp check-nosimd check-asan check-clang-asan check-all bench fuzz fuzz-check clean
 
 all: $(EXAMPLES)
 
 %: examples/%.c $(wildcard examples/*.h) $(HEADER)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-# the example program, built per variant for the smoke test (tests/test_examples.sh)
-$(BUILD)/titans: examples/titans.c $(wildcard examples/*.h) $(HEADER)
+# the example program and the README's programs, built per variant for the smoke tests
+# (tests/test_examples.sh, tests/test_readme.sh)
+$(BUILD)/titans $(README_PROGRAMS): $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
@@ -37,7 +43,7 @@ $(BUILD)/bench_%: bench/bench_%.c $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(BENCH_LIBS)
 
-check: $(TESTS) $(BUILD)/titans
+check: $(TESTS) $(BUILD)/titans $(README_PROGRAMS)
 	@sh tests/compile_test.sh
 	@sh tests/run.sh $(BUILD)
 
@@ -85,6 +91,18 @@ fuzz-check:
 
 bench: $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+
+# the header, the program (of $(BUILD)) and a pkg-config file: cc $$(pkg-config --cflags --libs titans)
+install: $(BUILD)/titans
+	mkdir -p $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	cp $(HEADER) $(DESTDIR)$(PREFIX)/include/titans.h
+	cp $(BUILD)/titans $(DESTDIR)$(PREFIX)/bin/titans
+	printf 'prefix=%s\nincludedir=$${prefix}/include\n\nName: titans\nDescription: %s\nVersion: %s\nCflags: -I$${includedir}\nLibs: -lm\n' \
+	  '$(PREFIX)' 'Titans sequence models in one C11 header (define TITANS_IMPLEMENTATION in one file)' '$(VERSION)' \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/titans.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/include/titans.h $(DESTDIR)$(PREFIX)/bin/titans $(DESTDIR)$(PREFIX)/lib/pkgconfig/titans.pc
 
 clean:
 	rm -rf build $(EXAMPLES)

@@ -819,7 +819,14 @@ typedef struct titans_train_config {
   float clip;          /* global gradient-norm clip (1.0; 0 = none) */
 } titans_train_config;
 
+/* The defaults: peak lr 4e-4 reached by a linear warm-up over 100 steps, then a cosine down to min_lr =
+   4e-5 at step 10,000 (min_lr after it), AdamW with weight decay 0.1 on matrices, betas 0.9 / 0.95, eps
+   1e-8, gradient norm clipped at 1. titans_trainer_init(t, m, NULL) uses them. They suit a run of about
+   10,000 steps: a shorter run barely leaves the peak, so size the schedule to the run (below). */
 TITANSDEF titans_train_config titans_train_config_default(void);
+/* The defaults with the schedule sized for a run of `steps` optimizer steps: warm-up steps / 10, the
+   cosine ending at `steps`. */
+TITANSDEF titans_train_config titans_train_config_for_steps(long steps);
 /* The learning rate of step s (0-based): linear warm-up, then cosine down to min_lr. */
 TITANSDEF float titans_lr_at(const titans_train_config *tc, long step);
 
@@ -6736,6 +6743,13 @@ TITANSDEF titans_train_config titans_train_config_default(void) {
   t.beta2 = 0.95f;
   t.eps = 1e-8f;
   t.clip = 1.0f;
+  return t;
+}
+
+TITANSDEF titans_train_config titans_train_config_for_steps(long steps) {
+  titans_train_config t = titans_train_config_default();
+  t.warmup_steps = steps / 10;
+  t.total_steps = steps;
   return t;
 }
 

@@ -12,7 +12,7 @@
    checkpoint; the data sampler draws the batch of step s from (seed, s) alone, so a run resumed from
    step s is bit-identical to one that never stopped. The retrieval tasks of needle and train --task are
    in longctx.h. See docs/usage.md, docs/checkpoints.md and docs/long_context.md. */
-#define _POSIX_C_SOURCE 200809L /* mkdir */
+#define _POSIX_C_SOURCE 200809L /* mkdir, rmdir, stat */
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
 #include "default_text.h"
@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +29,15 @@
 #include <time.h>
 #ifdef _WIN32
 #include <direct.h>
+#include <sys/stat.h>
+#ifndef S_ISDIR
+#define S_ISDIR(mode) (((mode) & _S_IFMT) == _S_IFDIR)
+#endif
 #else
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 #endif
 #ifdef _OPENMP
 #include <omp.h>
@@ -118,13 +124,41 @@ static int file_exists(const char *path) {
   return f != NULL;
 }
 
-static void make_dir(const char *path) {
-#ifdef _WIN32
-  int rc = _mkdir(path);
-#else
-  int rc = mkdir(path, 0777);
-#endif
-  if (rc != 0 && errno != EEXIST) fail("cannot create the directory %s: %s", path, strerror(errno));
+/* Exits (1) unless path can be read and starts as a safetensors file does: an 8-byte little-endian header
+   length within the limit and the file, then a JSON object. The message says what the file is not. */
+static void check_safetensors_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) fail("cannot read %s: %s", path, strerror(errno));
+  unsigned char head[9];
+  size_t got = fread(head, 1, sizeof head, f);
+  int err = ferror(f) ? errno : 0;
+  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  fclose(f);
+  if (err || size < 0) fail("cannot read %s: %s", path, strerror(err ? err : EIO)); /* e.g. a directory */
+  if (got < 8) fail("%s is not a safetensors file (%zu bytes, fewer than the 8 of the header length)", path, got);
+  unsigned long long header_len = 0;
+  for (int i = 7; i >= 0; i--) header_len = header_len << 8 | head[i];
+  if (header_len > TITANS_ST_MAX_HEADER)
+    fail("%s is not a safetensors file (header length %llu is over the limit of %u bytes)", path, header_len,
+         (unsigned)TITANS_ST_MAX_HEADER);
+  if (header_len > (unsigned long long)size - 8)
+    fail("%s is truncated or not a safetensors file (header length %llu, but the file has %ld bytes)", path,
+         header_len, size);
+  if (got < 9 || head[8] != '{') fail("%s is not a safetensors file (its header is not a JSON object)", path);
+}
+
+/* Exits (1) with a library message about the file at path, naming the file once: the reader's messages
+   start with the path already ("path: safetensors: ..."), the checkpoint checks' do not. */
+static void fail_file(const char *path, const char *msg) {
+  size_t n = strlen(path);
+  if (!strncmp(msg, path, n) && !strncmp(msg + n, ": ", 2)) msg += n + 2;
+  fail("%s: %s", path, msg);
+}
+
+/* A model (or trainer) checkpoint and its tokenizer; exits (1) with a message naming the file when it is not one. */
+static void load_model(titans_model *m, titans_tokenizer *tok, const char *path) {
+  check_safetensors_file(path);
+  if (titans_model_load_ex(m, tok, NULL, path) != TITANS_OK) fail_file(path, m->error);
 }
 
 static char *path_join(const char *dir, const char *name) {
@@ -134,6 +168,67 @@ static char *path_join(const char *dir, const char *name) {
   p[a] = '/';
   memcpy(p + a + 1, name, b + 1);
   return p;
+}
+
+/* Directories made by make_dirs in this run, outermost first. At exit the ones still empty are removed,
+   so a run that failed before writing anything leaves no folder behind. */
+#define MAX_CREATED_DIRS 64
+static char *created_dirs[MAX_CREATED_DIRS];
+static int n_created_dirs;
+
+static void remove_empty_created_dirs(void) {
+  for (int i = n_created_dirs - 1; i >= 0; i--) {
+#ifdef _WIN32
+    _rmdir(created_dirs[i]); /* fails, harmlessly, when something was written into it */
+#else
+    rmdir(created_dirs[i]);
+#endif
+    free(created_dirs[i]);
+  }
+  n_created_dirs = 0;
+}
+
+static int is_directory(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* mkdir -p: creates path and its missing parents, remembering what it created (see above). */
+static void make_dirs(const char *path) {
+  size_t n = strlen(path);
+  char *prefix = (char *)xmalloc(n + 1);
+  memcpy(prefix, path, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (i < n && prefix[i] != '/') continue;
+    if (prefix[i - 1] == '/') continue; /* "a//b" or a trailing slash */
+    char saved = prefix[i];
+    prefix[i] = 0;
+#ifdef _WIN32
+    int rc = _mkdir(prefix);
+#else
+    int rc = mkdir(prefix, 0777);
+#endif
+    if (rc == 0 && n_created_dirs < MAX_CREATED_DIRS) {
+      if (n_created_dirs == 0) atexit(remove_empty_created_dirs);
+      created_dirs[n_created_dirs] = (char *)xmalloc(i + 1);
+      memcpy(created_dirs[n_created_dirs++], prefix, i + 1);
+    } else if (rc != 0 && errno != EEXIST) fail("cannot create the directory %s: %s", prefix, strerror(errno));
+    else if (rc != 0 && !is_directory(prefix)) fail("cannot create the directory %s: %s is a file", path, prefix);
+    prefix[i] = saved;
+  }
+  free(prefix);
+}
+
+/* Fails unless a file can be created, written and closed in dir: found now, not after the training. */
+static void check_writable_dir(const char *dir) {
+  char *probe = path_join(dir, ".titans-write-test");
+  FILE *f = fopen(probe, "wb");
+  int ok = f != NULL && fputc('x', f) != EOF;
+  if (f && fclose(f) != 0) ok = 0;
+  int err = errno;
+  remove(probe);
+  free(probe);
+  if (!ok) fail("cannot write in the directory %s: %s", dir, strerror(err));
 }
 
 static uint64_t fnv1a(const void *data, size_t n) {
@@ -557,6 +652,51 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
 
 /* ---- train ------------------------------------------------------------------------------------ */
 
+/* SIGINT / SIGTERM during training only set this flag (the signal's number); the training loop sees it
+   after its current step, saves a checkpoint and exits with 128 + the number. */
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+  stop_signal = sig;
+  signal(sig, SIG_DFL); /* a second Ctrl-C ends the program at once; the last checkpoint stays intact */
+}
+
+static const char *program_path = "./titans"; /* argv[0], for the --resume command we print */
+
+/* One argument as the shell reads it back: as is when it is plain, else in single quotes. */
+static void print_shell_word(FILE *f, const char *w) {
+  int plain = *w != 0;
+  for (const char *c = w; *c; c++)
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%", *c)) plain = 0;
+  if (plain) {
+    fputs(w, f);
+    return;
+  }
+  fputc('\'', f);
+  for (const char *c = w; *c; c++)
+    if (*c == '\'') fputs("'\\''", f);
+    else fputc(*c, f);
+  fputc('\'', f);
+}
+
+/* The command that continues this run: the same arguments without --stop-at, and --resume. */
+static void print_resume_command(FILE *f, int argc, char **argv) {
+  int has_resume = 0;
+  fputs("  ", f);
+  print_shell_word(f, program_path);
+  fputs(" train", f);
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--stop-at")) {
+      i++;
+      continue;
+    }
+    if (!strcmp(argv[i], "--resume")) has_resume = 1;
+    fputc(' ', f);
+    print_shell_word(f, argv[i]);
+  }
+  fputs(has_resume ? "\n" : " --resume\n", f);
+}
+
 #define MAX_STAGES 32 /* of a --lens curriculum */
 
 typedef struct train_opts {
@@ -597,7 +737,8 @@ static void help_train(void) {
          "  --seed S            seed of the weights and of the data sampler (1234)\n"
          "  --val-every N       validation loss on the held-out last 10%% every N steps (100; 0 = only at the end)\n"
          "  --val-batches N     batches per validation (4)\n"
-         "  --save-every N      checkpoint every N steps (0 = only at the end)\n"
+         "  --save-every N      checkpoint every N steps (steps / 10, at least 1; 0 = only at the end);\n"
+         "                      Ctrl-C or SIGTERM also saves, after the current step\n"
          "  --log-every N       progress line every N steps (steps / 50)\n"
          "  --out DIR           where model.safetensors, trainer.safetensors and loss.svg go (out)\n"
          "  --resume            continue from DIR/trainer.safetensors (same data and options: bit-identical\n"
@@ -655,6 +796,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->val_every = 100;
   o->val_batches = 4;
   o->log_every = -1;
+  o->save_every = -1;
   o->sample_len = 400;
   o->temperature = 0.8;
   o->task = -1;
@@ -712,6 +854,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     } else usage_fail("train", "unknown option '%s'", s);
   }
   if (o->warmup < 0) o->warmup = o->steps / 10;
+  if (o->save_every < 0) o->save_every = o->steps / 10 > 0 ? o->steps / 10 : 1; /* lose at most a tenth of a run */
+  if (o->stop_at && o->stop_at >= o->steps) usage_fail("train", "--stop-at %ld is not before the last step (--steps %ld)", o->stop_at, o->steps);
   if (o->log_every < 0) o->log_every = o->steps / 50 > 0 ? o->steps / 50 : 1;
   /* the memory's head width is d / mem-heads: refuse what would have to be rounded */
   int has_mem = o->block == TITANS_BLOCK_MAC || o->block == TITANS_BLOCK_MAG || o->block == TITANS_BLOCK_MAL ||
@@ -850,10 +994,15 @@ static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const trai
                             const char *svg_path, titans_stream *stream, const char *stream_path) {
   char *meta = train_meta(o, ds, train, val), small[256], title[256];
   snprintf(small, sizeof small, "program=titans train\nstep=%ld\ndata=%s\n", t->step, ds->name);
-  /* the stream first: a trainer checkpoint on disk always has the stream state of its step beside it */
-  if (stream && titans_stream_save(stream, stream_path) != TITANS_OK) fail("%s", stream->error);
-  if (titans_trainer_save(t, tok, meta, trainer_path) != TITANS_OK) fail("%s", t->error);
-  if (titans_model_save_ex(t->model, tok, small, model_path) != TITANS_OK) fail("%s", t->model->error);
+  /* the stream first: a trainer checkpoint on disk always has the stream state of its step beside it;
+     a failed save leaves the file of the save before untouched (temporary file, then rename) */
+  if (stream && titans_stream_save(stream, stream_path) != TITANS_OK)
+    fail("%s\n(%s of the save before, if any, is unchanged)", stream->error, stream_path);
+  /* a failed save leaves the file of the save before untouched (temporary file, then rename) */
+  if (titans_trainer_save(t, tok, meta, trainer_path) != TITANS_OK)
+    fail("%s\n(%s of the save before, if any, is unchanged)", t->error, trainer_path);
+  if (titans_model_save_ex(t->model, tok, small, model_path) != TITANS_OK)
+    fail("%s\n(%s of the save before, if any, is unchanged)", t->model->error, model_path);
   snprintf(title, sizeof title, "%s, d = %d, %d layers: loss on %s", titans_block_name(t->model->cfg.block),
            t->model->cfg.d, t->model->cfg.n_layers, ds->name);
   if (write_svg(svg_path, train, val, title) != 0) fail("cannot write %s: %s", svg_path, strerror(errno));
@@ -896,7 +1045,6 @@ static int cmd_train(int argc, char **argv) {
   int have_val = ds.n - ds.n_train >= T + 1;
   if (!have_val) fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
 
-  make_dir(o.out);
   char *model_path = path_join(o.out, "model.safetensors"), *trainer_path = path_join(o.out, "trainer.safetensors");
   char *svg_path = path_join(o.out, "loss.svg");
   char *stream_path = path_join(o.out, "stream.safetensors"); /* --doc-len: the rows' carried state */
@@ -908,7 +1056,8 @@ static int cmd_train(int argc, char **argv) {
     char *meta = NULL;
     titans_tokenizer ftok;
     if (!file_exists(trainer_path)) fail("--resume: %s does not exist", trainer_path);
-    if (titans_trainer_load(&tr, &model, &ftok, &meta, trainer_path) != TITANS_OK) fail("%s: %s", trainer_path, tr.error);
+    check_safetensors_file(trainer_path);
+    if (titans_trainer_load(&tr, &model, &ftok, &meta, trainer_path) != TITANS_OK) fail_file(trainer_path, tr.error);
     titans_tokenizer_free(&ftok);
     check_resume_meta(meta, &o, &ds, trainer_path);
     if (!series_parse(&train, meta, "train") || !series_parse(&val, meta, "val"))
@@ -935,9 +1084,15 @@ static int cmd_train(int argc, char **argv) {
     tc.total_steps = o.steps;
     if (titans_trainer_init(&tr, &model, &tc) != TITANS_OK) fail("%s", tr.error);
   }
+  /* everything is checked: now the folder, created with its parents and tried for writing, so a bad --out
+     is found before the first step rather than at the first checkpoint */
+  make_dirs(o.out);
+  check_writable_dir(o.out);
   const titans_config *c = &model.cfg;
-  printf("model: %s, d = %d, %d layers, %d attention heads, %zu parameters; data: %s, %zu tokens (%zu for training)\n",
-         titans_block_name(c->block), c->d, c->n_layers, c->attn_heads, model.n_floats, ds.name, ds.n, ds.n_train);
+  char heads[48] = ""; /* LMM has no attention */
+  if (c->block != TITANS_BLOCK_LMM) snprintf(heads, sizeof heads, " %d attention heads,", c->attn_heads);
+  printf("model: %s, d = %d, %d layers,%s %zu parameters; data: %s, %zu tokens (%zu for training)\n",
+         titans_block_name(c->block), c->d, c->n_layers, heads, model.n_floats, ds.name, ds.n, ds.n_train);
   printf("training: %ld steps of %zu x %zu tokens, lr %g, %d thread%s\n", o.steps, B, T, (double)tr.tc.lr, titans_threads(),
          titans_threads() == 1 ? "" : "s");
   if (o.task >= 0) {
@@ -965,9 +1120,11 @@ static int cmd_train(int argc, char **argv) {
       printf("resumed the rows' memory from %s\n", stream_path);
     }
   }
-  double train_time = 0, t_start = now_seconds(), tokens_done = 0;
+  double train_time = 0, first_step_time = 0, t_start = now_seconds(), tokens_done = 0;
   long first = tr.step, steps_done = 0;
   size_t Tprev = 0;
+  signal(SIGINT, on_stop_signal);
+  signal(SIGTERM, on_stop_signal);
   while (tr.step < o.steps) {
     long step = tr.step; /* 0-based index of this optimizer step */
     float loss;
@@ -991,14 +1148,17 @@ static int cmd_train(int argc, char **argv) {
            "--resume restarts from the last checkpoint.", tr.error);
     if (rc != TITANS_OK) fail("%s", tr.error);
     train_time += now_seconds() - t0;
+    if (steps_done == 0) first_step_time = train_time;
     tokens_done += (double)(Bs * Ts);
     steps_done++;
     series_push(&train, tr.step, loss);
-    int last = tr.step == o.steps, stop = o.stop_at && tr.step == o.stop_at;
+    int last = tr.step == o.steps, stop = o.stop_at && tr.step == o.stop_at, signalled = stop_signal != 0;
     if (tr.step % o.log_every == 0 || last || stop || tr.step == first + 1) {
-      double per_step = train_time / (double)steps_done;
-      char eta[32];
-      fmt_duration(eta, sizeof eta, per_step * (double)(o.steps - tr.step));
+      /* the first step allocates and warms the caches (it took 6x a later one): the ETA leaves it out,
+         and says "--" until two later steps were timed */
+      char eta[32] = "--";
+      if (steps_done >= 3)
+        fmt_duration(eta, sizeof eta, (train_time - first_step_time) / (double)(steps_done - 1) * (double)(o.steps - tr.step));
       printf("step %5ld/%ld  loss %.4f  lr %.2e  %6.0f tok/s  ETA %s\n", tr.step, o.steps, (double)loss,
              (double)tr.last_lr, tokens_done / train_time, eta);
       fflush(stdout);
@@ -1011,14 +1171,25 @@ static int cmd_train(int argc, char **argv) {
     }
     /* an interruption (--stop-at) saves but adds no validation point, so the resumed run's history
        and files are the uninterrupted run's */
-    if ((o.save_every && tr.step % o.save_every == 0) || last || stop)
+    if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled)
       save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, o.doc_len > 0 ? &stream : NULL,
                       stream_path);
     if (stop) {
-      printf("stopped at step %ld (--stop-at); continue with --resume\n", tr.step);
+      printf("stopped at step %ld (--stop-at); continue with\n", tr.step);
+      print_resume_command(stdout, argc, argv);
+      break;
+    }
+    if (signalled && !last) {
+      fflush(stdout);
+      fprintf(stderr, "\ntitans: %s at step %ld of %ld: saved %s and %s; continue with\n",
+              stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)", tr.step, o.steps, model_path,
+              trainer_path);
+      print_resume_command(stderr, argc, argv);
       break;
     }
   }
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   if (steps_done == 0) printf("nothing to do: the checkpoint is already at step %ld of %ld\n", tr.step, o.steps);
   else {
     char took[32];
@@ -1026,7 +1197,8 @@ static int cmd_train(int argc, char **argv) {
     printf("trained %ld steps in %s; wrote %s, %s and %s\n", steps_done, took, model_path, trainer_path, svg_path);
   }
 
-  if (o.sample_len > 0) {
+  int status = stop_signal ? 128 + (int)stop_signal : 0; /* 130 for SIGINT, 143 for SIGTERM, as the shell reports */
+  if (o.sample_len > 0 && !stop_signal) {
     titans_session s;
     size_t n_prompt;
     if (titans_session_init(&s, &model) != TITANS_OK) fail("%s", s.error);
@@ -1051,7 +1223,7 @@ static int cmd_train(int argc, char **argv) {
   titans_trainer_free(&tr);
   titans_model_free(&model);
   titans_tokenizer_free(&tok);
-  return 0;
+  return status;
 }
 
 /* ---- generate ----------------------------------------------------------------------------------- */
@@ -1102,10 +1274,11 @@ static int cmd_generate(int argc, char **argv) {
 #endif
   titans_model model;
   titans_tokenizer tok;
-  if (titans_model_load_ex(&model, &tok, NULL, model_path) != TITANS_OK) fail("%s: %s", model_path, model.error);
+  load_model(&model, &tok, model_path);
   titans_session s;
   if (titans_session_init(&s, &model) != TITANS_OK) fail("%s", s.error);
   if (state_path && file_exists(state_path)) {
+    check_safetensors_file(state_path);
     if (titans_session_load(&s, state_path) != TITANS_OK) fail("%s: %s", state_path, s.error);
     fprintf(stderr, "titans: read the memory state %s (%lld tokens seen)\n", state_path, s.position);
   }
@@ -1170,8 +1343,7 @@ static void model_label(char *out, size_t size, const char *path) {
 static void models_load(model_set *ms) {
   for (size_t i = 0; i < ms->n; i++) {
     titans_tokenizer tok;
-    if (titans_model_load_ex(&ms->model[i], &tok, NULL, ms->path[i]) != TITANS_OK)
-      fail("%s: %s", ms->path[i], ms->model[i].error);
+    load_model(&ms->model[i], &tok, ms->path[i]);
     int byte_level = tok.kind == TITANS_TOKENIZER_BYTE && ms->model[i].cfg.vocab == 256;
     titans_tokenizer_free(&tok);
     if (!byte_level) fail("%s: not a byte-level model (these instruments feed bytes)", ms->path[i]);
@@ -1826,6 +1998,166 @@ static int cmd_needle(int argc, char **argv) {
   return 0;
 }
 
+/* ---- info --------------------------------------------------------------------------------------- */
+
+static void help_info(void) {
+  printf("usage: ./titans info --model FILE | --state FILE\n"
+         "Describes a checkpoint: the configuration and the parameter count of every part (embedding, each\n"
+         "layer's attention, persistent tokens, memory, FFN, norms and gates, head); for a memory state\n"
+         "(generate --state) the tokens seen and the norm of each layer's memory weights and momentum.\n"
+         "  --model FILE        model.safetensors or trainer.safetensors (both may be given)\n"
+         "  --state FILE        a session's memory state\n");
+}
+
+/* 737496 -> "737,496" */
+static void fmt_count(char *out, size_t size, size_t v) {
+  char digits[32];
+  int n = snprintf(digits, sizeof digits, "%zu", v), k = 0;
+  for (int i = 0; i < n && (size_t)k + 2 < size; i++) {
+    if (i > 0 && (n - i) % 3 == 0) out[k++] = ',';
+    out[k++] = digits[i];
+  }
+  out[k] = 0;
+}
+
+/* The parts of a model a parameter may belong to, from its SPEC 6 name. */
+enum { PART_EMBEDDING, PART_ATTENTION, PART_PERSIST, PART_MEMORY, PART_FFN, PART_NORMS, PART_FINAL_NORM, PART_HEAD, PART_COUNT };
+static const char *const part_names[PART_COUNT] = {"embedding", "attention", "persistent tokens", "memory",
+                                                   "FFN", "norms and gates", "final norm", "head"};
+
+/* The part of parameter `name`; *layer is its layer, or -1 outside the layers. */
+static int param_part(const char *name, int *layer) {
+  *layer = -1;
+  if (!strcmp(name, "tok_emb")) return PART_EMBEDDING;
+  if (!strcmp(name, "norm_f")) return PART_FINAL_NORM;
+  if (!strcmp(name, "lm_head")) return PART_HEAD;
+  char *rest;
+  *layer = (int)strtol(name + 7, &rest, 10); /* "layers.{i}.what" */
+  rest++;
+  if (!strncmp(rest, "attn.", 5)) return PART_ATTENTION;
+  if (!strcmp(rest, "persist")) return PART_PERSIST;
+  if (!strncmp(rest, "mem.", 4)) return PART_MEMORY;
+  if (!strncmp(rest, "ffn.", 4)) return PART_FFN;
+  return PART_NORMS; /* norm1, norm2, gate.norm_y, gate.norm_m */
+}
+
+static void info_model(titans_st_reader *r, const char *path) {
+  titans_model m;
+  titans_tokenizer tok;
+  if (titans_model_read(&m, &tok, r) != TITANS_OK) fail_file(path, m.error);
+  const titans_config *c = &m.cfg;
+  const char *kind = titans_st_meta(r, "kind"), *version = titans_st_meta(r, "version"), *step = titans_st_meta(r, "step");
+  printf("%s: a %s checkpoint", path, kind ? kind : "model");
+  if (version) printf(" of titans.h %s", version);
+  if (step) printf(", at step %s", step);
+  printf("\nmodel: %s, vocabulary %d (%s), d = %d, %d layers", titans_block_name(c->block), c->vocab,
+         tok.kind == TITANS_TOKENIZER_BYTE ? "bytes" : "other tokens", c->d, c->n_layers);
+  if (c->block != TITANS_BLOCK_LMM) printf(", %d attention heads, window %d", c->attn_heads, c->window);
+  if (c->block == TITANS_BLOCK_MAC) printf(", segment %d", c->segment);
+  printf(", %d persistent tokens, FFN %d, %s embedding\n", c->n_persist, c->ffn_hidden, c->tied ? "tied" : "untied");
+  if (c->block >= TITANS_BLOCK_MAC)
+    printf("memory: %d heads of %d, depth %d%s, chunk %d, conv %d, theta_max %g\n", c->mem.heads, c->mem.head_dim,
+           c->mem.depth, c->mem.depth == 1 ? " (a matrix memory)" : "", c->mem.chunk, c->mem.conv_width,
+           (double)c->mem.theta_max);
+  printf("config: %s\n", titans_st_meta(r, "config"));
+  if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));
+
+  size_t layers = (size_t)c->n_layers, *count = (size_t *)xmalloc((layers + 1) * PART_COUNT * sizeof(size_t));
+  memset(count, 0, (layers + 1) * PART_COUNT * sizeof(size_t)); /* [layers + 1, PART_COUNT]: row `layers` = outside */
+  for (size_t i = 0; i < m.n_params; i++) {
+    int layer, part = param_part(m.plist[i].name, &layer);
+    size_t row = layer >= 0 && (size_t)layer < layers ? (size_t)layer : layers;
+    count[row * PART_COUNT + (size_t)part] += m.plist[i].size;
+  }
+  char num[32];
+  fmt_count(num, sizeof num, m.n_floats);
+  /* the hash a memory state records of the weights it ran on (info --state prints it too) */
+  printf("parameters: %s (weights hash %016llx)\n", num, (unsigned long long)titans_model_hash(&m));
+  fmt_count(num, sizeof num, count[layers * PART_COUNT + PART_EMBEDDING]);
+  printf("  %-28s %12s\n", "embedding", num);
+  for (size_t l = 0; l < layers; l++)
+    for (int p = PART_ATTENTION; p <= PART_NORMS; p++) {
+      char label[64];
+      if (!count[l * PART_COUNT + (size_t)p]) continue;
+      snprintf(label, sizeof label, "layer %zu %s", l, part_names[p]);
+      fmt_count(num, sizeof num, count[l * PART_COUNT + (size_t)p]);
+      printf("  %-28s %12s\n", label, num);
+    }
+  fmt_count(num, sizeof num, count[layers * PART_COUNT + PART_FINAL_NORM]);
+  printf("  %-28s %12s\n", "final norm", num);
+  fmt_count(num, sizeof num, count[layers * PART_COUNT + PART_HEAD]);
+  printf("  %-28s %12s\n", "head", c->tied ? "(the embedding)" : num);
+  free(count);
+  titans_model_free(&m);
+  titans_tokenizer_free(&tok);
+}
+
+static double norm2(const float *x, size_t n) {
+  double sq = 0;
+  for (size_t i = 0; i < n; i++) sq += (double)x[i] * x[i];
+  return sqrt(sq);
+}
+
+static void info_state(titans_st_reader *r, const char *path) {
+  const char *kind = titans_st_meta(r, "kind"), *json = titans_st_meta(r, "config"), *hash = titans_st_meta(r, "model_hash");
+  if (!kind || strcmp(kind, "session") != 0)
+    fail("%s is not a memory state (its kind is '%s', not 'session'); give models with --model", path, kind ? kind : "none");
+  titans_config c;
+  char err[TITANS_ERR_MSG_SIZE];
+  if (!json || titans_config_from_json(&c, json, err) != TITANS_OK) fail("%s: %s", path, json ? err : "no configuration");
+  float code[3];
+  size_t three = 3;
+  if (titans_st_read_f32(r, "position", code, 1, &three) != TITANS_OK) fail("%s: %s", path, r->error);
+  uint64_t position = 0;
+  for (int i = 0; i < 3; i++) position |= (uint64_t)code[i] << (21 * i);
+  printf("%s: a memory state of a %s model (d = %d, %d layers; weights hash %s), %llu tokens seen\n", path,
+         titans_block_name(c.block), c.d, c.n_layers, hash ? hash : "missing", (unsigned long long)position);
+  if (c.block < TITANS_BLOCK_MAC) return; /* attention only: no memory */
+  titans_mem_state st;
+  if (titans_mem_state_init(&st, &c.mem, 1) != TITANS_OK) fail("%s: %s", path, st.error);
+  size_t n = titans_mem_state_floats(&st), weights = (size_t)c.mem.heads * st.head_size;
+  float *buf = (float *)xmalloc(n * sizeof(float)); /* [3 + slab]: position pieces (0 here), then the slab */
+  printf("  %-8s %14s %14s\n", "layer", "|W| (weights)", "|S| (momentum)");
+  for (int l = 0; l < c.n_layers; l++) {
+    char name[64];
+    snprintf(name, sizeof name, "layers.%d.mem.state", l);
+    size_t slab = n - 3;
+    memset(buf, 0, 3 * sizeof(float));
+    if (titans_st_read_f32(r, name, buf + 3, 1, &slab) != TITANS_OK) fail("%s: %s", path, r->error);
+    if (titans_mem_state_load(&st, buf, n) != TITANS_OK) fail("%s: %s: %s", path, name, st.error);
+    printf("  %-8d %14.4f %14.4f\n", l, norm2(st.w, weights), norm2(st.s, weights));
+  }
+  free(buf);
+  titans_mem_state_free(&st);
+}
+
+static int cmd_info(int argc, char **argv) {
+  args a = {argc, 0, argv, "info"};
+  const char *paths[2 * MAX_MODELS];
+  int is_state[2 * MAX_MODELS], n = 0;
+  for (a.i = 0; a.i < argc; a.i++) {
+    const char *s = argv[a.i];
+    if ((!strcmp(s, "--model") || !strcmp(s, "--state")) && n == 2 * MAX_MODELS) usage_fail("info", "too many files");
+    if (!strcmp(s, "--model")) is_state[n] = 0, paths[n++] = arg_value(&a, s);
+    else if (!strcmp(s, "--state")) is_state[n] = 1, paths[n++] = arg_value(&a, s);
+    else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      help_info();
+      return 0;
+    } else usage_fail("info", "unknown option '%s'", s);
+  }
+  if (n == 0) usage_fail("info", "give a checkpoint with --model FILE or a memory state with --state FILE");
+  for (int i = 0; i < n; i++) {
+    titans_st_reader r;
+    check_safetensors_file(paths[i]);
+    if (titans_st_reader_load(&r, paths[i]) != TITANS_OK) fail_file(paths[i], r.error);
+    if (i) printf("\n");
+    if (is_state[i]) info_state(&r, paths[i]);
+    else info_model(&r, paths[i]);
+    titans_st_reader_free(&r);
+  }
+  return 0;
+}
+
 /* ---- main --------------------------------------------------------------------------------------- */
 
 static void help(void) {
@@ -1834,21 +2166,27 @@ static void help(void) {
          "  ./titans train [options]     train on a text file (./titans help train)\n"
          "  ./titans generate [options]  generate from a checkpoint (./titans help generate)\n"
          "  ./titans eval [options]      loss by position over long streams (./titans help eval)\n"
-         "  ./titans needle [options]    retrieval of a needle stated long ago (./titans help needle)\n");
+         "  ./titans needle [options]    retrieval of a needle stated long ago (./titans help needle)\n"
+         "  ./titans info --model FILE   what a checkpoint (or --state FILE, a memory state) holds (./titans help info)\n");
 }
 
 int main(int argc, char **argv) {
+  if (argc > 0 && argv[0]) program_path = argv[0];
   if (argc < 2) return cmd_train(0, argv + 1);
   const char *cmd = argv[1];
+  /* ./titans [train options] is ./titans train [train options] */
+  if (cmd[0] == '-' && strcmp(cmd, "--help") && strcmp(cmd, "-h")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
   if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
   if (!strcmp(cmd, "needle")) return cmd_needle(argc - 2, argv + 2);
+  if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
     if (argc > 2 && !strcmp(argv[2], "train")) help_train();
     else if (argc > 2 && !strcmp(argv[2], "generate")) help_generate();
     else if (argc > 2 && !strcmp(argv[2], "eval")) help_eval();
     else if (argc > 2 && !strcmp(argv[2], "needle")) help_needle();
+    else if (argc > 2 && !strcmp(argv[2], "info")) help_info();
     else help();
     return 0;
   }

@@ -31,6 +31,16 @@ if [ -x "$build/titans" ]; then
   if [ -z "$p" ]; then crashed="$crashed test_examples(rc=$rc)"; total_fail=$((total_fail + 1))
   else total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); fi
 fi
+# what the README promises (its C code, the Python reader, make install), when its programs were built
+if [ -x "$build/readme_quickstart" ] && [ -x "$build/readme_memory" ] && [ -x "$build/titans" ]; then
+  echo "== test_readme"
+  out=$(sh tests/test_readme.sh "$build" 2>&1); rc=$?
+  printf '%s\n' "$out"
+  line=$(printf '%s\n' "$out" | tail -n 1)
+  p=$(echo "$line" | sed -nE 's/.*: ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed$/\1/p')
+  if [ -z "$p" ]; then crashed="$crashed test_readme(rc=$rc)"; total_fail=$((total_fail + 1))
+  else total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); fi
+fi
 [ -n "$crashed" ] && echo "crashed or exited non-zero without a failed check:$crashed"
 echo "total: $total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

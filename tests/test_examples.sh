@@ -11,6 +11,7 @@ if [ -z "$bin" ]; then
   bin=./titans
 fi
 case $bin in /*) ;; *) bin=$(pwd)/$bin ;; esac
+root=$(cd "$(dirname "$0")/.." && pwd) # the repository, for README.md
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/titans_examples.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
@@ -55,6 +56,69 @@ rc=$(run "$bin" train $tiny --steps 8 --seed 8 --resume --out split)
 check "--resume with another seed is refused (rc=$rc)" [ "$rc" != 0 ]
 check "  with a message" grep -q "seed" err.txt
 
+echo "== train: never lose a run"
+rc=$(run "$bin" $tiny --threads 1 --steps 2 --out deep/er/run)
+check "./titans [train options] trains (rc=$rc)" [ "$rc" = 0 ]
+check "  --out is created with its parents" [ -s deep/er/run/model.safetensors ]
+check "  the first ETA waits for timed steps (--)" grep -q "step     1/2 .*ETA --" out.txt
+rc=$(run "$bin" $tiny --steps 2 --out tiny.txt/run)
+check "--out under a file: exit 1 before the first step (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'tiny.txt is a file' err.txt && ! grep -q '^step' out.txt"
+if [ "$(id -u)" = 0 ]; then
+  echo "  skip --out in a read-only directory: running as root, which may write there anyway"
+else
+  mkdir ro && chmod 555 ro
+  rc=$(run "$bin" $tiny --steps 2 --out ro/run)
+  check "--out in a read-only directory: exit 1 before the first step (rc=$rc)" sh -c "[ $rc = 1 ] && ! grep -q '^step' out.txt"
+  chmod 755 ro
+fi
+rc=$(run "$bin" $tiny --block mac --steps 100 --lr 10 --theta-max 100 --warmup 0 --out gone/run)
+check "a run that fails before its first checkpoint (diverged, rc=$rc) leaves no folder" sh -c "[ $rc = 1 ] && [ ! -e gone ]"
+rc=$(run "$bin" $tiny --steps 8 --stop-at 8 --out nope)
+check "--stop-at not before --steps: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+
+# a failed write (here a full disk: the temporary file is /dev/full) is an error that keeps the last checkpoint
+if [ -w /dev/full ] && ln -s /dev/full full/trainer.safetensors.tmp 2>/dev/null; then
+  cp full/trainer.safetensors trainer8.safetensors
+  rc=$(run "$bin" train $tiny --steps 12 --resume --out full)
+  check "a checkpoint that cannot be written (disk full): exit 1 naming the file (rc=$rc)" \
+    sh -c "[ $rc = 1 ] && grep -q 'trainer.safetensors.tmp.*No space' err.txt"
+  check "  the checkpoint before is intact" cmp -s trainer8.safetensors full/trainer.safetensors
+  check "  and no temporary file is left" [ ! -e full/trainer.safetensors.tmp ]
+else
+  echo "  skip the full-disk write: no writable /dev/full"
+fi
+
+# started in the background; returns when its first progress line is out (at most 20 s)
+start_run() { # out-dir, then train arguments
+  d=$1; shift
+  "$bin" train $tiny --threads 1 --out "$d" "$@" >"$d.out" 2>"$d.err" &
+  pid=$!
+  i=0
+  while [ $i -lt 200 ] && ! grep -q '^step' "$d.out" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+}
+start_run sig --steps 100000
+sleep 0.3
+kill -s INT $pid; wait $pid; rc=$?
+check "SIGINT: the run saves and exits 130 (rc=$rc)" sh -c "[ $rc = 130 ] && [ -s sig/trainer.safetensors ]"
+at=$(sed -n 's/.*at step \([0-9]*\) of.*/\1/p' sig.err)
+rc=$(run "$bin" train $tiny --threads 1 --steps 100000 --stop-at "${at:-1}" --out sig_ref)
+check "  its checkpoint (step ${at:-?}) is the one of a run stopped there with --stop-at" \
+  sh -c "[ -n '$at' ] && cmp -s sig/trainer.safetensors sig_ref/trainer.safetensors"
+resume_cmd=$(tail -n 1 sig.err)
+case $resume_cmd in *" --resume") eval "$resume_cmd --stop-at $((${at:-0} + 1))" >out.txt 2>&1 ;; esac
+check "  printing the --resume command, which resumes it" grep -q "resumed sig/trainer.safetensors at step ${at:-x}\$" out.txt
+start_run term --steps 100000
+kill -s TERM $pid; wait $pid; rc=$?
+check "SIGTERM: saves and exits 143 (rc=$rc)" sh -c "[ $rc = 143 ] && [ -s term/trainer.safetensors ]"
+start_run periodic --steps 5000
+i=0
+while [ $i -lt 200 ] && [ ! -e periodic/trainer.safetensors ]; do sleep 0.05; i=$((i + 1)); done
+kill -s KILL $pid; wait $pid 2>/dev/null
+"$bin" info --model periodic/trainer.safetensors >out.txt 2>&1
+check "killed with SIGKILL: a checkpoint of the default interval (steps / 10) is there" \
+  sh -c "grep -q 'at step \(500\|1000\|1500\)\$' out.txt"
+
 echo "== train --task"
 task="--task passkey --task-frac 0.75 --lens 160,320"
 rc=$(run "$bin" train $tiny $task --steps 6 --out task_full)
@@ -89,12 +153,39 @@ check "generate --state (existing file) exits 0 (rc=$rc)" [ "$rc" = 0 ]
 check "  reads the memory it saved" grep -q "read the memory state .*49 tokens seen" err.txt
 check "  and saves it again, 49 tokens later" grep -q "wrote the memory state .*98 tokens seen" err.txt
 
+echo "== info"
+rc=$(run "$bin" info --model full/model.safetensors)
+check "info --model exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "  the configuration and the parts" sh -c 'grep -q "^config: {" out.txt && grep -q "layer 0 memory" out.txt && grep -q "layer 0 FFN" out.txt'
+total=$(sed -n 's/^parameters: \([0-9,]*\).*/\1/p' out.txt | tr -d ,)
+parts=$(awk '/^  / && $NF ~ /^[0-9,]+$/ { gsub(",", "", $NF); s += $NF } END { print s }' out.txt)
+"$bin" train $tiny --steps 1 --sample-len 0 --out one >train1.txt 2>&1
+check "  the parts add up to the total, which train printed ($parts = $total)" \
+  sh -c "[ -n '$total' ] && [ '$parts' = '$total' ] && grep -q ' $total parameters' train1.txt"
+rc=$(run "$bin" info --state mem.safetensors)
+check "info --state: tokens seen and the memory norms per layer (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q '98 tokens seen' out.txt && grep -q '^  0 ' out.txt"
+rc=$(run "$bin" info --state full/model.safetensors)
+check "  a model given as --state: exit 1 (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'not a memory state' err.txt"
+rc=$(run "$bin" info)
+check "  info without a file: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train $tiny --block lmm --steps 1 --sample-len 0 --out lmm)
+check "LMM's summary line claims no attention heads (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '^model: lmm' out.txt && ! grep -q 'attention heads' out.txt"
+rc=$(run "$bin" --steps 1 --val-every 0 --sample-len 0 --out default1)
+count=$(sed -n 's/.* \([0-9]*\) parameters.*/\1/p' out.txt | awk '{ s = $1; r = ""; while (length(s) > 3) { r = "," substr(s, length(s) - 2) r; s = substr(s, 1, length(s) - 3) } print s r }')
+check "the README's parameter count of the default model is the program's ($count)" \
+  sh -c "[ $rc = 0 ] && [ -n '$count' ] && grep -q 'default model (MAG, .* $count parameters' '$root/README.md'"
+
 echo "== errors"
 rc=$(run "$bin" generate --model missing.safetensors)
 check "a missing model file: exit 1 with a message (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'missing.safetensors' err.txt"
 head -c 1000 full/model.safetensors > broken.safetensors
 rc=$(run "$bin" generate --model broken.safetensors)
 check "a truncated model file: exit 1 with a message (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'error' err.txt"
+rc=$(run "$bin" generate --model "$bin")
+check "a program given as --model: exit 1, 'not a safetensors file' (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'is not a safetensors file (header length' err.txt"
+check "  naming the file once" [ "$(grep -o "$bin" err.txt | wc -l)" = 1 ]
 rc=$(run "$bin" generate --model full/model.safetensors --state full/model.safetensors -n 5)
 check "a model file given as --state: refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'not a session' err.txt"
 rc=$(run "$bin" train --steps banana)

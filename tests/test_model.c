@@ -375,6 +375,16 @@ static void test_config_errors(void) {
   th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "an absurd size is refused before allocating: %s", m.error);
 }
 
+/* The schedule sized for a run: peak at the end of a warm-up of steps / 10, min_lr from the last step on. */
+static void test_schedule_for_steps(void) {
+  titans_train_config tc = titans_train_config_for_steps(500), def = titans_train_config_default();
+  float at_peak = titans_lr_at(&tc, 49), last = titans_lr_at(&tc, 499), after = titans_lr_at(&tc, 500);
+  th_check(tc.warmup_steps == 50 && tc.total_steps == 500 && tc.lr == def.lr && tc.min_lr == def.min_lr &&
+               at_peak == def.lr && last > def.min_lr && last < def.min_lr * 1.001f && after == def.min_lr,
+           "titans_train_config_for_steps(500): warm-up 50, lr %g at step 49, %g at step 499, %g at 500 (min %g)",
+           (double)at_peak, (double)last, (double)after, (double)def.min_lr);
+}
+
 int main(void) {
   printf("models: gradients vs central differences, every block kind\n");
   for (int k = 0; k < NKINDS; k++) test_gradients(kinds[k]);
@@ -386,5 +396,6 @@ int main(void) {
   test_threads();
   test_sampling();
   test_config_errors();
+  test_schedule_for_steps();
   return th_summary("test_model");
 }
