@@ -32,7 +32,7 @@ $(BUILD)/titans $(README_PROGRAMS): $(BUILD)/%: examples/%.c $(wildcard examples
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-$(BUILD)/test_%: tests/test_%.c tests/harness.h $(HEADER)
+$(BUILD)/test_%: tests/test_%.c tests/harness.h tests/model_fixtures.h $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 

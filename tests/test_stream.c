@@ -7,6 +7,7 @@
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
 #include "harness.h"
+#include "model_fixtures.h"
 
 static const int kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_LMM, TITANS_BLOCK_SWA, TITANS_BLOCK_MAG};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
@@ -28,27 +29,6 @@ static titans_config tiny_config(int kind) {
   c.mem.conv_width = 3;
   c.mem.theta_max = 0.1f;
   return c;
-}
-
-static void random_tokens(int *t, size_t n, int V, uint64_t seed) {
-  titans_rng r;
-  titans_rng_seed(&r, seed);
-  for (size_t i = 0; i < n; i++) t[i] = (int)(titans_rng_u64(&r) % (uint64_t)V);
-}
-
-/* Larger weights than the default init, so that every path carries a gradient above float noise. */
-static void lively_weights(titans_model *m, uint64_t seed) {
-  titans_model_init_weights(m, seed);
-  titans_rng r;
-  titans_rng_seed(&r, seed + 1);
-  for (size_t p = 0; p < m->n_params; p++) {
-    titans_param *pp = &m->plist[p];
-    float *x = m->params + pp->offset;
-    if (pp->kind == TITANS_PARAM_MATRIX && strstr(pp->name, "w0.") == NULL && strstr(pp->name, "conv_") == NULL)
-      for (size_t j = 0; j < pp->size; j++) x[j] = 0.3f * titans_rng_normal(&r);
-    if (pp->kind == TITANS_PARAM_GAIN || pp->kind == TITANS_PARAM_TOKENS)
-      for (size_t j = 0; j < pp->size; j++) x[j] += 0.2f * titans_rng_normal(&r);
-  }
 }
 
 /* rows [B, n_windows * T] -> the window w as tokens [B, T] (with_target: [B, T + 1], the next token too) */

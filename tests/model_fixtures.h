@@ -1,0 +1,29 @@
+/* Fixtures shared by the model-level tests (test_model.c, test_stream.c): token streams and weights
+   larger than the default init. Include after titans.h. */
+#ifndef TITANS_TEST_MODEL_FIXTURES_H
+#define TITANS_TEST_MODEL_FIXTURES_H
+#include <string.h>
+
+/* t [n]: tokens uniform in [0, V), deterministic by seed */
+static void random_tokens(int *t, size_t n, int V, uint64_t seed) {
+  titans_rng r;
+  titans_rng_seed(&r, seed);
+  for (size_t i = 0; i < n; i++) t[i] = (int)(titans_rng_u64(&r) % (uint64_t)V);
+}
+
+/* Larger weights than the default init, so that every path carries a gradient well above float noise. */
+static void lively_weights(titans_model *m, uint64_t seed) {
+  titans_model_init_weights(m, seed);
+  titans_rng r;
+  titans_rng_seed(&r, seed + 1);
+  for (size_t p = 0; p < m->n_params; p++) {
+    titans_param *pp = &m->plist[p];
+    float *x = m->params + pp->offset;
+    if (pp->kind == TITANS_PARAM_MATRIX && strstr(pp->name, "w0.") == NULL && strstr(pp->name, "conv_") == NULL)
+      for (size_t j = 0; j < pp->size; j++) x[j] = 0.3f * titans_rng_normal(&r);
+    if (pp->kind == TITANS_PARAM_GAIN || pp->kind == TITANS_PARAM_TOKENS)
+      for (size_t j = 0; j < pp->size; j++) x[j] += 0.2f * titans_rng_normal(&r);
+  }
+}
+
+#endif
