@@ -1951,7 +1951,7 @@ static int cmd_needle(int argc, char **argv) {
     titans_session sess;
     if (err.set) continue;
     if (longctx_example_init(&ex, o.kind, o.lens[r], depth, longctx_eval_seed(o.seed, o.lens[r], depth, trial),
-                             ds.ids + ds.n_train, ds.n - ds.n_train, why) != 0) {
+                             ds.ids ? ds.ids + ds.n_train : NULL, ds.n - ds.n_train, why) != 0) { /* passkey reads no text */
       job_error_set(&err, "example", why);
       continue;
     }

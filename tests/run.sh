@@ -7,8 +7,10 @@ for t in "$build"/test_*; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   echo "== $name"
+  start=$(date +%s)
   out=$("$t" 2>&1); rc=$?
   printf '%s\n' "$out"
+  echo "($name took $(( $(date +%s) - start )) s)"
   line=$(printf '%s\n' "$out" | grep -E '^[a-z_0-9]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
   # no summary line, or a non-zero exit that no failed check explains: count the binary as a failure
   if [ -z "$line" ]; then
@@ -24,8 +26,10 @@ done
 # the smoke test of the example program, when it was built
 if [ -x "$build/titans" ]; then
   echo "== test_examples"
+  start=$(date +%s)
   out=$(sh tests/test_examples.sh "$build/titans" 2>&1); rc=$?
   printf '%s\n' "$out"
+  echo "(test_examples took $(( $(date +%s) - start )) s)"
   line=$(printf '%s\n' "$out" | tail -n 1)
   p=$(echo "$line" | sed -nE 's/.*: ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed$/\1/p')
   if [ -z "$p" ]; then crashed="$crashed test_examples(rc=$rc)"; total_fail=$((total_fail + 1))
@@ -34,8 +38,10 @@ fi
 # what the README promises (its C code, the Python reader, make install), when its programs were built
 if [ -x "$build/readme_quickstart" ] && [ -x "$build/readme_memory" ] && [ -x "$build/titans" ]; then
   echo "== test_readme"
+  start=$(date +%s)
   out=$(sh tests/test_readme.sh "$build" 2>&1); rc=$?
   printf '%s\n' "$out"
+  echo "(test_readme took $(( $(date +%s) - start )) s)"
   line=$(printf '%s\n' "$out" | tail -n 1)
   p=$(echo "$line" | sed -nE 's/.*: ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed$/\1/p')
   if [ -z "$p" ]; then crashed="$crashed test_readme(rc=$rc)"; total_fail=$((total_fail + 1))

@@ -245,7 +245,17 @@ static int run(const char *args, const char *out_name) {
   char cmd[8192];
   snprintf(cmd, sizeof cmd, "'%s' %s > '%s/%s' 2> '%s/%s.err'", program, args, dir, out_name, dir, out_name);
   int rc = system(cmd);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  if (rc != 0) { /* show why: the first lines the program wrote */
+    for (int which = 0; which < 2; which++) {
+      snprintf(cmd, sizeof cmd, "%s/%s%s", dir, out_name, which ? ".err" : "");
+      FILE *f = fopen(cmd, "r");
+      char line[512];
+      for (int n = 0; f && n < 40 && fgets(line, sizeof line, f); n++) printf("    | %s", line);
+      if (f) fclose(f);
+    }
+  }
+  return rc;
 }
 
 static void tiny_model(titans_model *m, int block, uint64_t seed, const char *path) {
