@@ -10,16 +10,22 @@
               needle "The special magic number for WORD is NNNNNNN. " inserted once; question "What is
               the special magic number for WORD? The special magic number for WORD is "; answer the
               7 digits. WORD comes from a fixed list of 16 words.
+     copy:    the passkey's filler, with the needle "Remember these letters: LLLLLLLLLLLLLLLL. " inserted
+              once; question "Repeat the letters: "; answer the 16 letters (each uniform over a-z). A
+              dense probe of retrieval beyond the window: after the first letter, each answer letter
+              follows from the letters before it, so the per-letter score measures whether the model
+              can look up what followed a string it read long ago (chance 1/26); the first letter
+              needs the cue alone, as the passkey's first digit does.
 
    `length` counts the context and the question in bytes (= tokens of the byte tokenizer); the answer
    follows at positions length .. length + answer_len - 1. The needle starts at the start of the filler
-   sentence holding byte depth * filler_len of the filler (passkey: a sentence starts after ". "; prose:
+   sentence holding byte depth * filler_len of the filler (passkey, copy: a sentence starts after ". "; prose:
    after ". ", "? ", "! " or a newline, looking back at most LONGCTX_SNAP_BACK bytes), so the needle
    never cuts a sentence in two. The last filler sentence before the question may be cut short.
 
    Nothing is ever held whole: longctx_tokens() computes any range of an example on the fly, so a 1M
    token context costs no memory. Everything is deterministic by a 64-bit seed; the draws, in order:
-   answer_len digits (u64 % 10), then for prose the word (u64 % 16) and the source offset
+   answer_len symbols (u64 % 10 digits, or u64 % 26 letters for copy), then for prose the word (u64 % 16) and the source offset
    (u64 % source_len), then the depth when it was asked to be random (uniform in [0, 1)).
 
    Seeds: training examples use seeds drawn from splitmix(train seed, step) (./titans train), evaluation
@@ -35,7 +41,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { LONGCTX_PASSKEY = 0, LONGCTX_PROSE = 1 };
+enum { LONGCTX_PASSKEY = 0, LONGCTX_PROSE = 1, LONGCTX_COPY = 2 };
 
 /* Added to the user's seed for evaluation examples (training uses the seed itself). */
 #define LONGCTX_EVAL_SEED_OFFSET 0x5EED000000000000ull
@@ -49,7 +55,7 @@ static const char *const longctx_words[16] = {"apple",  "river",  "lantern", "me
                                               "compass", "orchid", "glacier", "pepper"};
 
 typedef struct longctx_example {
-  int kind;                /* LONGCTX_PASSKEY or LONGCTX_PROSE */
+  int kind;                /* LONGCTX_PASSKEY, LONGCTX_PROSE or LONGCTX_COPY */
   size_t length;           /* context + question, in tokens (bytes) */
   size_t context_len;      /* length - question_len */
   size_t filler_len;       /* context_len - needle_len */
@@ -58,7 +64,7 @@ typedef struct longctx_example {
   size_t needle_len, question_len, answer_len;
   char needle[128];        /* [needle_len] */
   char question[160];      /* [question_len] */
-  char answer[8];          /* [answer_len] digits */
+  char answer[24];         /* [answer_len] digits (letters for copy) */
   const int *source;       /* prose: [source_len] token ids (bytes) the filler is read from, cyclically */
   size_t source_len, source_offset;
 } longctx_example;
@@ -87,17 +93,26 @@ static uint64_t longctx_eval_seed(uint64_t seed, size_t length, double depth, si
                        (uint64_t)trial);
 }
 
-/* "passkey" / "prose" -> the kind, or -1. */
+/* "passkey" / "prose" / "copy" -> the kind, or -1. */
 static int longctx_kind_from_name(const char *name) {
   if (!strcmp(name, "passkey")) return LONGCTX_PASSKEY;
   if (!strcmp(name, "prose")) return LONGCTX_PROSE;
+  if (!strcmp(name, "copy")) return LONGCTX_COPY;
   return -1;
 }
 
-static const char *longctx_kind_name(int kind) { return kind == LONGCTX_PROSE ? "prose" : "passkey"; }
+static const char *longctx_kind_name(int kind) {
+  return kind == LONGCTX_PROSE ? "prose" : kind == LONGCTX_COPY ? "copy" : "passkey";
+}
 
-/* Answer digits of a kind: 5 (passkey) or 7 (prose). */
-static size_t longctx_answer_len(int kind) { return kind == LONGCTX_PROSE ? 7 : 5; }
+/* Answer symbols of a kind: 5 digits (passkey), 7 digits (prose) or 16 letters (copy). */
+static size_t longctx_answer_len(int kind) { return kind == LONGCTX_PROSE ? 7 : kind == LONGCTX_COPY ? 16 : 5; }
+
+/* How many values one answer symbol takes (chance per symbol is its inverse): 10 digits or 26 letters. */
+static int longctx_alphabet(int kind) { return kind == LONGCTX_COPY ? 26 : 10; }
+
+/* The first possible answer symbol: '0' or 'a'. */
+static char longctx_first_symbol(int kind) { return kind == LONGCTX_COPY ? 'a' : '0'; }
 
 /* The shortest length (context + question) a kind accepts: the needle, the longest question and some
    filler. */
@@ -105,7 +120,7 @@ static size_t longctx_min_length(int kind) { return kind == LONGCTX_PROSE ? 160 
 
 /* Byte j of the filler (j < filler_len). */
 static int longctx_filler_byte(const longctx_example *ex, size_t j) {
-  if (ex->kind == LONGCTX_PASSKEY) return (unsigned char)longctx_filler[j % (sizeof longctx_filler - 1)];
+  if (ex->kind != LONGCTX_PROSE) return (unsigned char)longctx_filler[j % (sizeof longctx_filler - 1)];
   return ex->source[(ex->source_offset + j) % ex->source_len];
 }
 
@@ -129,8 +144,12 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
   ex->kind = kind;
   ex->length = length;
   ex->answer_len = longctx_answer_len(kind);
-  for (size_t i = 0; i < ex->answer_len; i++) ex->answer[i] = (char)('0' + longctx_next(&rng) % 10);
-  if (kind == LONGCTX_PASSKEY) {
+  for (size_t i = 0; i < ex->answer_len; i++)
+    ex->answer[i] = (char)(longctx_first_symbol(kind) + (int)(longctx_next(&rng) % (uint64_t)longctx_alphabet(kind)));
+  if (kind == LONGCTX_COPY) {
+    snprintf(ex->needle, sizeof ex->needle, "Remember these letters: %s. ", ex->answer);
+    snprintf(ex->question, sizeof ex->question, "Repeat the letters: ");
+  } else if (kind == LONGCTX_PASSKEY) {
     snprintf(ex->needle, sizeof ex->needle, "The pass key is %s. Remember it. %s is the pass key. ", ex->answer,
              ex->answer);
     snprintf(ex->question, sizeof ex->question, "What is the pass key? The pass key is ");

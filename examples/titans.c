@@ -755,7 +755,7 @@ static void help_train(void) {
          "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
          "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.01)\n"
          "Retrieval training (docs/long_context.md):\n"
-         "  --task KIND         rows are retrieval examples: passkey | prose (the needle at a uniform depth)\n"
+         "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
          "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
@@ -840,7 +840,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--task")) {
       const char *k = arg_value(&a, s);
       o->task = longctx_kind_from_name(k);
-      if (o->task < 0) usage_fail("train", "--task %s: want passkey or prose", k);
+      if (o->task < 0) usage_fail("train", "--task %s: want passkey, prose or copy", k);
     } else if (!strcmp(s, "--task-frac")) o->task_frac = arg_double(&a, s, 0.0, 1.0);
     else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
@@ -1797,7 +1797,8 @@ static void help_needle(void) {
          "through a session, decodes the answer greedily and scores exact match and per-digit accuracy.\n"
          "The tasks are described in docs/long_context.md.\n"
          "  --model FILE        a checkpoint of ./titans train (repeat for more models, up to %d)\n"
-         "  --task KIND         passkey (5 digits in repeated filler) | prose (7 digits in real text) (passkey)\n"
+         "  --task KIND         passkey (5 digits in repeated filler) | prose (7 digits in real text) |\n"
+         "                      copy (16 letters in the passkey's filler, to be repeated) (passkey)\n"
          "  --len LIST          context + question lengths in tokens (1K,4K,16K; K = 1024, M = 1024^2)\n"
          "  --depth LIST        needle depths in %% of the filler (10,50,90)\n"
          "  --trials N          examples per (length, depth) (5)\n"
@@ -1832,7 +1833,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     } else if (!strcmp(s, "--task")) {
       const char *k = arg_value(&a, s);
       o->kind = longctx_kind_from_name(k);
-      if (o->kind < 0) usage_fail("needle", "--task %s: want passkey or prose", k);
+      if (o->kind < 0) usage_fail("needle", "--task %s: want passkey, prose or copy", k);
     } else if (!strcmp(s, "--len")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_CELLS, 1, (size_t)1 << 36);
     else if (!strcmp(s, "--depth")) o->n_depths = arg_size_list(&a, s, o->depth_pct, MAX_CELLS, 0, 100);
     else if (!strcmp(s, "--trials")) o->trials = (size_t)arg_long(&a, s, 1, 1 << 20);
@@ -1909,7 +1910,9 @@ static void needle_print(const needle_opts *o, const size_t *exact, const size_t
       printf("\n");
     }
   }
-  printf("\nchance: exact match %g (10^-%zu), per digit 0.10\n", pow(10.0, -(double)answer_len), answer_len);
+  int alphabet = longctx_alphabet(o->kind);
+  printf("\nchance: exact match %g (%d^-%zu), per %s %.3f\n", pow((double)alphabet, -(double)answer_len), alphabet,
+         answer_len, o->kind == LONGCTX_COPY ? "letter" : "digit", 1.0 / alphabet);
 }
 
 static int cmd_needle(int argc, char **argv) {
@@ -1984,7 +1987,7 @@ static int cmd_needle(int argc, char **argv) {
   for (size_t m = 0; m < n_models; m++) names[m] = o.models.label[m];
   char title[256];
   snprintf(title, sizeof title, "%s retrieval: exact match over %zu trials (chance %g)", longctx_kind_name(o.kind),
-           o.trials, pow(10.0, -(double)answer_len));
+           o.trials, pow((double)longctx_alphabet(o.kind), -(double)answer_len));
   if (write_heatmap_svg(o.svg, title, n_models, names, o.n_lens, o.lens, o.n_depths, depths, frac) != 0)
     fail("cannot write %s: %s", o.svg, strerror(errno));
   printf("wrote %s\n", o.svg);

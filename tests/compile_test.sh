@@ -7,12 +7,21 @@ printf '#define TITANS_IMPLEMENTATION\n#include "titans.h"\nint main(void) { ret
 printf '#include "titans.h"\nint f(void) { return TITANS_OK; }\n' > "$tmp/decl.c"
 printf '#define TITANS_STATIC\n#define TITANS_IMPLEMENTATION\n#include "titans.h"\nint main(void) { return titans_threads() > 0 ? 0 : 1; }\n' > "$tmp/static.c"
 cp "$tmp/impl.c" "$tmp/impl.cpp"
-pass=0; fail=0
+pass=0; fail=0; n=0
+# Each configuration compiles in the background (they are independent); report() prints them in order.
 try() { # label, command...
-  label=$1; shift
-  out=$("$@" 2>&1); rc=$?
-  if [ $rc -eq 0 ] && [ -z "$out" ]; then echo "  ok   $label"; pass=$((pass + 1))
-  else echo "  FAIL $label"; printf '%s\n' "$out" | head -n 20; fail=$((fail + 1)); fi
+  n=$((n + 1)); echo "$1" > "$tmp/label.$n"; shift
+  ( "$@" > "$tmp/out.$n" 2>&1; echo $? > "$tmp/rc.$n" ) &
+}
+report() {
+  wait
+  i=1
+  while [ $i -le $n ]; do
+    label=$(cat "$tmp/label.$i"); rc=$(cat "$tmp/rc.$i")
+    if [ "$rc" = 0 ] && [ ! -s "$tmp/out.$i" ]; then echo "  ok   $label"; pass=$((pass + 1))
+    else echo "  FAIL $label"; head -n 20 "$tmp/out.$i"; fail=$((fail + 1)); fi
+    i=$((i + 1))
+  done
 }
 W="-Wall -Wextra -pedantic -Werror=vla -I."
 try "C11 implementation" $CC -std=c11 $W -march=native -fopenmp -c "$tmp/impl.c" -o "$tmp/a.o"
@@ -28,5 +37,6 @@ try "C++11 implementation, no SIMD" $CXX -std=c++11 $W -DTITANS_NO_SIMD -c "$tmp
 if command -v clang >/dev/null 2>&1; then
   try "clang C11 implementation" clang -std=c11 $W -march=native -c "$tmp/impl.c" -o "$tmp/h.o"
 fi
+report
 echo "compile_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]

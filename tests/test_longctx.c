@@ -38,7 +38,7 @@ static size_t count_in_example(const longctx_example *ex, const char *needle) {
 }
 
 static void test_determinism(const int *source, size_t source_len) {
-  for (int kind = 0; kind < 2; kind++) {
+  for (int kind = 0; kind < 3; kind++) {
     longctx_example a, b, c;
     char err[200];
     longctx_example_init(&a, kind, 4096, 0.3, 77, source, source_len, err);
@@ -70,7 +70,7 @@ static void test_layout(int kind, const int *source, size_t source_len) {
   const size_t lengths[4] = {160, 1000, 4096, 65536};
   const double depths[5] = {0.0, 0.1, 0.5, 0.9, 1.0};
   /* the longest sentence of the passkey filler is 22 bytes; prose looks back LONGCTX_SNAP_BACK at most */
-  const double tolerance = kind == LONGCTX_PASSKEY ? 22 : LONGCTX_SNAP_BACK;
+  const double tolerance = kind != LONGCTX_PROSE ? 22 : LONGCTX_SNAP_BACK; /* passkey and copy share the filler */
   double worst_depth = 0;
   size_t bad_length = 0, bad_count = 0, bad_question = 0, bad_answer = 0, bad_start = 0, cases = 0;
   for (size_t li = 0; li < 4; li++)
@@ -94,8 +94,8 @@ static void test_layout(int kind, const int *source, size_t source_len) {
         bad_question += q != lengths[li] - ex.question_len;
         bad_length += ex.length != lengths[li];
         for (size_t i = 0; i < ex.answer_len; i++) {
-          int t = longctx_token(&ex, lengths[li] + i);
-          bad_answer += t != (unsigned char)ex.answer[i] || t < '0' || t > '9';
+          int t = longctx_token(&ex, lengths[li] + i), first = longctx_first_symbol(kind);
+          bad_answer += t != (unsigned char)ex.answer[i] || t < first || t >= first + longctx_alphabet(kind);
         }
       }
   const char *name = longctx_kind_name(kind);
@@ -105,7 +105,7 @@ static void test_layout(int kind, const int *source, size_t source_len) {
   th_check(bad_start == 0, "%s: the needle starts a sentence (%zu do not)", name, bad_start);
   th_check(bad_question == 0 && bad_length == 0, "%s: context + question = the asked length, the question last (%zu, %zu wrong)",
            name, bad_length, bad_question);
-  th_check(bad_answer == 0, "%s: the answer (digits) follows the question (%zu wrong)", name, bad_answer);
+  th_check(bad_answer == 0, "%s: the answer (digits, letters for copy) follows the question (%zu wrong)", name, bad_answer);
 }
 
 static void test_digits_uniform(void) {
@@ -461,6 +461,7 @@ int main(int argc, char **argv) {
   test_determinism(ids, text_len);
   test_layout(LONGCTX_PASSKEY, NULL, 0);
   test_layout(LONGCTX_PROSE, ids, text_len);
+  test_layout(LONGCTX_COPY, NULL, 0);
   test_digits_uniform();
   test_xml_checker();
 
@@ -495,6 +496,7 @@ int main(int argc, char **argv) {
     test_eval(models, ids + n_train, n_val);
     test_needle(models, "passkey", NULL, 0);
     test_needle(models, "prose", ids + n_train, n_val);
+    test_needle(models, "copy", NULL, 0);
     titans_model_free(&mac);
     titans_model_free(&swa);
     char cmd[600];
