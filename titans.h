@@ -6500,23 +6500,95 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
 #endif
 /* ---- 7. Models, training, sessions (implementation) ------------------------------------------- */
 
-static const char *const titans__block_names[TITANS_BLOCK_COUNT] = {"attn", "swa", "mac", "mag", "mal", "lmm", "lm2"};
+/* ---- the block kinds: one table -------------------------------------------------------------------
+   Everything that differs between ATTN, SWA, MAC, MAG, MAL and LMM is one row of titans__kinds: which
+   sublayers (hence which parameters) the kind has, which keys its attention sees, how its memory meets
+   the persistent tokens, and its functions: the mixer's training forward and backward and its
+   one-token step, written side by side in the kind's own subsection further down ("---- MAG: memory
+   as a gate", ...). The rest of the model (blocks, the whole model, streams, sessions, checkpoints)
+   reads the table and never names a kind, so a new kind is its subsection and one row here
+   (docs/model.md, section 2). */
 
-TITANSDEF const char *titans_block_name(int kind) {
-  return kind >= 0 && kind < TITANS_BLOCK_COUNT ? titans__block_names[kind] : NULL;
+struct titans__arena;
+struct titans__layer_fwd;
+struct titans__step_work;
+
+/* Which keys a kind's attention sees; it also fixes the size of its KV cache in a session. */
+enum {
+  TITANS__KEYS_NONE = 0,   /* no attention (LMM): no attn.* and no persist parameters */
+  TITANS__KEYS_ALL = 1,    /* every earlier token (ATTN; a session keeps the last max_context) */
+  TITANS__KEYS_WINDOW = 2, /* the last `window` tokens (SWA, MAG, MAL) */
+  TITANS__KEYS_SEGMENT = 3 /* the current segment's Hm and X rows, at local positions (MAC) */
+};
+
+/* The functions of a kind (declared with these types so the table can name them before their subsections). */
+/* The mixer of a batch (training, evaluation, streams): lf->mix [B, T, d] from lf->xn [B, T, d]. */
+typedef int titans__forward_fn(const titans_config *c, const titans_layer *L, struct titans__layer_fwd *lf,
+                               struct titans__arena *ar, const int64_t *pos, size_t B, size_t T);
+/* Its backward: accumulates dxn [B, T, d] and the gradients G from dmix [B, T, d]. */
+typedef int titans__backward_fn(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                struct titans__layer_fwd *lf, struct titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T);
+/* The mixer of one token at position p of a session: mix [d] from xn [d] (scratch in w). */
+typedef int titans__step_fn(titans_session *s, int l, float *mix, const float *xn, long long p,
+                            struct titans__step_work *w);
+/* Streams: windows must be multiples of this; 0 (or no function): the kind cannot stream with c. */
+typedef size_t titans__stream_unit_fn(const titans_config *c);
+
+typedef struct titans__kind {
+  const char *name;                /* "mag": the name in files, JSON and on the command line */
+  unsigned char keys;              /* TITANS__KEYS_* */
+  unsigned char mem;               /* 1: a memory layer (mem.* parameters, a memory state to carry) */
+  unsigned char gate;              /* 1: out = RMSNorm(y; gate.norm_y) * sigmoid(RMSNorm(m; gate.norm_m)) */
+  unsigned char mem_reads_persist; /* 1: the memory reads the N_p persistent tokens before the text */
+  unsigned char prefix_from_mem;   /* 1: attention's prefix rows are the memory's outputs for them (MAL) */
+  titans__forward_fn *forward;
+  titans__backward_fn *backward;
+  titans__step_fn *step;
+  titans__stream_unit_fn *stream_unit;
+} titans__kind;
+
+/* ATTN and SWA share the baseline's code: ATTN is SWA with an unbounded window. */
+static titans__forward_fn titans__baseline_forward, titans__mac_forward, titans__mag_forward, titans__mal_forward,
+    titans__lmm_forward;
+static titans__backward_fn titans__baseline_backward, titans__mac_backward, titans__mag_backward, titans__mal_backward,
+    titans__lmm_backward;
+static titans__step_fn titans__baseline_step, titans__mac_step, titans__mag_step, titans__mal_step, titans__lmm_step;
+static titans__stream_unit_fn titans__swa_stream_unit, titans__mac_stream_unit, titans__mag_stream_unit,
+    titans__lmm_stream_unit;
+
+/* Indexed by titans_block_kind. */
+static const titans__kind titans__kinds[TITANS_BLOCK_COUNT] = {
+  /* name  keys                  mem gate reads_persist prefix_from_mem */
+  {"attn", TITANS__KEYS_ALL,     0,  0,   0,            0, titans__baseline_forward, titans__baseline_backward,
+   titans__baseline_step, NULL},
+  {"swa",  TITANS__KEYS_WINDOW,  0,  0,   0,            0, titans__baseline_forward, titans__baseline_backward,
+   titans__baseline_step, titans__swa_stream_unit},
+  {"mac",  TITANS__KEYS_SEGMENT, 1,  1,   0,            0, titans__mac_forward, titans__mac_backward, titans__mac_step,
+   titans__mac_stream_unit},
+  {"mag",  TITANS__KEYS_WINDOW,  1,  1,   1,            0, titans__mag_forward, titans__mag_backward, titans__mag_step,
+   titans__mag_stream_unit},
+  {"mal",  TITANS__KEYS_WINDOW,  1,  0,   1,            1, titans__mal_forward, titans__mal_backward, titans__mal_step,
+   NULL},
+  {"lmm",  TITANS__KEYS_NONE,    1,  0,   0,            0, titans__lmm_forward, titans__lmm_backward, titans__lmm_step,
+   titans__lmm_stream_unit},
+  /* reserved for a later version: titans_config_check refuses it, so no function is ever called */
+  {"lm2",  TITANS__KEYS_NONE,    0,  0,   0,            0, NULL, NULL, NULL, NULL},
+};
+
+/* The row of a kind; an all-zero row (no sublayer, no function) for a number outside the enum. */
+static const titans__kind *titans__kind_of(int kind) {
+  static const titans__kind none = {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL};
+  return kind >= 0 && kind < TITANS_BLOCK_COUNT ? &titans__kinds[kind] : &none;
 }
+
+TITANSDEF const char *titans_block_name(int kind) { return titans__kind_of(kind)->name; }
 
 TITANSDEF int titans_block_from_name(const char *name) {
   for (int k = 0; k < TITANS_BLOCK_COUNT; k++)
-    if (name && strcmp(name, titans__block_names[k]) == 0) return k;
+    if (name && strcmp(name, titans__kinds[k].name) == 0) return k;
   return -1;
 }
-
-static int titans__has_attn(int kind) { return kind != TITANS_BLOCK_LMM; }
-static int titans__has_mem(int kind) {
-  return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG || kind == TITANS_BLOCK_MAL || kind == TITANS_BLOCK_LMM;
-}
-static int titans__has_gate(int kind) { return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG; }
 
 TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n_layers) {
   titans_config c;
@@ -6529,7 +6601,8 @@ TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n
   c.ffn_hidden = ((4 * d + 7) / 8) * 8;
   c.window = 64;
   c.segment = 64;
-  c.n_persist = titans__has_mem(block) && block != TITANS_BLOCK_LMM ? 4 : 0;
+  const titans__kind *k = titans__kind_of(block);
+  c.n_persist = k->mem && k->keys != TITANS__KEYS_NONE ? 4 : 0; /* the memory kinds with attention */
   c.tied = 1;
   c.max_context = 4096;
   c.mem = titans_mem_config_default(d);
@@ -6539,7 +6612,8 @@ TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n
 TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   if (c->block < 0 || c->block >= TITANS_BLOCK_COUNT)
     return titans__error(err, TITANS_ERR_ARG, "config: unknown block kind %d", c->block);
-  if (c->block == TITANS_BLOCK_LM2)
+  const titans__kind *k = &titans__kinds[c->block];
+  if (!k->forward) /* a reserved row of the table (LM2) */
     return titans__error(err, TITANS_ERR_ARG, "config: the LM2 block is not implemented in this version");
   if (c->vocab < 1 || c->vocab > (1 << 24)) return titans__error(err, TITANS_ERR_ARG, "config: vocab = %d, want 1..2^24", c->vocab);
   if (c->d < 2 || c->d > 65536) return titans__error(err, TITANS_ERR_ARG, "config: d = %d, want 2..65536", c->d);
@@ -6547,7 +6621,7 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG, "config: n_layers = %d, want 1..1024", c->n_layers);
   if (c->ffn_hidden < 1 || c->ffn_hidden > 1 << 20)
     return titans__error(err, TITANS_ERR_ARG, "config: ffn_hidden = %d, want 1..2^20", c->ffn_hidden);
-  if (titans__has_attn(c->block)) {
+  if (k->keys != TITANS__KEYS_NONE) {
     if (c->attn_heads < 1 || c->d % c->attn_heads != 0 || (c->d / c->attn_heads) % 2 != 0)
       return titans__error(err, TITANS_ERR_ARG, "config: attn_heads = %d must divide d = %d into even head widths",
                            c->attn_heads, c->d);
@@ -6556,18 +6630,17 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   } else if (c->n_persist != 0) {
     return titans__error(err, TITANS_ERR_ARG, "config: the LMM block has no persistent tokens (n_persist = %d)", c->n_persist);
   }
-  if ((c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL) &&
-      (c->window < 1 || c->window > 1 << 24))
+  if (k->keys == TITANS__KEYS_WINDOW && (c->window < 1 || c->window > 1 << 24))
     return titans__error(err, TITANS_ERR_ARG, "config: window = %d, want 1..2^24", c->window);
-  if (c->block == TITANS_BLOCK_ATTN && (c->max_context < 1 || c->max_context > 1 << 24))
+  if (k->keys == TITANS__KEYS_ALL && (c->max_context < 1 || c->max_context > 1 << 24))
     return titans__error(err, TITANS_ERR_ARG, "config: max_context = %d, want 1..2^24", c->max_context);
   if (c->tied != 0 && c->tied != 1) return titans__error(err, TITANS_ERR_ARG, "config: tied must be 0 or 1");
-  if (titans__has_mem(c->block)) {
+  if (k->mem) {
     int rc = titans_mem_config_check(&c->mem, err);
     if (rc) return rc;
     if (c->mem.d != c->d) return titans__error(err, TITANS_ERR_ARG, "config: mem.d = %d differs from d = %d", c->mem.d, c->d);
   }
-  if (c->block == TITANS_BLOCK_MAC && (c->segment < 1 || c->segment > 1 << 16 || c->segment % c->mem.chunk != 0))
+  if (k->keys == TITANS__KEYS_SEGMENT && (c->segment < 1 || c->segment > 1 << 16 || c->segment % c->mem.chunk != 0))
     return titans__error(err, TITANS_ERR_ARG, "config: segment = %d must be a multiple of the chunk %d (and <= 65536)",
                          c->segment, c->mem.chunk);
   return TITANS_OK;
@@ -6595,6 +6668,7 @@ static void titans__layer_prefix(char *out, int l) {
 static size_t titans__model_walk(const titans_config *c, titans_weights *w, float *slab, titans_param *list, size_t max,
                                  size_t *offset) {
   size_t count = 0, o, d = (size_t)c->d, ff = (size_t)c->ffn_hidden, V = (size_t)c->vocab;
+  const titans__kind *k = titans__kind_of(c->block);
   char prefix[64];
 #define TITANS__PARAM(ptr, name, kind, nd, a, b_)                                                        \
   o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, 0);                  \
@@ -6606,7 +6680,7 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
     if (w) memset(L, 0, sizeof *L);
     titans__layer_prefix(prefix, l);
     TITANS__PARAM(L->norm1, "norm1", TITANS_PARAM_GAIN, 1, d, 0)
-    if (titans__has_attn(c->block)) {
+    if (k->keys != TITANS__KEYS_NONE) {
       TITANS__PARAM(L->attn_wq, "attn.wq", TITANS_PARAM_MATRIX, 2, d, d)
       TITANS__PARAM(L->attn_wk, "attn.wk", TITANS_PARAM_MATRIX, 2, d, d)
       TITANS__PARAM(L->attn_wv, "attn.wv", TITANS_PARAM_MATRIX, 2, d, d)
@@ -6615,11 +6689,11 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
         TITANS__PARAM(L->persist, "persist", TITANS_PARAM_TOKENS, 2, (size_t)c->n_persist, d)
       }
     }
-    if (titans__has_gate(c->block)) {
+    if (k->gate) {
       TITANS__PARAM(L->gate_norm_y, "gate.norm_y", TITANS_PARAM_GAIN, 1, d, 0)
       TITANS__PARAM(L->gate_norm_m, "gate.norm_m", TITANS_PARAM_GAIN, 1, d, 0)
     }
-    if (titans__has_mem(c->block)) {
+    if (k->mem) {
       char mp[80];
       size_t pl = strlen(prefix);
       memcpy(mp, prefix, pl);
@@ -6657,7 +6731,7 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
   /* Size first in double: a config whose parameter count is absurd is refused before any size_t
      arithmetic can wrap. */
   double per_layer = 4.0 * cfg->d * cfg->d + 3.0 * cfg->d * cfg->ffn_hidden + (double)cfg->n_persist * cfg->d;
-  if (titans__has_mem(cfg->block)) per_layer += (double)titans_mem_param_count(&cfg->mem);
+  if (titans__kind_of(cfg->block)->mem) per_layer += (double)titans_mem_param_count(&cfg->mem);
   double total = per_layer * cfg->n_layers + 2.0 * cfg->vocab * cfg->d;
   if (total > 4e9) return titans__error(m->error, TITANS_ERR_ARG, "model: %.3g parameters is more than this version supports", total);
   size_t offset = 0;
@@ -6723,7 +6797,7 @@ TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed) {
       titans__fill_const(L->gate_norm_y, d, 1.0f);
       titans__fill_const(L->gate_norm_m, d, 1.0f);
     }
-    if (titans__has_mem(c->block)) titans_mem_weights_init(&L->mem, &c->mem, &rng, c->n_layers);
+    if (titans__kind_of(c->block)->mem) titans_mem_weights_init(&L->mem, &c->mem, &rng, c->n_layers);
     titans__fill_normal(L->ffn_w1, ff * d, 0.02f, &rng);
     titans__fill_normal(L->ffn_w3, ff * d, 0.02f, &rng);
     titans__fill_normal(L->ffn_w2, d * ff, out_std, &rng);
@@ -7132,107 +7206,99 @@ static void titans__rows_unslice(float *dst, const float *src, size_t B, size_t 
     if (!(ptr)) return TITANS_ERR_NOMEM; \
   } while (0)
 
-/* ---- mixers ------------------------------------------------------------------------------------ */
+/* ---- mixers: what the kinds share -------------------------------------------------------------
+   A block is h = x + Mixer(RMSNorm(x)), out = h + FFN(RMSNorm(h)) for every kind; the mixer is the
+   kind's own (titans__kinds). Each kind's subsection below holds its mixer three ways, side by side:
+   the training forward over a batch [B, T], its backward, and the one-token step of a session (which
+   reads the KV cache and the running memory instead of the whole sequence). */
 
+/* The attention window of ATTN, SWA, MAG, MAL (0: unbounded). */
 static int64_t titans__window(const titans_config *c) {
-  return c->block == TITANS_BLOCK_ATTN ? 0 : (int64_t)c->window;
+  return titans__kind_of(c->block)->keys == TITANS__KEYS_WINDOW ? (int64_t)c->window : 0;
 }
 
-/* ATTN, SWA, MAG, MAL: xn (or y for MAL) attends over src = prefix || body at positions 0..T-1. */
-static int titans__mixer_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
-                                 const int64_t *pos, size_t B, size_t T);
-static int titans__mixer_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                  titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
-                                  const int64_t *pos, size_t B, size_t T);
+/* What a session keeps per layer between tokens. */
+struct titans__session_layer {
+  titans_kv_cache kv;          /* attention kinds: prefix rows + a ring of keys/values */
+  int has_kv;
+  titans_mem_state mem;        /* memory kinds: the running memory */
+  titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
+  int has_mem, has_committed;
+};
 
-static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
-                               size_t B, size_t T) {
-  size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment;
-  lf->nseg = (T + C - 1) / C;
-  lf->segs = (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
-  /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
-  TITANS__NEED(lf->segs && titans__layer_ctx(lf, 2 * lf->nseg - 1));
-  TITANS__TRY(titans__layer_state(c, L, lf, B));
-  for (size_t s = 0; s < lf->nseg; s++) {
-    titans__mac_seg *sg = &lf->segs[s];
-    size_t n = T - s * C < C ? T - s * C : C;
-    sg->t0 = s * C;
-    sg->n = n;
-    sg->xs = titans__arena_alloc(ar, B * n * d);
-    sg->hm = titans__arena_alloc(ar, B * n * d);
-    sg->src = titans__arena_alloc(ar, B * (P + 2 * n) * d);
-    sg->y = titans__arena_alloc(ar, B * n * d);
-    sg->mm = titans__arena_alloc(ar, B * n * d);
-    sg->kpos = (int64_t *)(void *)titans__arena_alloc(ar, 4 * n + 2);
-    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
-    TITANS__NEED(sg->xs && sg->hm && sg->src && sg->y && sg->mm && sg->kpos && cr && cu);
-    for (size_t i = 0; i < n; i++) sg->kpos[i] = sg->kpos[n + i] = (int64_t)i;
-    titans__rows_slice(sg->xs, lf->xn, B, T, sg->t0, n, d, 0);
-    /* 1. retrieve with the weights committed at the segment's start */
-    TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &lf->st, sg->hm, sg->xs, n, cr));
-    /* 2. attention over persist || Hm || X, local positions */
-    for (size_t b = 0; b < B; b++) {
-      float *o = sg->src + b * (P + 2 * n) * d;
-      if (P) memcpy(o, L->persist, P * d * sizeof(float));
-      memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
-      memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
-    }
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0));
-    /* 3. the memory learns from the attention output */
-    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, sg->y, n, cu));
-    /* 4. gate */
-    float *out = titans__arena_alloc(ar, B * n * d);
-    TITANS__NEED(out);
-    TITANS__TRY(titans__gate_forward(ar, &sg->gate, out, sg->y, sg->mm, L->gate_norm_y, L->gate_norm_m, B * n, d));
-    titans__rows_unslice(lf->mix, out, B, T, sg->t0, n, d, 0);
-  }
+/* One token's scratch in a session, named slices of s->work (titans__step_work_carve). */
+typedef struct titans__step_work {
+  float *x;       /* [d] the residual stream */
+  float *xn;      /* [d] RMSNorm(x; norm1), then RMSNorm(h; norm2) */
+  float *mix;     /* [d] the mixer's output */
+  float *h;       /* [d] x + mix */
+  float *u1, *u3; /* [d_ff] w1 xn, w3 xn of the FFN (u1 becomes SiLU(u1) * u3) */
+  float *y, *m;   /* [d] the attention and memory outputs the mixer combines (MAC, MAG, MAL) */
+  float *pair;    /* [2, d] MAC: Hm_i || X_i, the two key rows of token i */
+  float *q, *att; /* [d] the attention's query and output */
+  float *k, *v;   /* [2, d] the key and value rows appended to the cache (two for MAC) */
+  float *gate;    /* [d] sigmoid(RMSNorm(m; norm_m)) of the gate */
+  float *xf;      /* [d] RMSNorm(x; norm_f), the input of the output head */
+} titans__step_work;
+
+/* Carves w out of base (NULL: only counts); returns the floats it takes. */
+static size_t titans__step_work_carve(titans__step_work *w, float *base, const titans_config *c) {
+  size_t used = 0, d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  w->x = titans__take(base, &used, d);
+  w->xn = titans__take(base, &used, d);
+  w->mix = titans__take(base, &used, d);
+  w->h = titans__take(base, &used, d);
+  w->u1 = titans__take(base, &used, ff);
+  w->u3 = titans__take(base, &used, ff);
+  w->y = titans__take(base, &used, d);
+  w->m = titans__take(base, &used, d);
+  w->pair = titans__take(base, &used, 2 * d);
+  w->q = titans__take(base, &used, d);
+  w->att = titans__take(base, &used, d);
+  w->k = titans__take(base, &used, 2 * d);
+  w->v = titans__take(base, &used, 2 * d);
+  w->gate = titans__take(base, &used, d);
+  w->xf = titans__take(base, &used, d);
+  return used;
+}
+
+/* y [n, d_out] = x [n, d_in] W^T for W [d_out, d_in] */
+static void titans__linear(float *y, const float *x, const float *W, size_t n, size_t d_out, size_t d_in) {
+  titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
+}
+
+/* The one-token form of titans__attn_sub_forward: k_src rows [nk, d] are projected and appended to the
+   cache at position kp, then out [d] = wo Attn(wq xq) over the cache at query position qp. */
+static int titans__session_attend(const titans_config *c, const titans_layer *L, struct titans__session_layer *sl,
+                                  float *out, const float *xq, const float *k_src, size_t nk, int64_t qp, int64_t kp,
+                                  titans__step_work *w) {
+  size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H;
+  int64_t kpos[2] = {kp, kp};
+  titans__linear(w->q, xq, L->attn_wq, 1, d, d);
+  titans__linear(w->k, k_src, L->attn_wk, nk, d, d);
+  titans__linear(w->v, k_src, L->attn_wv, nk, d, d);
+  titans_rope_forward(w->q, &qp, 1, H, da);
+  titans_rope_forward(w->k, kpos, nk, H, da);
+  TITANS__TRY(titans_kv_cache_append(&sl->kv, w->k, w->v, kpos, nk));
+  TITANS__TRY(titans_kv_cache_attend(&sl->kv, w->att, NULL, w->q, qp));
+  titans__linear(out, w->att, L->attn_wo, 1, d, d);
   return TITANS_OK;
 }
 
-static int titans__mac_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix, size_t B,
-                                size_t T) {
-  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
-  titans__mem_dims m = titans__mem_get_dims(&c->mem);
-  size_t dstate = B * m.H * 2 * m.head_size, dtail = 4 * B * (m.K > 0 ? m.K - 1 : 0) * m.dm;
-  const float *dnext_state = NULL, *dnext_tail_u = NULL, *dnext_tail_r = NULL;
-  for (size_t s = lf->nseg; s-- > 0;) {
-    titans__mac_seg *sg = &lf->segs[s];
-    size_t n = sg->n, S = P + 2 * n;
-    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
-    float *dout = titans__arena_alloc(ar, B * n * d), *dy = titans__arena_zalloc(ar, B * n * d);
-    float *dmm = titans__arena_zalloc(ar, B * n * d), *dxs = titans__arena_zalloc(ar, B * n * d);
-    float *dsrc = titans__arena_zalloc(ar, B * S * d), *dhm = titans__arena_zalloc(ar, B * n * d);
-    TITANS__NEED(dout && dy && dmm && dxs && dsrc && dhm);
-    titans__rows_slice(dout, dmix, B, T, sg->t0, n, d, 0);
-    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, G->gate_norm_y, G->gate_norm_m, dout, sg->y, sg->mm,
-                                      L->gate_norm_y, L->gate_norm_m, B * n, d));
-    /* the update of segment s feeds every later segment through the state it leaves */
-    if (dnext_state) {
-      memcpy(cu->dstate_final, dnext_state, dstate * sizeof(float));
-      memcpy(cu->dtails_final, dnext_tail_u, dtail * sizeof(float));
-    }
-    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dy, dmm, sg->y, cu, 0));
-    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B,
-                                          n, P, 2 * n, 0));
-    for (size_t b = 0; b < B; b++) {
-      const float *o = dsrc + b * S * d;
-      if (P) titans__axpy(G->persist, 1.0f, o, P * d);
-      titans__axpy(dhm + b * n * d, 1.0f, o + P * d, n * d);
-      titans__axpy(dxs + b * n * d, 1.0f, o + (P + n) * d, n * d);
-    }
-    /* the retrieval read the state the update started from; its conv tail is the X stream's */
-    memcpy(cr->dstate_final, cu->dstate_init, dstate * sizeof(float));
-    if (dnext_tail_r) memcpy(cr->dtails_final, dnext_tail_r, dtail * sizeof(float));
-    TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dxs, dhm, sg->xs, cr, s == 0));
-    /* the update stream's tails of segment s - 1 are read by this update; the X stream's by this retrieval */
-    dnext_state = cr->dstate_init;
-    dnext_tail_u = cu->dtails_init;
-    dnext_tail_r = cr->dtails_init;
-    titans__rows_unslice(dxn, dxs, B, T, sg->t0, n, d, 1);
-  }
-  return TITANS_OK;
+/* The one-row form of titans__gate_forward: out [d] = RMSNorm(y) * sigmoid(RMSNorm(m)). */
+static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m, titans__step_work *w,
+                                 size_t d) {
+  float r;
+  titans_rmsnorm_forward(out, &r, y, L->gate_norm_y, 1, d);
+  titans_rmsnorm_forward(w->gate, &r, m, L->gate_norm_m, 1, d);
+  titans_sigmoid_forward(w->gate, w->gate, d);
+  for (size_t j = 0; j < d; j++) out[j] *= w->gate[j];
 }
+
+/* ---- ATTN and SWA: the attention baselines --------------------------------------------------------
+   mix = wo Attn(wq xn; wk src, wv src) over src = persist || xn: causal over every earlier token (ATTN)
+   or over the last `window` (SWA). A stream continues SWA with the last `window` rows of the previous
+   window's xn as extra keys (titans__swa_stream_forward, which MAG's stream reuses). */
 
 /* Key position of a carried SWA row that belongs to an earlier document: so far back that no query's
    window reaches it. */
@@ -7279,6 +7345,170 @@ static int titans__swa_stream_backward(const titans_config *c, const titans_laye
   return TITANS_OK;
 }
 
+static int titans__baseline_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
+                                    titans__arena *ar, const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
+  TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] persist || xn */
+  titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
+}
+
+static int titans__baseline_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                     titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                     const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
+  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
+  TITANS__NEED(dsrc);
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                        titans__window(c)));
+  titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d); /* src = persist || xn */
+  return TITANS_OK;
+}
+
+/* One token: its key and value join the cache (which holds the persistent rows as its prefix). */
+static int titans__baseline_step(titans_session *s, int l, float *mix, const float *xn, long long p,
+                                 titans__step_work *w) {
+  return titans__session_attend(&s->model->cfg, &s->model->w.layers[l], &s->layers[l], mix, xn, xn, 1, p, p, w);
+}
+
+/* SWA streams any window length: the carried rows make a window's keys what a session's would be. ATTN
+   does not stream (its keys would be the whole document). */
+static size_t titans__swa_stream_unit(const titans_config *c) {
+  (void)c;
+  return 1;
+}
+
+/* ---- MAC: memory as context ---------------------------------------------------------------------
+   The sequence is cut into segments of C tokens. For segment S with normalised input X:
+     1. Hm = M*(X): retrieve from the memory as it was at the segment's start (no update),
+     2. y = Attn over persist || Hm || X (positions local to the segment, causal, no window),
+     3. the memory learns from y: m = M(y) (the update runs through the segment, chunk by chunk),
+     4. mix = Gate(y, m).
+   The memory state (and the conv tails of both its input streams) flows from segment to segment; the
+   backward walks the segments in reverse, carrying d(state) and d(tails) back (docs/model.md, 3.3). */
+
+static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
+  (void)pos; /* MAC's attention reads local positions 0..n-1 within each segment */
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment;
+  lf->nseg = (T + C - 1) / C;
+  lf->segs = (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
+  /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
+  TITANS__NEED(lf->segs && titans__layer_ctx(lf, 2 * lf->nseg - 1));
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  for (size_t s = 0; s < lf->nseg; s++) {
+    titans__mac_seg *sg = &lf->segs[s];
+    size_t n = T - s * C < C ? T - s * C : C;
+    sg->t0 = s * C;
+    sg->n = n;
+    sg->xs = titans__arena_alloc(ar, B * n * d);
+    sg->hm = titans__arena_alloc(ar, B * n * d);
+    sg->src = titans__arena_alloc(ar, B * (P + 2 * n) * d);
+    sg->y = titans__arena_alloc(ar, B * n * d);
+    sg->mm = titans__arena_alloc(ar, B * n * d);
+    sg->kpos = (int64_t *)(void *)titans__arena_alloc(ar, 4 * n + 2);
+    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
+    TITANS__NEED(sg->xs && sg->hm && sg->src && sg->y && sg->mm && sg->kpos && cr && cu);
+    for (size_t i = 0; i < n; i++) sg->kpos[i] = sg->kpos[n + i] = (int64_t)i;
+    titans__rows_slice(sg->xs, lf->xn, B, T, sg->t0, n, d, 0);
+    /* 1. retrieve with the weights committed at the segment's start */
+    TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &lf->st, sg->hm, sg->xs, n, cr));
+    /* 2. attention over persist || Hm || X, local positions */
+    for (size_t b = 0; b < B; b++) {
+      float *o = sg->src + b * (P + 2 * n) * d;
+      if (P) memcpy(o, L->persist, P * d * sizeof(float));
+      memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
+      memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
+    }
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0));
+    /* 3. the memory learns from the attention output */
+    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, sg->y, n, cu));
+    /* 4. gate */
+    float *out = titans__arena_alloc(ar, B * n * d);
+    TITANS__NEED(out);
+    TITANS__TRY(titans__gate_forward(ar, &sg->gate, out, sg->y, sg->mm, L->gate_norm_y, L->gate_norm_m, B * n, d));
+    titans__rows_unslice(lf->mix, out, B, T, sg->t0, n, d, 0);
+  }
+  return TITANS_OK;
+}
+
+static int titans__mac_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
+  (void)pos;
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  titans__mem_dims m = titans__mem_get_dims(&c->mem);
+  size_t dstate = B * m.H * 2 * m.head_size, dtail = 4 * B * (m.K > 0 ? m.K - 1 : 0) * m.dm;
+  const float *dnext_state = NULL, *dnext_tail_u = NULL, *dnext_tail_r = NULL;
+  for (size_t s = lf->nseg; s-- > 0;) {
+    titans__mac_seg *sg = &lf->segs[s];
+    size_t n = sg->n, S = P + 2 * n;
+    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
+    float *dout = titans__arena_alloc(ar, B * n * d), *dy = titans__arena_zalloc(ar, B * n * d);
+    float *dmm = titans__arena_zalloc(ar, B * n * d), *dxs = titans__arena_zalloc(ar, B * n * d);
+    float *dsrc = titans__arena_zalloc(ar, B * S * d), *dhm = titans__arena_zalloc(ar, B * n * d);
+    TITANS__NEED(dout && dy && dmm && dxs && dsrc && dhm);
+    titans__rows_slice(dout, dmix, B, T, sg->t0, n, d, 0);
+    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, G->gate_norm_y, G->gate_norm_m, dout, sg->y, sg->mm,
+                                      L->gate_norm_y, L->gate_norm_m, B * n, d));
+    /* the update of segment s feeds every later segment through the state it leaves */
+    if (dnext_state) {
+      memcpy(cu->dstate_final, dnext_state, dstate * sizeof(float));
+      memcpy(cu->dtails_final, dnext_tail_u, dtail * sizeof(float));
+    }
+    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dy, dmm, sg->y, cu, 0));
+    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B,
+                                          n, P, 2 * n, 0));
+    for (size_t b = 0; b < B; b++) {
+      const float *o = dsrc + b * S * d;
+      if (P) titans__axpy(G->persist, 1.0f, o, P * d);
+      titans__axpy(dhm + b * n * d, 1.0f, o + P * d, n * d);
+      titans__axpy(dxs + b * n * d, 1.0f, o + (P + n) * d, n * d);
+    }
+    /* the retrieval read the state the update started from; its conv tail is the X stream's */
+    memcpy(cr->dstate_final, cu->dstate_init, dstate * sizeof(float));
+    if (dnext_tail_r) memcpy(cr->dtails_final, dnext_tail_r, dtail * sizeof(float));
+    TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dxs, dhm, sg->xs, cr, s == 0));
+    /* the update stream's tails of segment s - 1 are read by this update; the X stream's by this retrieval */
+    dnext_state = cr->dstate_init;
+    dnext_tail_u = cu->dtails_init;
+    dnext_tail_r = cr->dtails_init;
+    titans__rows_unslice(dxn, dxs, B, T, sg->t0, n, d, 1);
+  }
+  return TITANS_OK;
+}
+
+/* One token, i-th of its segment: at the segment's first token the running memory becomes the one
+   retrieval reads and the cache empties (the attention of a segment sees only that segment). */
+static int titans__mac_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  size_t d = (size_t)c->d;
+  int64_t i = (int64_t)(p % c->segment);
+  if (i == 0 && p > 0) {
+    /* a new segment: retrieval reads the memory as it is now; the X stream's conv tail goes on */
+    titans__mem_state_commit(&sl->committed, &sl->mem);
+    titans_kv_cache_reset(&sl->kv);
+  }
+  TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, w->pair, xn, 1, NULL)); /* Hm_i */
+  memcpy(w->pair + d, xn, d * sizeof(float));                                                 /* X_i */
+  TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, w->pair, 2, i, i, w));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, w->y, 1, NULL));
+  titans__session_gate(L, mix, w->y, w->m, w, d);
+  return TITANS_OK;
+}
+
+/* Whole segments keep the segments where a session has them. */
+static size_t titans__mac_stream_unit(const titans_config *c) { return (size_t)c->segment; }
+
+/* ---- MAG: memory as a gate ----------------------------------------------------------------------
+   Two branches over the same normalised input xn, combined by a gate:
+     y = SWA over persist || xn (window w),  m = M(persist || xn) at the text's positions (the memory
+     reads the persistent tokens first, then the text, updating as it goes),  mix = Gate(y, m). */
+
 /* MAG continuing a stream: the sliding window over persist || carried rows || xn; the memory reads the
    persistent tokens only at a document's start (every row fresh), then the window's xn. */
 static int titans__mag_stream_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
@@ -7315,106 +7545,143 @@ static int titans__mag_stream_backward(const titans_config *c, const titans_laye
   return TITANS_OK;
 }
 
-static int titans__mixer_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
-                                 const int64_t *pos, size_t B, size_t T) {
+static int titans__mag_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
-  switch (c->block) {
-    case TITANS_BLOCK_ATTN:
-    case TITANS_BLOCK_SWA:
-      if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
-      TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
-      titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
-    case TITANS_BLOCK_MAG: {
-      if (lf->carry) return titans__mag_stream_forward(c, L, lf, ar, B, T);
-      TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
-      TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
-      TITANS__NEED(lf->m = titans__arena_alloc(ar, B * T * d));
-      TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d));
-      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
-      TITANS__NEED(cx);
-      titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-      lf->mem_in = lf->src;
-      TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c)));
-      TITANS__TRY(titans__layer_state(c, L, lf, B));
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
-      for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
-      return titans__gate_forward(ar, &lf->gate, lf->mix, lf->y, lf->m, L->gate_norm_y, L->gate_norm_m, B * T, d);
-    }
-    case TITANS_BLOCK_MAL: {
-      TITANS__NEED(lf->mem_in = titans__arena_alloc(ar, B * (P + T) * d));
-      TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d));
-      TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
-      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
-      TITANS__NEED(cx);
-      titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, P, T, d);
-      TITANS__TRY(titans__layer_state(c, L, lf, B));
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
-      for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
-      lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
-      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
-    }
-    case TITANS_BLOCK_LMM: {
-      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
-      TITANS__NEED(cx);
-      TITANS__TRY(titans__layer_state(c, L, lf, B));
-      return titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mix, lf->xn, T, cx);
-    }
-    case TITANS_BLOCK_MAC:
-      return titans__mac_forward(c, L, lf, ar, B, T);
-    default:
-      return TITANS_ERR_ARG;
-  }
+  if (lf->carry) return titans__mag_stream_forward(c, L, lf, ar, B, T);
+  TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));     /* [B, P + T, d] persist || xn */
+  TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));             /* attention branch */
+  TITANS__NEED(lf->m = titans__arena_alloc(ar, B * T * d));             /* memory branch at the text */
+  TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d)); /* memory at every position */
+  titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+  TITANS__NEED(cx);
+  titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
+  lf->mem_in = lf->src;
+  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c)));
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
+  for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
+  return titans__gate_forward(ar, &lf->gate, lf->mix, lf->y, lf->m, L->gate_norm_y, L->gate_norm_m, B * T, d);
 }
 
-static int titans__mixer_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                  titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
-                                  const int64_t *pos, size_t B, size_t T) {
+static int titans__mag_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
-  switch (c->block) {
-    case TITANS_BLOCK_ATTN:
-    case TITANS_BLOCK_SWA: {
-      if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
-      float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d);
-      TITANS__NEED(dsrc);
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                            titans__window(c)));
-      titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
-      return TITANS_OK;
-    }
-    case TITANS_BLOCK_MAG: {
-      if (lf->carry) return titans__mag_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
-      float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);
-      float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
-      TITANS__NEED(dy && dm && dsrc && dmo);
-      TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
-                                        L->gate_norm_y, L->gate_norm_m, B * T, d));
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                            titans__window(c)));
-      for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (P + T) + P) * d, dm + b * T * d, T * d * sizeof(float));
-      TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
-      titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
-      return TITANS_OK;
-    }
-    case TITANS_BLOCK_MAL: {
-      float *dyq = titans__arena_zalloc(ar, B * T * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
-      float *dmi = titans__arena_zalloc(ar, B * (P + T) * d);
-      TITANS__NEED(dyq && dmo && dmi);
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
-                                            titans__window(c)));
-      for (size_t b = 0; b < B; b++) titans__axpy(dmo + (b * (P + T) + P) * d, 1.0f, dyq + b * T * d, T * d);
-      TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
-      titans__split_prefix_grad(G->persist, dxn, dmi, B, P, T, d);
-      return TITANS_OK;
-    }
-    case TITANS_BLOCK_LMM:
-      return titans__layer_mem_backward(c, L, G, lf, dxn, dmix, lf->xn, &lf->ctxs[0], 1);
-    case TITANS_BLOCK_MAC:
-      return titans__mac_backward(c, L, G, lf, ar, dxn, dmix, B, T);
-    default:
-      return TITANS_ERR_ARG;
-  }
+  if (lf->carry) return titans__mag_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
+  float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);             /* [B, T, d] */
+  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
+  TITANS__NEED(dy && dm && dsrc && dmo);
+  /* mix = Gate(y, m) */
+  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
+                                    L->gate_norm_y, L->gate_norm_m, B * T, d));
+  /* y = SWA(xn; src) */
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                        titans__window(c)));
+  /* m = the memory's outputs at the text; the persistent positions' outputs are not used */
+  for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (P + T) + P) * d, dm + b * T * d, T * d * sizeof(float));
+  TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
+  titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
+  return TITANS_OK;
 }
+
+/* One token: the attention branch over the cache, the memory branch continuing the running memory (which
+   read the persistent tokens at titans_session_reset), then the gate. */
+static int titans__mag_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, xn, 1, p, p, w));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, xn, 1, NULL));
+  titans__session_gate(L, mix, w->y, w->m, w, (size_t)c->d);
+  return TITANS_OK;
+}
+
+/* MAG streams when its persistent tokens fill whole memory chunks, so that every later window still
+   starts the memory at a chunk boundary; windows are then whole chunks. */
+static size_t titans__mag_stream_unit(const titans_config *c) {
+  return c->n_persist % c->mem.chunk == 0 ? (size_t)c->mem.chunk : 0;
+}
+
+/* ---- MAL: memory as a layer ---------------------------------------------------------------------
+   The memory first, then attention over its output:
+     y = M(persist || xn) at the text's positions,  mix = SWA(y) over the memory's outputs for
+     persist || xn (the persistent tokens' outputs are the always-visible prefix).
+   MAL does not stream in this version (the prefix would have to be recomputed from a carried memory). */
+
+static int titans__mal_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  TITANS__NEED(lf->mem_in = titans__arena_alloc(ar, B * (P + T) * d));  /* [B, P + T, d] persist || xn */
+  TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] */
+  TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));             /* [B, T, d] the queries */
+  titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+  TITANS__NEED(cx);
+  titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, P, T, d);
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
+  for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
+  lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
+}
+
+static int titans__mal_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  float *dyq = titans__arena_zalloc(ar, B * T * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
+  float *dmi = titans__arena_zalloc(ar, B * (P + T) * d);
+  TITANS__NEED(dyq && dmo && dmi);
+  /* mix = SWA(y; src = mem_out): y reaches the memory's outputs twice, as queries and as keys/values */
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
+                                        titans__window(c)));
+  for (size_t b = 0; b < B; b++) titans__axpy(dmo + (b * (P + T) + P) * d, 1.0f, dyq + b * T * d, T * d);
+  TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
+  titans__split_prefix_grad(G->persist, dxn, dmi, B, P, T, d);
+  return TITANS_OK;
+}
+
+/* One token: the memory's output is both the query and this token's key/value row. */
+static int titans__mal_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->y, xn, 1, NULL));
+  return titans__session_attend(c, L, sl, mix, w->y, w->y, 1, p, p, w);
+}
+
+/* ---- LMM: the memory alone ----------------------------------------------------------------------
+   mix = M(xn): the neural long-term memory as the whole mixer (no attention, no persistent tokens). */
+
+static int titans__lmm_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
+  (void)ar;
+  (void)pos; /* the memory's positions are its own (chunks from the state's position) */
+  titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+  TITANS__NEED(cx);
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  return titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mix, lf->xn, T, cx);
+}
+
+static int titans__lmm_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
+  (void)ar;
+  (void)pos;
+  (void)B;
+  (void)T;
+  return titans__layer_mem_backward(c, L, G, lf, dxn, dmix, lf->xn, &lf->ctxs[0], 1);
+}
+
+static int titans__lmm_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  (void)p;
+  (void)w;
+  return titans_mem_forward(&c->mem, &s->model->w.layers[l].mem, &s->layers[l].mem, mix, xn, 1, NULL);
+}
+
+/* Whole chunks keep the memory's chunks where a session has them. */
+static size_t titans__lmm_stream_unit(const titans_config *c) { return (size_t)c->mem.chunk; }
 
 /* ---- blocks ------------------------------------------------------------------------------------ */
 
@@ -7430,7 +7697,7 @@ static int titans__block_forward(const titans_config *c, const titans_layer *L, 
   TITANS__NEED(lf->hn = titans__arena_alloc(ar, n * d));
   TITANS__NEED(lf->rstd2 = titans__arena_alloc(ar, n));
   titans_rmsnorm_forward(lf->xn, lf->rstd1, x, L->norm1, n, d);
-  TITANS__TRY(titans__mixer_forward(c, L, lf, ar, pos, B, T));
+  TITANS__TRY(titans__kind_of(c->block)->forward(c, L, lf, ar, pos, B, T));
   for (size_t j = 0; j < n * d; j++) lf->h[j] = x[j] + lf->mix[j];
   titans_rmsnorm_forward(lf->hn, lf->rstd2, lf->h, L->norm2, n, d);
   TITANS__TRY(titans__ffn_forward(c, L, ar, &lf->ffn, x_out, lf->hn, n));
@@ -7449,7 +7716,7 @@ static int titans__block_backward(const titans_config *c, const titans_layer *L,
   memcpy(dh, dx_out, n * d * sizeof(float));
   TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
   titans_rmsnorm_backward(dh, G->norm2, dhn, lf->h, L->norm2, lf->rstd2, n, d);
-  TITANS__TRY(titans__mixer_backward(c, L, G, lf, ar, dxn, dh, pos, B, T));
+  TITANS__TRY(titans__kind_of(c->block)->backward(c, L, G, lf, ar, dxn, dh, pos, B, T));
   memcpy(dx, dh, n * d * sizeof(float));
   titans_rmsnorm_backward(dx, G->norm1, dxn, lf->x_in, L->norm1, lf->rstd1, n, d);
   return TITANS_OK;
@@ -7669,11 +7936,11 @@ TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t
 
 /* ---- streams ------------------------------------------------------------------------------------ */
 
-/* MAC, LMM, SWA, and MAG when its persistent tokens fill whole memory chunks (so every later window still
-   starts the memory at a chunk boundary). */
-static int titans__stream_kind_ok(const titans_config *c) {
-  return c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_LMM || c->block == TITANS_BLOCK_SWA ||
-         (c->block == TITANS_BLOCK_MAG && c->n_persist % c->mem.chunk == 0);
+/* Windows of a stream are multiples of this so that MAC's segments and the memory's chunks stay where a
+   session has them; 0 for a kind that cannot stream with c (the kind's stream_unit, titans__kinds). */
+static size_t titans__stream_unit(const titans_config *c) {
+  const titans__kind *k = titans__kind_of(c->block);
+  return k->stream_unit ? k->stream_unit(c) : 0;
 }
 
 TITANSDEF void titans_stream_free(titans_stream *s) {
@@ -7696,7 +7963,7 @@ TITANSDEF void titans_stream_free(titans_stream *s) {
 TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t B) {
   memset(s, 0, sizeof *s);
   const titans_config *c = &m->cfg;
-  if (!titans__stream_kind_ok(c))
+  if (!titans__stream_unit(c))
     return titans__error(s->error, TITANS_ERR_ARG,
                          "stream: %s blocks cannot stream in this version (mac, lmm, swa can, and mag when its persistent "
                          "tokens are a multiple of the memory chunk)", titans_block_name(c->block));
@@ -7708,12 +7975,12 @@ TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t
   s->row_position = (long long *)titans_alloc_bytes(B, sizeof(long long));
   if (!s->fresh || !s->attn_tail_rows || !s->row_position) goto nomem;
   memset(s->fresh, 1, B);
-  if (c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG) {
+  if (titans__kind_of(c->block)->keys == TITANS__KEYS_WINDOW) { /* SWA, MAG: each layer's last `window` inputs */
     size_t n = 0;
     if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->window, &n) || !titans_size_mul(n, (size_t)c->d, &n)) goto nomem;
     if (!(s->attn_tail = titans_alloc_floats(n))) goto nomem;
   }
-  if (c->block != TITANS_BLOCK_SWA) {
+  if (titans__kind_of(c->block)->mem) {
     s->mem = (titans_mem_state *)titans_alloc_bytes((size_t)c->n_layers, sizeof(titans_mem_state));
     if (!s->mem) goto nomem;
     for (int l = 0; l < c->n_layers; l++)
@@ -7731,16 +7998,6 @@ TITANSDEF int titans_stream_restart(titans_stream *s, size_t row) {
   return TITANS_OK;
 }
 
-/* Windows are multiples of this so that MAC's segments and the memory's chunks stay where a session has them. */
-static size_t titans__stream_unit(const titans_config *c) {
-  switch (c->block) {
-    case TITANS_BLOCK_MAC: return (size_t)c->segment;
-    case TITANS_BLOCK_LMM:
-    case TITANS_BLOCK_MAG: return (size_t)c->mem.chunk;
-    default: return 1;
-  }
-}
-
 /* A call of T tokens per row may continue the stream: same model and rows, and windows that keep MAC's
    segments and the memory's chunks at the absolute positions a session uses. */
 static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_t T) {
@@ -7749,14 +8006,15 @@ static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_
     return titans__error(t->error, TITANS_ERR_ARG, "stream: it was made for another model (or freed)");
   size_t unit = titans__stream_unit(c);
   if (T == 0) return titans__error(t->error, TITANS_ERR_ARG, "stream: an empty window");
-  if (c->block == TITANS_BLOCK_MAG)
+  const titans__kind *k = titans__kind_of(c->block);
+  if (k->mem_reads_persist) /* MAG */
     for (size_t b = 1; b < s->batch; b++)
       if (s->fresh[b] != s->fresh[0])
         return titans__error(t->error, TITANS_ERR_ARG, "stream: MAG rows restart together (the memory reads the "
                              "persistent tokens first): restart every row or none");
   if (s->ended)
     return titans__error(t->error, TITANS_ERR_STATE, "stream: it ended with a window that was not a multiple of the %s (%zu)",
-                         c->block == TITANS_BLOCK_MAC ? "segment" : "memory chunk", unit);
+                         k->keys == TITANS__KEYS_SEGMENT ? "segment" : "memory chunk", unit);
   return TITANS_OK;
 }
 
@@ -7833,25 +8091,12 @@ TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, 
 
 /* ---- inference sessions ----------------------------------------------------------------------- */
 
-struct titans__session_layer {
-  titans_kv_cache kv;          /* attention kinds: prefix rows + a ring of keys/values */
-  int has_kv;
-  titans_mem_state mem;        /* memory kinds: the running memory */
-  titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
-  int has_mem, has_committed;
-};
-
-/* Scratch of one token: [17, max(d, d_ff)]: x, xn, mix, h (4 d), u1, u3 (2 w), the mixer's 10 d, and the
-   final norm at 16 w. */
-static size_t titans__session_work_floats(const titans_config *c) {
-  size_t w = (size_t)(c->d > c->ffn_hidden ? c->d : c->ffn_hidden);
-  return 17 * w;
-}
-
+/* Rows a layer's KV cache holds at most besides the persistent prefix: as many as the keys the kind's
+   attention sees. */
 static size_t titans__kv_capacity(const titans_config *c) {
-  switch (c->block) {
-    case TITANS_BLOCK_ATTN: return (size_t)c->max_context;
-    case TITANS_BLOCK_MAC: return 2 * (size_t)c->segment; /* Hm and X rows of one segment */
+  switch (titans__kind_of(c->block)->keys) {
+    case TITANS__KEYS_ALL: return (size_t)c->max_context;
+    case TITANS__KEYS_SEGMENT: return 2 * (size_t)c->segment; /* Hm and X rows of one segment */
     default: return (size_t)c->window;
   }
 }
@@ -7861,11 +8106,6 @@ static int titans__all_finite(const float *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(x[i])) return 0;
   return 1;
-}
-
-/* y [n, d] = x [n, d] W^T for W [d, d] */
-static void titans__linear(float *y, const float *x, const float *W, size_t n, size_t d_out, size_t d_in) {
-  titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
 }
 
 TITANSDEF void titans_session_free(titans_session *s) {
@@ -7888,8 +8128,10 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
   s->model = m;
   const titans_config *c = &m->cfg;
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads;
+  const titans__kind *k = titans__kind_of(c->block);
+  titans__step_work w;
   s->layers = (struct titans__session_layer *)titans_alloc_bytes((size_t)c->n_layers, sizeof(struct titans__session_layer));
-  s->work_size = titans__session_work_floats(c);
+  s->work_size = titans__step_work_carve(&w, NULL, c);
   s->work = titans_alloc_floats(s->work_size);
   if (!s->layers || !s->work) {
     titans_session_free(s);
@@ -7898,17 +8140,17 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
   for (int l = 0; l < c->n_layers; l++) {
     struct titans__session_layer *sl = &s->layers[l];
     int rc = TITANS_OK;
-    if (titans__has_attn(c->block)) {
-      int64_t window = c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL ? c->window : 0;
+    if (k->keys != TITANS__KEYS_NONE) {
+      int64_t window = titans__window(c);
       /* 16 slots now, more by use: the capacity comes from a file and may be 2^24 (see the header) */
       rc = titans__kv_cache_init_reserve(&sl->kv, (size_t)c->n_persist, titans__kv_capacity(c), H, d / H, window, 16);
       sl->has_kv = rc == TITANS_OK;
     }
-    if (!rc && titans__has_mem(c->block)) {
+    if (!rc && k->mem) {
       rc = titans_mem_state_init(&sl->mem, &c->mem, 1);
       sl->has_mem = rc == TITANS_OK;
     }
-    if (!rc && c->block == TITANS_BLOCK_MAC) {
+    if (!rc && k->keys == TITANS__KEYS_SEGMENT) { /* MAC retrieves from the memory of the segment's start */
       rc = titans_mem_state_init(&sl->committed, &c->mem, 1);
       sl->has_committed = rc == TITANS_OK;
     }
@@ -7930,6 +8172,7 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
 TITANSDEF int titans_session_reset(titans_session *s) {
   const titans_model *m = s->model;
   const titans_config *c = &m->cfg;
+  const titans__kind *k = titans__kind_of(c->block);
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
   s->position = 0;
   s->broken = 1; /* until every layer is reset */
@@ -7947,10 +8190,10 @@ TITANSDEF int titans_session_reset(titans_session *s) {
     if (!pk) return titans__error(s->error, TITANS_ERR_NOMEM, "session reset: out of memory (layer %d)", l);
     float *pv = pk + P * d, *src = pk + 2 * P * d;
     memcpy(src, L->persist, P * d * sizeof(float));
-    if (c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL) {
+    if (k->mem_reads_persist) {
       float *mo = titans_alloc_floats(P * d);
       int rc = mo ? titans_mem_forward(&c->mem, &L->mem, &sl->mem, mo, L->persist, P, NULL) : TITANS_ERR_NOMEM;
-      if (!rc && c->block == TITANS_BLOCK_MAL) memcpy(src, mo, P * d * sizeof(float));
+      if (!rc && k->prefix_from_mem) memcpy(src, mo, P * d * sizeof(float));
       titans_free(mo);
       if (rc) {
         titans_free(pk);
@@ -7985,107 +8228,41 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
   return TITANS_OK;
 }
 
-/* Attention of one query row over the cache after appending this token's key/value rows:
-   att = Attn(q); out = wo att. k_src rows [nk, d] are projected and appended at position kp. */
-static int titans__session_attend(const titans_config *c, const titans_layer *L, struct titans__session_layer *sl,
-                                  float *out, const float *xq, const float *k_src, size_t nk, int64_t qp, int64_t kp,
-                                  float *work) {
-  size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H;
-  float *q = work, *k = work + d, *v = work + 3 * d, *att = work + 5 * d; /* k, v: up to 2 rows */
-  int64_t kpos[2] = {kp, kp};
-  titans__linear(q, xq, L->attn_wq, 1, d, d);
-  titans__linear(k, k_src, L->attn_wk, nk, d, d);
-  titans__linear(v, k_src, L->attn_wv, nk, d, d);
-  titans_rope_forward(q, &qp, 1, H, da);
-  titans_rope_forward(k, kpos, nk, H, da);
-  TITANS__TRY(titans_kv_cache_append(&sl->kv, k, v, kpos, nk));
-  TITANS__TRY(titans_kv_cache_attend(&sl->kv, att, NULL, q, qp));
-  titans__linear(out, att, L->attn_wo, 1, d, d);
-  return TITANS_OK;
-}
-
-/* Gate of one row: out = RMSNorm(y) * sigmoid(RMSNorm(m)) */
-static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m, float *tmp, size_t d) {
-  float r;
-  titans_rmsnorm_forward(out, &r, y, L->gate_norm_y, 1, d);
-  titans_rmsnorm_forward(tmp, &r, m, L->gate_norm_m, 1, d);
-  titans_sigmoid_forward(tmp, tmp, d);
-  for (size_t j = 0; j < d; j++) out[j] *= tmp[j];
-}
-
-/* The mixer of one token at position p: mix [d] from xn [d]. work: [10 d] of scratch. */
-static int titans__session_mixer(titans_session *s, int l, float *mix, const float *xn, long long p, float *work) {
-  const titans_config *c = &s->model->cfg;
-  const titans_layer *L = &s->model->w.layers[l];
-  struct titans__session_layer *sl = &s->layers[l];
-  size_t d = (size_t)c->d;
-  float *y = work, *m = work + d, *pair = work + 2 * d, *scratch = work + 4 * d; /* scratch: [7 d] */
-  switch (c->block) {
-    case TITANS_BLOCK_ATTN:
-    case TITANS_BLOCK_SWA:
-      return titans__session_attend(c, L, sl, mix, xn, xn, 1, p, p, scratch);
-    case TITANS_BLOCK_LMM:
-      return titans_mem_forward(&c->mem, &L->mem, &sl->mem, mix, xn, 1, NULL);
-    case TITANS_BLOCK_MAG:
-      TITANS__TRY(titans__session_attend(c, L, sl, y, xn, xn, 1, p, p, scratch));
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, m, xn, 1, NULL));
-      titans__session_gate(L, mix, y, m, scratch, d);
-      return TITANS_OK;
-    case TITANS_BLOCK_MAL:
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, y, xn, 1, NULL));
-      return titans__session_attend(c, L, sl, mix, y, y, 1, p, p, scratch);
-    case TITANS_BLOCK_MAC: {
-      int64_t i = (int64_t)(p % c->segment);
-      if (i == 0 && p > 0) {
-        /* a new segment: retrieval reads the memory as it is now; the X stream's conv tail goes on */
-        titans__mem_state_commit(&sl->committed, &sl->mem);
-        titans_kv_cache_reset(&sl->kv);
-      }
-      TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, pair, xn, 1, NULL)); /* Hm_i */
-      memcpy(pair + d, xn, d * sizeof(float));                                                /* X_i */
-      TITANS__TRY(titans__session_attend(c, L, sl, y, xn, pair, 2, i, i, scratch));
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, m, y, 1, NULL));
-      titans__session_gate(L, mix, y, m, scratch, d);
-      return TITANS_OK;
-    }
-    default:
-      return TITANS_ERR_ARG;
-  }
-}
-
-/* One token through every block; writes the final hidden state into x [d]. */
-static int titans__session_token(titans_session *s, int token, float *x) {
+/* One token through every block: the residual stream w->x [d] ends as the last block's output. Each
+   block is the training block's sequence of operations on one row (titans__block_forward), with the
+   kind's step as the mixer. */
+static int titans__session_token(titans_session *s, int token, titans__step_work *w) {
   const titans_model *mo = s->model;
   const titans_config *c = &mo->cfg;
-  size_t d = (size_t)c->d;
-  float *xn = s->work + d, *mix = s->work + 2 * d, *h = s->work + 3 * d, *u1 = s->work + 4 * d;
-  size_t ff = (size_t)c->ffn_hidden, wmax = d > ff ? d : ff;
-  float *u3 = u1 + wmax, *mixwork = u3 + wmax, r;
+  size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  float r;
   if (s->broken)
     return titans__error(s->error, TITANS_ERR_STATE, "session: broken by an earlier error; reset or load it first");
   if (s->position >= TITANS_MAX_POSITION)
     return titans__error(s->error, TITANS_ERR_STATE, "session: the position limit 2^62 is reached");
-  if (titans_embedding_forward(x, &token, mo->w.tok_emb, 1, (size_t)c->vocab, d))
+  if (titans_embedding_forward(w->x, &token, mo->w.tok_emb, 1, (size_t)c->vocab, d))
     return titans__error(s->error, TITANS_ERR_ARG, "session: token %d is outside the vocabulary [0, %d)", token, c->vocab);
   for (int l = 0; l < c->n_layers; l++) {
     const titans_layer *L = &mo->w.layers[l];
-    titans_rmsnorm_forward(xn, &r, x, L->norm1, 1, d);
-    int rc = titans__session_mixer(s, l, mix, xn, s->position, mixwork);
+    /* h = x + Mixer(RMSNorm(x; norm1)) */
+    titans_rmsnorm_forward(w->xn, &r, w->x, L->norm1, 1, d);
+    int rc = titans__kind_of(c->block)->step(s, l, w->mix, w->xn, s->position, w);
     if (rc) {
       s->broken = 1; /* earlier layers have taken the token */
       return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position, titans_status_string(rc));
     }
-    for (size_t j = 0; j < d; j++) h[j] = x[j] + mix[j];
-    titans_rmsnorm_forward(xn, &r, h, L->norm2, 1, d);
-    titans__linear(u1, xn, L->ffn_w1, 1, ff, d);
-    titans__linear(u3, xn, L->ffn_w3, 1, ff, d);
-    titans_silu_forward(u1, u1, ff);
-    for (size_t j = 0; j < ff; j++) u1[j] *= u3[j];
-    titans__linear(x, u1, L->ffn_w2, 1, d, ff);
-    for (size_t j = 0; j < d; j++) x[j] += h[j];
+    for (size_t j = 0; j < d; j++) w->h[j] = w->x[j] + w->mix[j];
+    /* x = h + w2 (SiLU(w1 hn) * (w3 hn)), hn = RMSNorm(h; norm2) (titans__ffn_forward on one row) */
+    titans_rmsnorm_forward(w->xn, &r, w->h, L->norm2, 1, d);
+    titans__linear(w->u1, w->xn, L->ffn_w1, 1, ff, d);
+    titans__linear(w->u3, w->xn, L->ffn_w3, 1, ff, d);
+    titans_silu_forward(w->u1, w->u1, ff);
+    for (size_t j = 0; j < ff; j++) w->u1[j] *= w->u3[j];
+    titans__linear(w->x, w->u1, L->ffn_w2, 1, d, ff);
+    for (size_t j = 0; j < d; j++) w->x[j] += w->h[j];
     /* A NaN or Inf in a memory (W, S) reaches the layer's output at this very token (y_t reads W_t,
        and IEEE products and sums keep NaN and Inf), as does one in any weight the token used. */
-    if (!titans__all_finite(x, d)) {
+    if (!titans__all_finite(w->x, d)) {
       s->broken = 1;
       return titans__error(s->error, TITANS_ERR_NONFINITE,
                            "session: layer %d at position %lld produced NaN or Inf (reset or reload the session)", l,
@@ -8100,11 +8277,13 @@ TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n
   const titans_model *mo = s->model;
   const titans_config *c = &mo->cfg;
   size_t d = (size_t)c->d;
-  float *x = s->work, *xf = s->work + 16 * (d > (size_t)c->ffn_hidden ? d : (size_t)c->ffn_hidden), r;
-  for (size_t i = 0; i < n; i++) TITANS__TRY(titans__session_token(s, tokens[i], x));
+  titans__step_work w; /* named slices of s->work, sized by the same carve at titans_session_init */
+  float r;
+  titans__step_work_carve(&w, s->work, c);
+  for (size_t i = 0; i < n; i++) TITANS__TRY(titans__session_token(s, tokens[i], &w));
   if (logits && n > 0) {
-    titans_rmsnorm_forward(xf, &r, x, mo->w.norm_f, 1, d);
-    titans__linear(logits, xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
+    titans_rmsnorm_forward(w.xf, &r, w.x, mo->w.norm_f, 1, d);
+    titans__linear(logits, w.xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
     if (!titans__all_finite(logits, (size_t)c->vocab)) {
       s->broken = 1; /* the same weights would give NaN again: do not let the caller go on silently */
       return titans__error(s->error, TITANS_ERR_NONFINITE,
@@ -8156,7 +8335,7 @@ TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list
 /* Rows a session's KV cache has appended since its last reset at position pos (MAC: two per token
    of the current segment; it resets at each segment's first token). */
 static long long titans__session_kv_appended(const titans_config *c, long long pos) {
-  if (c->block != TITANS_BLOCK_MAC) return pos;
+  if (titans__kind_of(c->block)->keys != TITANS__KEYS_SEGMENT) return pos;
   long long seg_start = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
   return 2 * (pos - seg_start);
 }
@@ -8193,6 +8372,7 @@ static long long titans__position_decode(const float *code) {
 
 TITANSDEF int titans_session_state_prepare(titans_session *s, long long position) {
   const titans_config *c = &s->model->cfg;
+  const titans__kind *k = titans__kind_of(c->block);
   if (position < 0 || position > TITANS_MAX_POSITION)
     return titans__error(s->error, TITANS_ERR_ARG, "session state: position %lld is outside 0..2^62", position);
   s->broken = 1; /* being restored: titans_session_state_loaded makes it usable */
@@ -8201,7 +8381,7 @@ TITANSDEF int titans_session_state_prepare(titans_session *s, long long position
     if (!sl->has_kv) continue;
     if (titans__kv_cache_reserve(&sl->kv, titans__session_kv_rows(c, position)))
       return titans__error(s->error, TITANS_ERR_NOMEM, "session state: cannot allocate layer %d's KV cache", l);
-    titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, position), c->block == TITANS_BLOCK_MAC);
+    titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, position), k->keys == TITANS__KEYS_SEGMENT);
   }
   s->position = position;
   return TITANS_OK;
@@ -8209,6 +8389,7 @@ TITANSDEF int titans_session_state_prepare(titans_session *s, long long position
 
 TITANSDEF int titans_session_state_loaded(titans_session *s) {
   const titans_config *c = &s->model->cfg;
+  const titans__kind *k = titans__kind_of(c->block);
   long long decoded = titans__position_decode(s->position_code);
   if (decoded < 0) return titans__error(s->error, TITANS_ERR_FORMAT, "session state: bad position");
   uint64_t p = (uint64_t)decoded;
@@ -8230,14 +8411,14 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
         if (!isfinite(refs[i].data[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: %s holds a non-finite value", refs[i].name);
     long long pos = (long long)p;
-    if (sl->has_mem) sl->mem.position = pos + (c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL ? c->n_persist : 0);
+    if (sl->has_mem) sl->mem.position = pos + (k->mem_reads_persist ? c->n_persist : 0);
     if (sl->has_kv) {
       size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d;
       for (size_t j = 0; j < rows; j++)
         if (!isfinite(sl->kv.k[j]) || !isfinite(sl->kv.v[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's KV cache holds a non-finite value", l);
-      titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), c->block == TITANS_BLOCK_MAC);
-      if (c->block == TITANS_BLOCK_MAC) sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
+      titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), k->keys == TITANS__KEYS_SEGMENT);
+      if (k->keys == TITANS__KEYS_SEGMENT) sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
     }
   }
   s->position = (long long)p;
