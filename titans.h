@@ -6662,16 +6662,19 @@ static void titans__layer_prefix(char *out, int l) {
   out[8 + n] = 0;
 }
 
-/* The one place that fixes the model's parameter order and names. Records into list (may be NULL) and
-   binds w (may be NULL; w->layers must have n_layers entries). Returns the parameter count; *offset
-   advances to the total. */
+/* The one place that fixes the model's parameter order, names and shapes: counting (titans__model_size),
+   binding (titans_weights_bind, titans_model_init), and through m->plist saving and loading all use it.
+   Records into list (may be NULL) and binds w (may be NULL; w->layers must have n_layers entries).
+   Returns the parameter count; *offset advances to the total; *exact (may be NULL) adds the same total
+   in double, which cannot wrap (a configuration from a file is sized before anything is allocated). */
 static size_t titans__model_walk(const titans_config *c, titans_weights *w, float *slab, titans_param *list, size_t max,
-                                 size_t *offset) {
+                                 size_t *offset, double *exact) {
   size_t count = 0, o, d = (size_t)c->d, ff = (size_t)c->ffn_hidden, V = (size_t)c->vocab;
   const titans__kind *k = titans__kind_of(c->block);
   char prefix[64];
 #define TITANS__PARAM(ptr, name, kind, nd, a, b_)                                                        \
   o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, 0);                  \
+  if (exact) *exact += (double)(a) * (nd == 2 ? (double)(b_) : 1.0);                                  \
   if (w) (ptr) = slab + o;
   prefix[0] = 0;
   TITANS__PARAM(w->tok_emb, "tok_emb", TITANS_PARAM_MATRIX, 2, V, d)
@@ -6698,6 +6701,7 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
       size_t pl = strlen(prefix);
       memcpy(mp, prefix, pl);
       memcpy(mp + pl, "mem.", 5);
+      if (exact) *exact += (double)titans_mem_param_count(&c->mem);
       count += titans__mem_walk(&c->mem, w ? &L->mem : NULL, slab, list ? list + (count < max ? count : max) : NULL,
                                 max > count ? max - count : 0, mp, offset);
     }
@@ -6720,7 +6724,18 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
 TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab) {
   size_t offset = 0;
   w->layers = layers;
-  titans__model_walk(cfg, w, slab, NULL, 0, &offset);
+  titans__model_walk(cfg, w, slab, NULL, 0, &offset, NULL);
+}
+
+/* The parameters of a checked configuration, from the walk: *n_params tensors of *n_floats floats in all.
+   Returns the floats counted in double (when that is above what size_t holds, the size_t counts wrapped
+   and the caller must refuse the configuration). */
+static double titans__model_size(const titans_config *c, size_t *n_params, size_t *n_floats) {
+  size_t offset = 0;
+  double exact = 0.0;
+  *n_params = titans__model_walk(c, NULL, NULL, NULL, 0, &offset, &exact);
+  *n_floats = offset;
+  return exact;
 }
 
 TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
@@ -6728,15 +6743,12 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
   int rc = titans_config_check(cfg, m->error);
   if (rc) return rc;
   m->cfg = *cfg;
-  /* Size first in double: a config whose parameter count is absurd is refused before any size_t
-     arithmetic can wrap. */
-  double per_layer = 4.0 * cfg->d * cfg->d + 3.0 * cfg->d * cfg->ffn_hidden + (double)cfg->n_persist * cfg->d;
-  if (titans__kind_of(cfg->block)->mem) per_layer += (double)titans_mem_param_count(&cfg->mem);
-  double total = per_layer * cfg->n_layers + 2.0 * cfg->vocab * cfg->d;
-  if (total > 4e9) return titans__error(m->error, TITANS_ERR_ARG, "model: %.3g parameters is more than this version supports", total);
+  /* The walk counts in double too: a config whose parameter count is absurd is refused before its
+     size_t counts (which may have wrapped) are used. */
   size_t offset = 0;
-  m->n_params = titans__model_walk(cfg, NULL, NULL, NULL, 0, &offset);
-  m->n_floats = offset;
+  double total = titans__model_size(cfg, &m->n_params, &m->n_floats);
+  if (total > 4e9) return titans__error(m->error, TITANS_ERR_ARG, "model: %.3g parameters is more than this version supports", total);
+  offset = m->n_floats;
   m->params = titans_alloc_floats(m->n_floats);
   m->plist = (titans_param *)titans_alloc_bytes(m->n_params, sizeof(titans_param));
   m->w.layers = (titans_layer *)titans_alloc_bytes((size_t)cfg->n_layers, sizeof(titans_layer));
@@ -6745,7 +6757,7 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
     return titans__error(m->error, TITANS_ERR_NOMEM, "model: cannot allocate %zu parameters", offset);
   }
   offset = 0;
-  titans__model_walk(cfg, &m->w, m->params, m->plist, m->n_params, &offset);
+  titans__model_walk(cfg, &m->w, m->params, m->plist, m->n_params, &offset, NULL);
   return TITANS_OK;
 }
 
@@ -6985,6 +6997,16 @@ typedef struct titans__gate_save {
   float *rstd_y, *rstd_m; /* [rows] */
 } titans__gate_save;
 
+/* out [rows, d] = Gate(y, m), keeping what the backward needs in sv's buffers (given). A session runs it
+   on one row with sv in its scratch (titans__session_gate), so training and inference share it. */
+static void titans__gate_rows(const titans__gate_save *sv, float *out, const float *y, const float *m,
+                              const float *norm_y, const float *norm_m, size_t rows, size_t d) {
+  titans_rmsnorm_forward(sv->yn, sv->rstd_y, y, norm_y, rows, d);
+  titans_rmsnorm_forward(sv->sg, sv->rstd_m, m, norm_m, rows, d);
+  titans_sigmoid_forward(sv->sg, sv->sg, rows * d);
+  for (size_t j = 0; j < rows * d; j++) out[j] = sv->yn[j] * sv->sg[j];
+}
+
 static int titans__gate_forward(titans__arena *ar, titans__gate_save *sv, float *out, const float *y, const float *m,
                                 const float *norm_y, const float *norm_m, size_t rows, size_t d) {
   sv->yn = titans__arena_alloc(ar, rows * d);
@@ -6992,10 +7014,7 @@ static int titans__gate_forward(titans__arena *ar, titans__gate_save *sv, float 
   sv->rstd_y = titans__arena_alloc(ar, rows);
   sv->rstd_m = titans__arena_alloc(ar, rows);
   if (!sv->yn || !sv->sg || !sv->rstd_y || !sv->rstd_m) return TITANS_ERR_NOMEM;
-  titans_rmsnorm_forward(sv->yn, sv->rstd_y, y, norm_y, rows, d);
-  titans_rmsnorm_forward(sv->sg, sv->rstd_m, m, norm_m, rows, d);
-  titans_sigmoid_forward(sv->sg, sv->sg, rows * d);
-  for (size_t j = 0; j < rows * d; j++) out[j] = sv->yn[j] * sv->sg[j];
+  titans__gate_rows(sv, out, y, m, norm_y, norm_m, rows, d);
   return TITANS_OK;
 }
 
@@ -7021,18 +7040,26 @@ typedef struct titans__ffn_save {
   float *u1, *u3, *act; /* [rows, d_ff] w1 x, w3 x, SiLU(u1) * u3 */
 } titans__ffn_save;
 
-static int titans__ffn_forward(const titans_config *c, const titans_layer *L, titans__arena *ar, titans__ffn_save *sv,
-                               float *out, const float *x, size_t rows) {
+/* out [rows, d] = FFN(x [rows, d]), keeping u1, u3, act in sv's buffers (given). A session runs it on
+   one row with sv in its scratch (titans__session_token), so training and inference share it. */
+static void titans__ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
+                             const float *x, size_t rows) {
   size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
-  sv->u1 = titans__arena_alloc(ar, rows * ff);
-  sv->u3 = titans__arena_alloc(ar, rows * ff);
-  sv->act = titans__arena_alloc(ar, rows * ff);
-  if (!sv->u1 || !sv->u3 || !sv->act) return TITANS_ERR_NOMEM;
   titans_gemm(0, 1, rows, ff, d, 1.0f, x, d, L->ffn_w1, d, 0.0f, sv->u1, ff);
   titans_gemm(0, 1, rows, ff, d, 1.0f, x, d, L->ffn_w3, d, 0.0f, sv->u3, ff);
   titans_silu_forward(sv->act, sv->u1, rows * ff);
   for (size_t j = 0; j < rows * ff; j++) sv->act[j] *= sv->u3[j];
   titans_gemm(0, 1, rows, d, ff, 1.0f, sv->act, ff, L->ffn_w2, ff, 0.0f, out, d);
+}
+
+static int titans__ffn_forward(const titans_config *c, const titans_layer *L, titans__arena *ar, titans__ffn_save *sv,
+                               float *out, const float *x, size_t rows) {
+  size_t ff = (size_t)c->ffn_hidden;
+  sv->u1 = titans__arena_alloc(ar, rows * ff);
+  sv->u3 = titans__arena_alloc(ar, rows * ff);
+  sv->act = titans__arena_alloc(ar, rows * ff);
+  if (!sv->u1 || !sv->u3 || !sv->act) return TITANS_ERR_NOMEM;
+  titans__ffn_rows(c, L, sv, out, x, rows);
   return TITANS_OK;
 }
 
@@ -7232,12 +7259,12 @@ typedef struct titans__step_work {
   float *xn;      /* [d] RMSNorm(x; norm1), then RMSNorm(h; norm2) */
   float *mix;     /* [d] the mixer's output */
   float *h;       /* [d] x + mix */
-  float *u1, *u3; /* [d_ff] w1 xn, w3 xn of the FFN (u1 becomes SiLU(u1) * u3) */
+  titans__ffn_save ffn;   /* u1, u3, act [d_ff]: the FFN's saved rows (titans__ffn_rows) */
   float *y, *m;   /* [d] the attention and memory outputs the mixer combines (MAC, MAG, MAL) */
   float *pair;    /* [2, d] MAC: Hm_i || X_i, the two key rows of token i */
   float *q, *att; /* [d] the attention's query and output */
   float *k, *v;   /* [2, d] the key and value rows appended to the cache (two for MAC) */
-  float *gate;    /* [d] sigmoid(RMSNorm(m; norm_m)) of the gate */
+  titans__gate_save gate; /* yn, sg [d], rstd_y, rstd_m [1]: the gate's rows (titans__gate_rows) */
   float *xf;      /* [d] RMSNorm(x; norm_f), the input of the output head */
 } titans__step_work;
 
@@ -7248,8 +7275,9 @@ static size_t titans__step_work_carve(titans__step_work *w, float *base, const t
   w->xn = titans__take(base, &used, d);
   w->mix = titans__take(base, &used, d);
   w->h = titans__take(base, &used, d);
-  w->u1 = titans__take(base, &used, ff);
-  w->u3 = titans__take(base, &used, ff);
+  w->ffn.u1 = titans__take(base, &used, ff);
+  w->ffn.u3 = titans__take(base, &used, ff);
+  w->ffn.act = titans__take(base, &used, ff);
   w->y = titans__take(base, &used, d);
   w->m = titans__take(base, &used, d);
   w->pair = titans__take(base, &used, 2 * d);
@@ -7257,7 +7285,10 @@ static size_t titans__step_work_carve(titans__step_work *w, float *base, const t
   w->att = titans__take(base, &used, d);
   w->k = titans__take(base, &used, 2 * d);
   w->v = titans__take(base, &used, 2 * d);
-  w->gate = titans__take(base, &used, d);
+  w->gate.yn = titans__take(base, &used, d);
+  w->gate.sg = titans__take(base, &used, d);
+  w->gate.rstd_y = titans__take(base, &used, 1);
+  w->gate.rstd_m = titans__take(base, &used, 1);
   w->xf = titans__take(base, &used, d);
   return used;
 }
@@ -7285,14 +7316,10 @@ static int titans__session_attend(const titans_config *c, const titans_layer *L,
   return TITANS_OK;
 }
 
-/* The one-row form of titans__gate_forward: out [d] = RMSNorm(y) * sigmoid(RMSNorm(m)). */
+/* The training gate on one row: out [d] = RMSNorm(y) * sigmoid(RMSNorm(m)). */
 static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m, titans__step_work *w,
                                  size_t d) {
-  float r;
-  titans_rmsnorm_forward(out, &r, y, L->gate_norm_y, 1, d);
-  titans_rmsnorm_forward(w->gate, &r, m, L->gate_norm_m, 1, d);
-  titans_sigmoid_forward(w->gate, w->gate, d);
-  for (size_t j = 0; j < d; j++) out[j] *= w->gate[j];
+  titans__gate_rows(&w->gate, out, y, m, L->gate_norm_y, L->gate_norm_m, 1, d);
 }
 
 /* ---- ATTN and SWA: the attention baselines --------------------------------------------------------
@@ -8234,7 +8261,7 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
 static int titans__session_token(titans_session *s, int token, titans__step_work *w) {
   const titans_model *mo = s->model;
   const titans_config *c = &mo->cfg;
-  size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  size_t d = (size_t)c->d;
   float r;
   if (s->broken)
     return titans__error(s->error, TITANS_ERR_STATE, "session: broken by an earlier error; reset or load it first");
@@ -8252,13 +8279,9 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
       return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position, titans_status_string(rc));
     }
     for (size_t j = 0; j < d; j++) w->h[j] = w->x[j] + w->mix[j];
-    /* x = h + w2 (SiLU(w1 hn) * (w3 hn)), hn = RMSNorm(h; norm2) (titans__ffn_forward on one row) */
+    /* x = h + FFN(RMSNorm(h; norm2)): the training FFN on one row */
     titans_rmsnorm_forward(w->xn, &r, w->h, L->norm2, 1, d);
-    titans__linear(w->u1, w->xn, L->ffn_w1, 1, ff, d);
-    titans__linear(w->u3, w->xn, L->ffn_w3, 1, ff, d);
-    titans_silu_forward(w->u1, w->u1, ff);
-    for (size_t j = 0; j < ff; j++) w->u1[j] *= w->u3[j];
-    titans__linear(w->x, w->u1, L->ffn_w2, 1, d, ff);
+    titans__ffn_rows(c, L, &w->ffn, w->x, w->xn, 1);
     for (size_t j = 0; j < d; j++) w->x[j] += w->h[j];
     /* A NaN or Inf in a memory (W, S) reaches the layer's output at this very token (y_t reads W_t,
        and IEEE products and sums keep NaN and Inf), as does one in any weight the token used. */
@@ -9004,28 +9027,13 @@ static int titans__ck_check_header(const titans_st_reader *r, const char *want_k
   return TITANS_OK;
 }
 
-static int titans__ck_is_memory_kind(int block) {
-  return block == TITANS_BLOCK_MAC || block == TITANS_BLOCK_MAG || block == TITANS_BLOCK_MAL || block == TITANS_BLOCK_LMM;
-}
-
-/* The floats of cfg's parameters (SPEC 1.2, 2, 3, 5), computed with overflow checks before anything
-   is allocated; 0 on overflow. Only used to refuse a configuration the file cannot hold, so a
+/* The floats of cfg's parameters (the one walk, titans__model_size), before anything is allocated; 0
+   when they would not fit a size_t. Only used to refuse a configuration the file cannot hold, so a
    hostile header cannot make the loader allocate more than the file's size implies. */
 static size_t titans__ck_param_floats(const titans_config *c) {
-  size_t d = (size_t)c->d, V = (size_t)c->vocab, ff = (size_t)c->ffn_hidden, layer = 0, t, total;
-  int attn = c->block != TITANS_BLOCK_LMM, gated = c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_MAG;
-  /* norms 2d, FFN 3 d d_ff */
-  if (!titans_size_mul(d, ff, &t) || !titans_size_mul(t, 3, &t) || !titans_size_add(t, 2 * d, &layer)) return 0;
-  if (attn) {
-    if (!titans_size_mul(d, d, &t) || !titans_size_mul(t, 4, &t) || !titans_size_add(layer, t, &layer)) return 0;
-    if (!titans_size_mul((size_t)c->n_persist, d, &t) || !titans_size_add(layer, t, &layer)) return 0;
-  }
-  if (gated && !titans_size_add(layer, 2 * d, &layer)) return 0;
-  if (titans__ck_is_memory_kind(c->block) && !titans_size_add(layer, titans_mem_param_count(&c->mem), &layer)) return 0;
-  if (!titans_size_mul(layer, (size_t)c->n_layers, &total)) return 0;
-  if (!titans_size_mul(V, d, &t) || !titans_size_add(total, t, &total) || !titans_size_add(total, d, &total)) return 0;
-  if (!c->tied && !titans_size_add(total, t, &total)) return 0;
-  return total;
+  size_t n_params, n_floats;
+  double exact = titans__model_size(c, &n_params, &n_floats);
+  return exact < 0.5 * (double)SIZE_MAX ? n_floats : 0;
 }
 
 /* Floats the file's tensors hold (any dtype counts its bytes / 4): an upper bound of what it can fill. */
