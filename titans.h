@@ -39,11 +39,17 @@
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer
      2. GEMM: C = alpha op(A) op(B) + beta C
      3. Kernels: activations, norms, conv, embedding, cross-entropy, AdamW
-     4. Neural long-term memory layer (SPEC section 1)
+     4. Neural long-term memory layer (docs/model.md section 1)
      5. Attention
      6. Safetensors files
-     7. Models (MAC, MAG, MAL, LMM, attention baselines), training, sessions, sampling
+     7. Models (MAC, MAG, MAL, LMM, attention baselines), training, sessions, sampling: one table of
+        the block kinds (titans__kinds), then a subsection per kind with its training forward,
+        backward and one-token step side by side
      8. Checkpoints and tokenizer
+
+   THE MODEL, in the project's own words (every layer's equations, parameter names and shapes, the
+   decisions where the paper is silent, a glossary of the paper's terms): docs/model.md. "docs/model.md
+   1.4" in a comment means its section 1.4.
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
 */
@@ -169,7 +175,7 @@ TITANSDEF void titans_softmax_forward(float *out, const float *inp, size_t rows,
 /* dinp += out * (dout - sum(dout * out)) per row; all [rows, cols]. */
 TITANSDEF void titans_softmax_backward(float *dinp, const float *dout, const float *out, size_t rows, size_t cols);
 
-/* RMSNorm per row (SPEC 0): out = inp * rstd * gain, rstd = 1 / sqrt(mean(inp^2) + 1e-6).
+/* RMSNorm per row (docs/model.md section 0): out = inp * rstd * gain, rstd = 1 / sqrt(mean(inp^2) + 1e-6).
    out, inp [rows, cols]; gain [cols]; rstd [rows] is saved for the backward. out may alias inp. */
 TITANSDEF void titans_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *gain, size_t rows,
                                       size_t cols);
@@ -178,14 +184,14 @@ TITANSDEF void titans_rmsnorm_forward(float *out, float *rstd, const float *inp,
 TITANSDEF void titans_rmsnorm_backward(float *dinp, float *dgain, const float *dout, const float *inp,
                                        const float *gain, const float *rstd, size_t rows, size_t cols);
 
-/* L2Norm per row (SPEC 0): out = inp * rnorm, rnorm = 1 / sqrt(sum(inp^2) + 1e-6).
+/* L2Norm per row (docs/model.md section 0): out = inp * rnorm, rnorm = 1 / sqrt(sum(inp^2) + 1e-6).
    out, inp [rows, cols]; rnorm [rows] is saved for the backward. out may alias inp. */
 TITANSDEF void titans_l2norm_forward(float *out, float *rnorm, const float *inp, size_t rows, size_t cols);
 /* dinp [rows, cols] += ...; dout, inp [rows, cols]; rnorm [rows]. */
 TITANSDEF void titans_l2norm_backward(float *dinp, const float *dout, const float *inp, const float *rnorm,
                                       size_t rows, size_t cols);
 
-/* Causal depthwise conv (SPEC 0): out_t[j] = sum_{s<K} weight[j, s] * u_{t-K+1+s}[j] over the sequence
+/* Causal depthwise conv (docs/model.md section 0): out_t[j] = sum_{s<K} weight[j, s] * u_{t-K+1+s}[j] over the sequence
    inp [T, C], weight [C, K]. tail [K-1, C] holds the K-1 rows before the sequence (streaming: the last
    K-1 inputs of the previous call), or NULL for zeros. out [T, C] must not alias inp.
    K = 0 is an empty sum (zeros). */
@@ -219,7 +225,7 @@ TITANSDEF float titans_cross_entropy(float *dlogits, const float *logits, const 
 TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                                    float beta1, float beta2, float eps, float weight_decay, long step);
 /* ================================================================================================
-   4. Neural long-term memory layer (SPEC section 1)
+   4. Neural long-term memory layer (docs/model.md section 1)
    ================================================================================================
    Per head h, the memory is an MLP M(z; W) with weights W = (W_0 .. W_{L-1}), W_i [n_{i+1}, n_i],
    n_0 = n_L = d_h, inner widths n_hid = e * d_h. Each token t writes (k_t, v_t) by one step of gradient
@@ -228,9 +234,9 @@ TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, fl
    and the derivation of the backward pass.
 
    Objects:
-     titans_mem_config   sizes and options (SPEC 1.1)
-     titans_mem_weights  named pointers into a parameter slab the caller owns (SPEC 1.2)
-     titans_mem_state    the streaming state of B sequences (SPEC 1.7): memory weights, momentum,
+     titans_mem_config   sizes and options (docs/model.md 1.1)
+     titans_mem_weights  named pointers into a parameter slab the caller owns (docs/model.md 1.2)
+     titans_mem_state    the streaming state of B sequences (docs/model.md 1.7): memory weights, momentum,
                          position and conv tails; save/restore/copy
      titans_mem_ctx      activations one training forward saves for its backward
    A layer's call sequence for training:
@@ -253,7 +259,7 @@ typedef struct titans_mem_config {
   float theta_max; /* upper bound of the inner learning rate */
 } titans_mem_config;
 
-/* Defaults of SPEC 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
+/* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
    theta_max = 0.005. A chunk applies b inner gradients taken at one point, and momentum carries them
    on: with keys that point the same way (as in real text) one chunk moves the memory by about
    2 theta sum_{i<=b} sum_{j<=i} eta^(i-j) times its error, 2 theta 87 at b = 16, eta = 0.9, which must
@@ -299,7 +305,7 @@ TITANSDEF void titans_mem_weights_bind(titans_mem_weights *w, const titans_mem_c
    offsets starting at base_offset; returns the number of parameters. */
 TITANSDEF size_t titans_mem_param_list(titans_param *list, size_t max, const titans_mem_config *cfg,
                                        const char *prefix, size_t base_offset);
-/* Initialisation of SPEC 5: normal(0, 0.02) matrices, wo scaled by 1/sqrt(2 n_layers), w0 normal(0,
+/* Initialisation of docs/model.md section 5: normal(0, 0.02) matrices, wo scaled by 1/sqrt(2 n_layers), w0 normal(0,
    1/sqrt(fan_in)), conv taps identity (last tap 1) plus normal(0, 0.02), gains 1, gate biases for
    theta = theta_max / 2, eta ~ 0.9, alpha ~ 0.02. */
 TITANSDEF void titans_mem_weights_init(const titans_mem_weights *w, const titans_mem_config *cfg, titans_rng *rng,
@@ -365,13 +371,13 @@ TITANSDEF void titans_mem_ctx_init(titans_mem_ctx *ctx);
 TITANSDEF void titans_mem_ctx_free(titans_mem_ctx *ctx);
 
 /* The memory layer over T new tokens of each of the state's B rows.
-   out [B, T, d]: o_t of SPEC 1.5; x [B, T, d]: the layer input. Advances the state by T tokens.
+   out [B, T, d]: o_t of docs/model.md 1.5; x [B, T, d]: the layer input. Advances the state by T tokens.
    ctx: NULL for inference; otherwise saves activations for titans_mem_backward (the state's position
    must then be a multiple of the chunk size). Returns TITANS_OK or an error (message in st->error). */
 TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
                                  float *out, const float *x, size_t T, titans_mem_ctx *ctx);
 
-/* Retrieval only (SPEC 1.5, MAC step 1): out [B, T, d] from M(q_t; W) with the state's current weights;
+/* Retrieval only (docs/model.md 1.5, MAC step 1): out [B, T, d] from M(q_t; W) with the state's current weights;
    changes no memory weights (only the retrieval stream's conv tail moves on). */
 TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
                                   float *out, const float *x, size_t T, titans_mem_ctx *ctx);
@@ -393,13 +399,13 @@ TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, co
 TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, float *out, const float *queries, size_t n);
 /* ---- 5. Attention (declarations) -------------------------------------------------------------- */
 
-/* Kernels of the short-term memory (SPEC section 2): RoPE, one masked multi-head attention forward and
+/* Kernels of the short-term memory (docs/model.md section 2): RoPE, one masked multi-head attention forward and
    backward that covers every mask the blocks need, and a bounded KV cache for inference.
 
    Layout. A buffer of H heads of width d_a is [rows, H * d_a]: head h of row t is the slice
    x[t * H * d_a + h * d_a .. + d_a). Positions are int64_t (long is 32 bits on some platforms).
 
-   The mask. Keys are a prefix of P always-visible rows (persistent memory tokens, SPEC 2) followed by
+   The mask. Keys are a prefix of P always-visible rows (persistent memory tokens, docs/model.md section 2) followed by
    Tk positioned rows with positions kpos[0..Tk). The query with position qpos[i] sees
        - every prefix row, and
        - positioned key j iff  kpos[j] <= qpos[i]  and  (window == 0 or kpos[j] > qpos[i] - window).
@@ -407,7 +413,7 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
        - full causal self-attention:   P = 0, kpos = qpos = [0..T), window = 0;
        - sliding window w (SWA):       the same with window = w (a query at t sees (t - w, t]);
        - persistent tokens (MAG, MAL): P = N_p, keys = [persist k || K] (no RoPE on the prefix rows);
-       - MAC (SPEC 3.1), one segment of C tokens, keys = [persist || Hm || X], queries from X:
+       - MAC (docs/model.md 3.1), one segment of C tokens, keys = [persist || Hm || X], queries from X:
          P = N_p, Tk = 2C, kpos = [0..C-1, 0..C-1], qpos = [0..C-1], window = 0. Hm_j and X_j both
          carry position j, so the query at i sees Hm_j and X_j for j <= i and no later retrieved token.
 
@@ -433,7 +439,7 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
    Speed (one AVX-512 core, d_a = 64, causal T = 2048): forward and backward each about 30-40 GFLOP/s
    (4 and 10 flops per visible (query, key) pair and head dimension). */
 
-#define TITANS_ROPE_BASE 10000.0 /* SPEC 0: RoPE base */
+#define TITANS_ROPE_BASE 10000.0 /* docs/model.md section 0: RoPE base */
 #define TITANS_ATTN_TILE 64      /* keys per online-softmax tile */
 #define TITANS_ATTN_MAX_RUNS 16  /* sorted position runs searched by bisection; more runs => scan */
 
@@ -558,7 +564,7 @@ TITANSDEF int titans_kv_cache_attend(titans_kv_cache *cache,
 TITANSDEF const char *titans_kv_cache_error(const titans_kv_cache *cache);
 /* ---- 6. Safetensors files (declarations) ------------------------------------------------------
 
-   The checkpoint format of SPEC section 6, as Python's safetensors writes it:
+   The checkpoint format of docs/model.md section 6, as Python's safetensors writes it:
        [8 bytes: N, little-endian u64] [N bytes: JSON header] [data: raw little-endian tensor bytes]
    The header maps each tensor name to {"dtype":"F32","shape":[...],"data_offsets":[begin,end]}
    (offsets count from the end of the header) and may hold "__metadata__": {"key":"value",...}
@@ -710,12 +716,12 @@ TITANSDEF int titans_st_writer_to_memory(titans_st_writer *w, unsigned char **ou
 TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path);
 #endif
 /* ================================================================================================
-   7. Models, training and inference sessions (SPEC sections 3 and 5)
+   7. Models, training and inference sessions (docs/model.md sections 3 and 5)
    ================================================================================================
    A language model: tok_emb [V, d] -> n_layers blocks of one kind -> RMSNorm(norm_f) -> logits
    (tied: tok_emb h; untied: lm_head h). Every block is pre-norm with residuals:
        h = x + Mixer(RMSNorm(x; norm1)),   out = h + FFN(RMSNorm(h; norm2)),  FFN = SwiGLU
-   Mixers: ATTN (full causal attention), SWA (sliding window), MAC, MAG, MAL, LMM (SPEC 3.1 - 3.4);
+   Mixers: ATTN (full causal attention), SWA (sliding window), MAC, MAG, MAL, LMM (docs/model.md 3.1 - 3.4);
    LM2 is reserved for a later version.
 
    Use:
@@ -735,7 +741,7 @@ typedef enum titans_block_kind {
   TITANS_BLOCK_MAG = 3,  /* memory as gating */
   TITANS_BLOCK_MAL = 4,  /* memory as layer */
   TITANS_BLOCK_LMM = 5,  /* memory only */
-  TITANS_BLOCK_LM2 = 6,  /* reserved (SPEC 4): not implemented in this version */
+  TITANS_BLOCK_LM2 = 6,  /* reserved (docs/model.md section 4): not implemented in this version */
   TITANS_BLOCK_COUNT = 7
 } titans_block_kind;
 
@@ -788,7 +794,7 @@ typedef struct titans_model {
   titans_config cfg;
   size_t n_floats;       /* floats of all parameters */
   float *params;         /* [n_floats] the parameter slab */
-  titans_param *plist;   /* [n_params] names (SPEC 6), shapes, offsets into params */
+  titans_param *plist;   /* [n_params] names (docs/model.md section 6), shapes, offsets into params */
   size_t n_params;
   titans_weights w;      /* named pointers into params */
   char error[TITANS_ERR_MSG_SIZE];
@@ -796,7 +802,7 @@ typedef struct titans_model {
 
 /* Allocates a model of cfg with all parameters zero. */
 TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg);
-/* SPEC 5 initialisation from a seed (deterministic). */
+/* docs/model.md section 5 initialisation from a seed (deterministic). */
 TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed);
 TITANSDEF void titans_model_free(titans_model *m);
 /* Sets where every memory layer's gates start, through their biases (the gate weights stay): theta as a
@@ -922,7 +928,7 @@ TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, 
    - titans_session_init: TITANS_ERR_NOMEM. Opening a session allocates the memory-layer states
      (8 weight-sized buffers per memory layer for MAC, 4 otherwise: at most 8 times the model's
      parameter floats), the persistent-token rows of the KV caches, 16 ring slots per cache and one
-     token's scratch (17 max(d, d_ff) floats), plus the memory layer's per-thread work space of one
+     token's scratch (17 d + 3 d_ff + 2 floats, titans__step_work), plus the memory layer's per-thread work space of one
      chunk (O(b^2 + b n_hid) floats per head-task). The KV caches then grow by use, doubling, up to
      their capacity (window, 2 segment for MAC, max_context for ATTN): at most
      2 (N_p + capacity) d floats (+ one int64 per slot) per layer, reached only after that many tokens.
@@ -1004,7 +1010,7 @@ TITANSDEF int titans_sample_ex(const float *logits, size_t V, float temperature,
 /* The same, returning the token, or -1 on any error (never a silent substitute). */
 TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng);
 /* ================================================================================================
-   8. Checkpoints and tokenizer (SPEC section 6)
+   8. Checkpoints and tokenizer (docs/model.md section 6)
    ================================================================================================
    Every file is a safetensors file (section 6) of F32 tensors whose __metadata__ (all values strings)
    says what it holds:
@@ -1015,7 +1021,7 @@ TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, in
                     titans_config_to_json), so a file alone rebuilds its model
        "tokenizer": "byte" (optional)
        "user":      the caller's string (optional), e.g. a training program's data position
-   A model file holds every parameter under its SPEC 6 name ("tok_emb", "layers.0.mem.w0.1", ...). A
+   A model file holds every parameter under its docs/model.md section 6 name ("tok_emb", "layers.0.mem.w0.1", ...). A
    trainer file adds "adam.m.<name>", "adam.v.<name>" for each parameter and the metadata "step" and
    "train_config" (JSON): everything an exact resume needs. A session file holds the tensors of
    titans_session_state under their names, "config" and "model_hash" (of the weights it ran on).
@@ -3399,7 +3405,7 @@ static inline float titans__silu_d1(float z, float s) { return s * (1.0f + z * (
 /* SiLU''(z) = s (1 - s) (2 + z (1 - 2 s)) */
 static inline float titans__silu_d2(float z, float s) { return s * (1.0f - s) * (2.0f + z * (1.0f - 2.0f * s)); }
 
-/* The chunk coefficients of SPEC 1.6 for n tokens with gates theta, eta, alpha [n]:
+/* The chunk coefficients of docs/model.md 1.6 for n tokens with gates theta, eta, alpha [n]:
    A, B, E [n]; C, D [n, n] lower triangular (zero above the diagonal). Built by the recurrences
    A_t = (1-alpha_t) A_{t-1}, E_t = eta_t E_{t-1}, B_t = (1-alpha_t) B_{t-1} + E_t,
    D_{t,i} = eta_t D_{t-1,i}, D_{t,t} = theta_t, C_{t,i} = (1-alpha_t) C_{t-1,i} + D_{t,i},
@@ -6507,7 +6513,7 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
    one-token step, written side by side in the kind's own subsection further down ("---- MAG: memory
    as a gate", ...). The rest of the model (blocks, the whole model, streams, sessions, checkpoints)
    reads the table and never names a kind, so a new kind is its subsection and one row here
-   (docs/model.md, section 2). */
+   (docs/model.md section 3). */
 
 struct titans__arena;
 struct titans__layer_fwd;
@@ -7414,7 +7420,7 @@ static size_t titans__swa_stream_unit(const titans_config *c) {
      3. the memory learns from y: m = M(y) (the update runs through the segment, chunk by chunk),
      4. mix = Gate(y, m).
    The memory state (and the conv tails of both its input streams) flows from segment to segment; the
-   backward walks the segments in reverse, carrying d(state) and d(tails) back (docs/model.md, 3.3). */
+   backward walks the segments in reverse, carrying d(state) and d(tails) back (docs/model.md 3.1). */
 
 static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
                                const int64_t *pos, size_t B, size_t T) {
@@ -8213,9 +8219,10 @@ TITANSDEF int titans_session_reset(titans_session *s) {
     if (P == 0) continue;
     /* Prefix rows: the persistent tokens (MAL: the memory's outputs for them), projected, no RoPE.
        MAG and MAL feed the persistent tokens to the memory first, as the training forward does. */
-    float *pk = titans_alloc_floats(3 * P * d);
+    float *pk = titans_alloc_floats(3 * P * d); /* [P, d] keys, then the values and the source rows */
     if (!pk) return titans__error(s->error, TITANS_ERR_NOMEM, "session reset: out of memory (layer %d)", l);
-    float *pv = pk + P * d, *src = pk + 2 * P * d;
+    size_t used = P * d;
+    float *pv = titans__take(pk, &used, P * d), *src = titans__take(pk, &used, P * d); /* [P, d] each */
     memcpy(src, L->persist, P * d * sizeof(float));
     if (k->mem_reads_persist) {
       float *mo = titans_alloc_floats(P * d);
