@@ -7058,15 +7058,25 @@ static void titans__ffn_rows(const titans_config *c, const titans_layer *L, cons
   titans_gemm(0, 1, rows, d, ff, 1.0f, sv->act, ff, L->ffn_w2, ff, 0.0f, out, d);
 }
 
-static int titans__ffn_forward(const titans_config *c, const titans_layer *L, titans__arena *ar, titans__ffn_save *sv,
-                               float *out, const float *x, size_t rows) {
+/* The FFN's saved rows of a training forward: u1, u3, act [rows, d_ff] from the arena. */
+static int titans__ffn_alloc(const titans_config *c, titans__arena *ar, titans__ffn_save *sv, size_t rows) {
   size_t ff = (size_t)c->ffn_hidden;
   sv->u1 = titans__arena_alloc(ar, rows * ff);
   sv->u3 = titans__arena_alloc(ar, rows * ff);
   sv->act = titans__arena_alloc(ar, rows * ff);
-  if (!sv->u1 || !sv->u3 || !sv->act) return TITANS_ERR_NOMEM;
-  titans__ffn_rows(c, L, sv, out, x, rows);
-  return TITANS_OK;
+  return sv->u1 && sv->u3 && sv->act ? TITANS_OK : TITANS_ERR_NOMEM;
+}
+
+/* The second half of every block, shared by training (rows = B T) and sessions (one row):
+   h = x + mix, out = h + FFN(RMSNorm(h; norm2)). h, hn [rows, d], rstd2 [rows] and sv's buffers are
+   given. out may be x (a session updates its residual stream in place): x is read before out is written. */
+static void titans__block_ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
+                                   float *h, float *hn, float *rstd2, const float *x, const float *mix, size_t rows) {
+  size_t d = (size_t)c->d;
+  for (size_t j = 0; j < rows * d; j++) h[j] = x[j] + mix[j];
+  titans_rmsnorm_forward(hn, rstd2, h, L->norm2, rows, d);
+  titans__ffn_rows(c, L, sv, out, hn, rows);
+  for (size_t j = 0; j < rows * d; j++) out[j] += h[j];
 }
 
 /* accumulates dx [rows, d] and G's FFN weights */
@@ -7731,10 +7741,8 @@ static int titans__block_forward(const titans_config *c, const titans_layer *L, 
   TITANS__NEED(lf->rstd2 = titans__arena_alloc(ar, n));
   titans_rmsnorm_forward(lf->xn, lf->rstd1, x, L->norm1, n, d);
   TITANS__TRY(titans__kind_of(c->block)->forward(c, L, lf, ar, pos, B, T));
-  for (size_t j = 0; j < n * d; j++) lf->h[j] = x[j] + lf->mix[j];
-  titans_rmsnorm_forward(lf->hn, lf->rstd2, lf->h, L->norm2, n, d);
-  TITANS__TRY(titans__ffn_forward(c, L, ar, &lf->ffn, x_out, lf->hn, n));
-  for (size_t j = 0; j < n * d; j++) x_out[j] += lf->h[j];
+  TITANS__TRY(titans__ffn_alloc(c, ar, &lf->ffn, n));
+  titans__block_ffn_rows(c, L, &lf->ffn, x_out, lf->h, lf->hn, lf->rstd2, x, lf->mix, n);
   return TITANS_OK;
 }
 
@@ -8263,8 +8271,8 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
 }
 
 /* One token through every block: the residual stream w->x [d] ends as the last block's output. Each
-   block is the training block's sequence of operations on one row (titans__block_forward), with the
-   kind's step as the mixer. */
+   block is titans__block_forward on one row: the same norm, the same second half (residual, norm, FFN,
+   residual: titans__block_ffn_rows), with the kind's one-token step as the mixer. */
 static int titans__session_token(titans_session *s, int token, titans__step_work *w) {
   const titans_model *mo = s->model;
   const titans_config *c = &mo->cfg;
@@ -8285,11 +8293,8 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
       s->broken = 1; /* earlier layers have taken the token */
       return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position, titans_status_string(rc));
     }
-    for (size_t j = 0; j < d; j++) w->h[j] = w->x[j] + w->mix[j];
-    /* x = h + FFN(RMSNorm(h; norm2)): the training FFN on one row */
-    titans_rmsnorm_forward(w->xn, &r, w->h, L->norm2, 1, d);
-    titans__ffn_rows(c, L, &w->ffn, w->x, w->xn, 1);
-    for (size_t j = 0; j < d; j++) w->x[j] += w->h[j];
+    /* h = x + mix, x = h + FFN(RMSNorm(h; norm2)): the training block's second half on one row */
+    titans__block_ffn_rows(c, L, &w->ffn, w->x, w->h, w->xn, &r, w->x, w->mix, 1);
     /* A NaN or Inf in a memory (W, S) reaches the layer's output at this very token (y_t reads W_t,
        and IEEE products and sums keep NaN and Inf), as does one in any weight the token used. */
     if (!titans__all_finite(w->x, d)) {
