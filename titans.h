@@ -39,11 +39,17 @@
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer
      2. GEMM: C = alpha op(A) op(B) + beta C
      3. Kernels: activations, norms, conv, embedding, cross-entropy, AdamW
-     4. Neural long-term memory layer (SPEC section 1)
+     4. Neural long-term memory layer (docs/model.md section 1)
      5. Attention
      6. Safetensors files
-     7. Models (MAC, MAG, MAL, LMM, attention baselines), training, sessions, sampling
+     7. Models (MAC, MAG, MAL, LMM, attention baselines), training, sessions, sampling: one table of
+        the block kinds (titans__kinds), then a subsection per kind with its training forward,
+        backward and one-token step side by side
      8. Checkpoints and tokenizer
+
+   THE MODEL, in the project's own words (every layer's equations, parameter names and shapes, the
+   decisions where the paper is silent, a glossary of the paper's terms): docs/model.md. "docs/model.md
+   1.4" in a comment means its section 1.4.
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
 */
@@ -169,7 +175,7 @@ TITANSDEF void titans_softmax_forward(float *out, const float *inp, size_t rows,
 /* dinp += out * (dout - sum(dout * out)) per row; all [rows, cols]. */
 TITANSDEF void titans_softmax_backward(float *dinp, const float *dout, const float *out, size_t rows, size_t cols);
 
-/* RMSNorm per row (SPEC 0): out = inp * rstd * gain, rstd = 1 / sqrt(mean(inp^2) + 1e-6).
+/* RMSNorm per row (docs/model.md section 0): out = inp * rstd * gain, rstd = 1 / sqrt(mean(inp^2) + 1e-6).
    out, inp [rows, cols]; gain [cols]; rstd [rows] is saved for the backward. out may alias inp. */
 TITANSDEF void titans_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *gain, size_t rows,
                                       size_t cols);
@@ -178,14 +184,14 @@ TITANSDEF void titans_rmsnorm_forward(float *out, float *rstd, const float *inp,
 TITANSDEF void titans_rmsnorm_backward(float *dinp, float *dgain, const float *dout, const float *inp,
                                        const float *gain, const float *rstd, size_t rows, size_t cols);
 
-/* L2Norm per row (SPEC 0): out = inp * rnorm, rnorm = 1 / sqrt(sum(inp^2) + 1e-6).
+/* L2Norm per row (docs/model.md section 0): out = inp * rnorm, rnorm = 1 / sqrt(sum(inp^2) + 1e-6).
    out, inp [rows, cols]; rnorm [rows] is saved for the backward. out may alias inp. */
 TITANSDEF void titans_l2norm_forward(float *out, float *rnorm, const float *inp, size_t rows, size_t cols);
 /* dinp [rows, cols] += ...; dout, inp [rows, cols]; rnorm [rows]. */
 TITANSDEF void titans_l2norm_backward(float *dinp, const float *dout, const float *inp, const float *rnorm,
                                       size_t rows, size_t cols);
 
-/* Causal depthwise conv (SPEC 0): out_t[j] = sum_{s<K} weight[j, s] * u_{t-K+1+s}[j] over the sequence
+/* Causal depthwise conv (docs/model.md section 0): out_t[j] = sum_{s<K} weight[j, s] * u_{t-K+1+s}[j] over the sequence
    inp [T, C], weight [C, K]. tail [K-1, C] holds the K-1 rows before the sequence (streaming: the last
    K-1 inputs of the previous call), or NULL for zeros. out [T, C] must not alias inp.
    K = 0 is an empty sum (zeros). */
@@ -219,7 +225,7 @@ TITANSDEF float titans_cross_entropy(float *dlogits, const float *logits, const 
 TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                                    float beta1, float beta2, float eps, float weight_decay, long step);
 /* ================================================================================================
-   4. Neural long-term memory layer (SPEC section 1)
+   4. Neural long-term memory layer (docs/model.md section 1)
    ================================================================================================
    Per head h, the memory is an MLP M(z; W) with weights W = (W_0 .. W_{L-1}), W_i [n_{i+1}, n_i],
    n_0 = n_L = d_h, inner widths n_hid = e * d_h. Each token t writes (k_t, v_t) by one step of gradient
@@ -228,9 +234,9 @@ TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, fl
    and the derivation of the backward pass.
 
    Objects:
-     titans_mem_config   sizes and options (SPEC 1.1)
-     titans_mem_weights  named pointers into a parameter slab the caller owns (SPEC 1.2)
-     titans_mem_state    the streaming state of B sequences (SPEC 1.7): memory weights, momentum,
+     titans_mem_config   sizes and options (docs/model.md 1.1)
+     titans_mem_weights  named pointers into a parameter slab the caller owns (docs/model.md 1.2)
+     titans_mem_state    the streaming state of B sequences (docs/model.md 1.7): memory weights, momentum,
                          position and conv tails; save/restore/copy
      titans_mem_ctx      activations one training forward saves for its backward
    A layer's call sequence for training:
@@ -253,7 +259,7 @@ typedef struct titans_mem_config {
   float theta_max; /* upper bound of the inner learning rate */
 } titans_mem_config;
 
-/* Defaults of SPEC 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
+/* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
    theta_max = 0.005. A chunk applies b inner gradients taken at one point, and momentum carries them
    on: with keys that point the same way (as in real text) one chunk moves the memory by about
    2 theta sum_{i<=b} sum_{j<=i} eta^(i-j) times its error, 2 theta 87 at b = 16, eta = 0.9, which must
@@ -299,7 +305,7 @@ TITANSDEF void titans_mem_weights_bind(titans_mem_weights *w, const titans_mem_c
    offsets starting at base_offset; returns the number of parameters. */
 TITANSDEF size_t titans_mem_param_list(titans_param *list, size_t max, const titans_mem_config *cfg,
                                        const char *prefix, size_t base_offset);
-/* Initialisation of SPEC 5: normal(0, 0.02) matrices, wo scaled by 1/sqrt(2 n_layers), w0 normal(0,
+/* Initialisation of docs/model.md section 5: normal(0, 0.02) matrices, wo scaled by 1/sqrt(2 n_layers), w0 normal(0,
    1/sqrt(fan_in)), conv taps identity (last tap 1) plus normal(0, 0.02), gains 1, gate biases for
    theta = theta_max / 2, eta ~ 0.9, alpha ~ 0.02. */
 TITANSDEF void titans_mem_weights_init(const titans_mem_weights *w, const titans_mem_config *cfg, titans_rng *rng,
@@ -365,13 +371,13 @@ TITANSDEF void titans_mem_ctx_init(titans_mem_ctx *ctx);
 TITANSDEF void titans_mem_ctx_free(titans_mem_ctx *ctx);
 
 /* The memory layer over T new tokens of each of the state's B rows.
-   out [B, T, d]: o_t of SPEC 1.5; x [B, T, d]: the layer input. Advances the state by T tokens.
+   out [B, T, d]: o_t of docs/model.md 1.5; x [B, T, d]: the layer input. Advances the state by T tokens.
    ctx: NULL for inference; otherwise saves activations for titans_mem_backward (the state's position
    must then be a multiple of the chunk size). Returns TITANS_OK or an error (message in st->error). */
 TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
                                  float *out, const float *x, size_t T, titans_mem_ctx *ctx);
 
-/* Retrieval only (SPEC 1.5, MAC step 1): out [B, T, d] from M(q_t; W) with the state's current weights;
+/* Retrieval only (docs/model.md 1.5, MAC step 1): out [B, T, d] from M(q_t; W) with the state's current weights;
    changes no memory weights (only the retrieval stream's conv tail moves on). */
 TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
                                   float *out, const float *x, size_t T, titans_mem_ctx *ctx);
@@ -393,13 +399,13 @@ TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, co
 TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, float *out, const float *queries, size_t n);
 /* ---- 5. Attention (declarations) -------------------------------------------------------------- */
 
-/* Kernels of the short-term memory (SPEC section 2): RoPE, one masked multi-head attention forward and
+/* Kernels of the short-term memory (docs/model.md section 2): RoPE, one masked multi-head attention forward and
    backward that covers every mask the blocks need, and a bounded KV cache for inference.
 
    Layout. A buffer of H heads of width d_a is [rows, H * d_a]: head h of row t is the slice
    x[t * H * d_a + h * d_a .. + d_a). Positions are int64_t (long is 32 bits on some platforms).
 
-   The mask. Keys are a prefix of P always-visible rows (persistent memory tokens, SPEC 2) followed by
+   The mask. Keys are a prefix of P always-visible rows (persistent memory tokens, docs/model.md section 2) followed by
    Tk positioned rows with positions kpos[0..Tk). The query with position qpos[i] sees
        - every prefix row, and
        - positioned key j iff  kpos[j] <= qpos[i]  and  (window == 0 or kpos[j] > qpos[i] - window).
@@ -407,7 +413,7 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
        - full causal self-attention:   P = 0, kpos = qpos = [0..T), window = 0;
        - sliding window w (SWA):       the same with window = w (a query at t sees (t - w, t]);
        - persistent tokens (MAG, MAL): P = N_p, keys = [persist k || K] (no RoPE on the prefix rows);
-       - MAC (SPEC 3.1), one segment of C tokens, keys = [persist || Hm || X], queries from X:
+       - MAC (docs/model.md 3.1), one segment of C tokens, keys = [persist || Hm || X], queries from X:
          P = N_p, Tk = 2C, kpos = [0..C-1, 0..C-1], qpos = [0..C-1], window = 0. Hm_j and X_j both
          carry position j, so the query at i sees Hm_j and X_j for j <= i and no later retrieved token.
 
@@ -433,7 +439,7 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
    Speed (one AVX-512 core, d_a = 64, causal T = 2048): forward and backward each about 30-40 GFLOP/s
    (4 and 10 flops per visible (query, key) pair and head dimension). */
 
-#define TITANS_ROPE_BASE 10000.0 /* SPEC 0: RoPE base */
+#define TITANS_ROPE_BASE 10000.0 /* docs/model.md section 0: RoPE base */
 #define TITANS_ATTN_TILE 64      /* keys per online-softmax tile */
 #define TITANS_ATTN_MAX_RUNS 16  /* sorted position runs searched by bisection; more runs => scan */
 
@@ -558,7 +564,7 @@ TITANSDEF int titans_kv_cache_attend(titans_kv_cache *cache,
 TITANSDEF const char *titans_kv_cache_error(const titans_kv_cache *cache);
 /* ---- 6. Safetensors files (declarations) ------------------------------------------------------
 
-   The checkpoint format of SPEC section 6, as Python's safetensors writes it:
+   The checkpoint format of docs/model.md section 6, as Python's safetensors writes it:
        [8 bytes: N, little-endian u64] [N bytes: JSON header] [data: raw little-endian tensor bytes]
    The header maps each tensor name to {"dtype":"F32","shape":[...],"data_offsets":[begin,end]}
    (offsets count from the end of the header) and may hold "__metadata__": {"key":"value",...}
@@ -710,12 +716,12 @@ TITANSDEF int titans_st_writer_to_memory(titans_st_writer *w, unsigned char **ou
 TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path);
 #endif
 /* ================================================================================================
-   7. Models, training and inference sessions (SPEC sections 3 and 5)
+   7. Models, training and inference sessions (docs/model.md sections 3 and 5)
    ================================================================================================
    A language model: tok_emb [V, d] -> n_layers blocks of one kind -> RMSNorm(norm_f) -> logits
    (tied: tok_emb h; untied: lm_head h). Every block is pre-norm with residuals:
        h = x + Mixer(RMSNorm(x; norm1)),   out = h + FFN(RMSNorm(h; norm2)),  FFN = SwiGLU
-   Mixers: ATTN (full causal attention), SWA (sliding window), MAC, MAG, MAL, LMM (SPEC 3.1 - 3.4);
+   Mixers: ATTN (full causal attention), SWA (sliding window), MAC, MAG, MAL, LMM (docs/model.md 3.1 - 3.4);
    LM2 is reserved for a later version.
 
    Use:
@@ -735,7 +741,7 @@ typedef enum titans_block_kind {
   TITANS_BLOCK_MAG = 3,  /* memory as gating */
   TITANS_BLOCK_MAL = 4,  /* memory as layer */
   TITANS_BLOCK_LMM = 5,  /* memory only */
-  TITANS_BLOCK_LM2 = 6,  /* reserved (SPEC 4): not implemented in this version */
+  TITANS_BLOCK_LM2 = 6,  /* reserved (docs/model.md section 4): not implemented in this version */
   TITANS_BLOCK_COUNT = 7
 } titans_block_kind;
 
@@ -788,7 +794,7 @@ typedef struct titans_model {
   titans_config cfg;
   size_t n_floats;       /* floats of all parameters */
   float *params;         /* [n_floats] the parameter slab */
-  titans_param *plist;   /* [n_params] names (SPEC 6), shapes, offsets into params */
+  titans_param *plist;   /* [n_params] names (docs/model.md section 6), shapes, offsets into params */
   size_t n_params;
   titans_weights w;      /* named pointers into params */
   char error[TITANS_ERR_MSG_SIZE];
@@ -796,7 +802,7 @@ typedef struct titans_model {
 
 /* Allocates a model of cfg with all parameters zero. */
 TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg);
-/* SPEC 5 initialisation from a seed (deterministic). */
+/* docs/model.md section 5 initialisation from a seed (deterministic). */
 TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed);
 TITANSDEF void titans_model_free(titans_model *m);
 /* Sets where every memory layer's gates start, through their biases (the gate weights stay): theta as a
@@ -922,7 +928,7 @@ TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, 
    - titans_session_init: TITANS_ERR_NOMEM. Opening a session allocates the memory-layer states
      (8 weight-sized buffers per memory layer for MAC, 4 otherwise: at most 8 times the model's
      parameter floats), the persistent-token rows of the KV caches, 16 ring slots per cache and one
-     token's scratch (17 max(d, d_ff) floats), plus the memory layer's per-thread work space of one
+     token's scratch (17 d + 3 d_ff + 2 floats, titans__step_work), plus the memory layer's per-thread work space of one
      chunk (O(b^2 + b n_hid) floats per head-task). The KV caches then grow by use, doubling, up to
      their capacity (window, 2 segment for MAC, max_context for ATTN): at most
      2 (N_p + capacity) d floats (+ one int64 per slot) per layer, reached only after that many tokens.
@@ -1004,7 +1010,7 @@ TITANSDEF int titans_sample_ex(const float *logits, size_t V, float temperature,
 /* The same, returning the token, or -1 on any error (never a silent substitute). */
 TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng);
 /* ================================================================================================
-   8. Checkpoints and tokenizer (SPEC section 6)
+   8. Checkpoints and tokenizer (docs/model.md section 6)
    ================================================================================================
    Every file is a safetensors file (section 6) of F32 tensors whose __metadata__ (all values strings)
    says what it holds:
@@ -1015,7 +1021,7 @@ TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, in
                     titans_config_to_json), so a file alone rebuilds its model
        "tokenizer": "byte" (optional)
        "user":      the caller's string (optional), e.g. a training program's data position
-   A model file holds every parameter under its SPEC 6 name ("tok_emb", "layers.0.mem.w0.1", ...). A
+   A model file holds every parameter under its docs/model.md section 6 name ("tok_emb", "layers.0.mem.w0.1", ...). A
    trainer file adds "adam.m.<name>", "adam.v.<name>" for each parameter and the metadata "step" and
    "train_config" (JSON): everything an exact resume needs. A session file holds the tensors of
    titans_session_state under their names, "config" and "model_hash" (of the weights it ran on).
@@ -3399,7 +3405,7 @@ static inline float titans__silu_d1(float z, float s) { return s * (1.0f + z * (
 /* SiLU''(z) = s (1 - s) (2 + z (1 - 2 s)) */
 static inline float titans__silu_d2(float z, float s) { return s * (1.0f - s) * (2.0f + z * (1.0f - 2.0f * s)); }
 
-/* The chunk coefficients of SPEC 1.6 for n tokens with gates theta, eta, alpha [n]:
+/* The chunk coefficients of docs/model.md 1.6 for n tokens with gates theta, eta, alpha [n]:
    A, B, E [n]; C, D [n, n] lower triangular (zero above the diagonal). Built by the recurrences
    A_t = (1-alpha_t) A_{t-1}, E_t = eta_t E_{t-1}, B_t = (1-alpha_t) B_{t-1} + E_t,
    D_{t,i} = eta_t D_{t-1,i}, D_{t,t} = theta_t, C_{t,i} = (1-alpha_t) C_{t-1,i} + D_{t,i},
@@ -6500,23 +6506,95 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
 #endif
 /* ---- 7. Models, training, sessions (implementation) ------------------------------------------- */
 
-static const char *const titans__block_names[TITANS_BLOCK_COUNT] = {"attn", "swa", "mac", "mag", "mal", "lmm", "lm2"};
+/* ---- the block kinds: one table -------------------------------------------------------------------
+   Everything that differs between ATTN, SWA, MAC, MAG, MAL and LMM is one row of titans__kinds: which
+   sublayers (hence which parameters) the kind has, which keys its attention sees, how its memory meets
+   the persistent tokens, and its functions: the mixer's training forward and backward and its
+   one-token step, written side by side in the kind's own subsection further down ("---- MAG: memory
+   as a gate", ...). The rest of the model (blocks, the whole model, streams, sessions, checkpoints)
+   reads the table and never names a kind, so a new kind is its subsection and one row here
+   (docs/model.md section 3). */
 
-TITANSDEF const char *titans_block_name(int kind) {
-  return kind >= 0 && kind < TITANS_BLOCK_COUNT ? titans__block_names[kind] : NULL;
+struct titans__arena;
+struct titans__layer_fwd;
+struct titans__step_work;
+
+/* Which keys a kind's attention sees; it also fixes the size of its KV cache in a session. */
+enum {
+  TITANS__KEYS_NONE = 0,   /* no attention (LMM): no attn.* and no persist parameters */
+  TITANS__KEYS_ALL = 1,    /* every earlier token (ATTN; a session keeps the last max_context) */
+  TITANS__KEYS_WINDOW = 2, /* the last `window` tokens (SWA, MAG, MAL) */
+  TITANS__KEYS_SEGMENT = 3 /* the current segment's Hm and X rows, at local positions (MAC) */
+};
+
+/* The functions of a kind (declared with these types so the table can name them before their subsections). */
+/* The mixer of a batch (training, evaluation, streams): lf->mix [B, T, d] from lf->xn [B, T, d]. */
+typedef int titans__forward_fn(const titans_config *c, const titans_layer *L, struct titans__layer_fwd *lf,
+                               struct titans__arena *ar, const int64_t *pos, size_t B, size_t T);
+/* Its backward: accumulates dxn [B, T, d] and the gradients G from dmix [B, T, d]. */
+typedef int titans__backward_fn(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                struct titans__layer_fwd *lf, struct titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T);
+/* The mixer of one token at position p of a session: mix [d] from xn [d] (scratch in w). */
+typedef int titans__step_fn(titans_session *s, int l, float *mix, const float *xn, long long p,
+                            struct titans__step_work *w);
+/* Streams: windows must be multiples of this; 0 (or no function): the kind cannot stream with c. */
+typedef size_t titans__stream_unit_fn(const titans_config *c);
+
+typedef struct titans__kind {
+  const char *name;                /* "mag": the name in files, JSON and on the command line */
+  unsigned char keys;              /* TITANS__KEYS_* */
+  unsigned char mem;               /* 1: a memory layer (mem.* parameters, a memory state to carry) */
+  unsigned char gate;              /* 1: out = RMSNorm(y; gate.norm_y) * sigmoid(RMSNorm(m; gate.norm_m)) */
+  unsigned char mem_reads_persist; /* 1: the memory reads the N_p persistent tokens before the text */
+  unsigned char prefix_from_mem;   /* 1: attention's prefix rows are the memory's outputs for them (MAL) */
+  titans__forward_fn *forward;
+  titans__backward_fn *backward;
+  titans__step_fn *step;
+  titans__stream_unit_fn *stream_unit;
+} titans__kind;
+
+/* ATTN and SWA share the baseline's code: ATTN is SWA with an unbounded window. */
+static titans__forward_fn titans__baseline_forward, titans__mac_forward, titans__mag_forward, titans__mal_forward,
+    titans__lmm_forward;
+static titans__backward_fn titans__baseline_backward, titans__mac_backward, titans__mag_backward, titans__mal_backward,
+    titans__lmm_backward;
+static titans__step_fn titans__baseline_step, titans__mac_step, titans__mag_step, titans__mal_step, titans__lmm_step;
+static titans__stream_unit_fn titans__swa_stream_unit, titans__mac_stream_unit, titans__mag_stream_unit,
+    titans__lmm_stream_unit;
+
+/* Indexed by titans_block_kind. */
+static const titans__kind titans__kinds[TITANS_BLOCK_COUNT] = {
+  /* name  keys                  mem gate reads_persist prefix_from_mem */
+  {"attn", TITANS__KEYS_ALL,     0,  0,   0,            0, titans__baseline_forward, titans__baseline_backward,
+   titans__baseline_step, NULL},
+  {"swa",  TITANS__KEYS_WINDOW,  0,  0,   0,            0, titans__baseline_forward, titans__baseline_backward,
+   titans__baseline_step, titans__swa_stream_unit},
+  {"mac",  TITANS__KEYS_SEGMENT, 1,  1,   0,            0, titans__mac_forward, titans__mac_backward, titans__mac_step,
+   titans__mac_stream_unit},
+  {"mag",  TITANS__KEYS_WINDOW,  1,  1,   1,            0, titans__mag_forward, titans__mag_backward, titans__mag_step,
+   titans__mag_stream_unit},
+  {"mal",  TITANS__KEYS_WINDOW,  1,  0,   1,            1, titans__mal_forward, titans__mal_backward, titans__mal_step,
+   NULL},
+  {"lmm",  TITANS__KEYS_NONE,    1,  0,   0,            0, titans__lmm_forward, titans__lmm_backward, titans__lmm_step,
+   titans__lmm_stream_unit},
+  /* reserved for a later version: titans_config_check refuses it, so no function is ever called */
+  {"lm2",  TITANS__KEYS_NONE,    0,  0,   0,            0, NULL, NULL, NULL, NULL},
+};
+
+/* The row of a kind; an all-zero row (no sublayer, no function) for a number outside the enum. */
+static const titans__kind *titans__kind_of(int kind) {
+  static const titans__kind none = {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL};
+  return kind >= 0 && kind < TITANS_BLOCK_COUNT ? &titans__kinds[kind] : &none;
 }
+
+TITANSDEF const char *titans_block_name(int kind) { return titans__kind_of(kind)->name; }
 
 TITANSDEF int titans_block_from_name(const char *name) {
   for (int k = 0; k < TITANS_BLOCK_COUNT; k++)
-    if (name && strcmp(name, titans__block_names[k]) == 0) return k;
+    if (name && strcmp(name, titans__kinds[k].name) == 0) return k;
   return -1;
 }
-
-static int titans__has_attn(int kind) { return kind != TITANS_BLOCK_LMM; }
-static int titans__has_mem(int kind) {
-  return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG || kind == TITANS_BLOCK_MAL || kind == TITANS_BLOCK_LMM;
-}
-static int titans__has_gate(int kind) { return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG; }
 
 TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n_layers) {
   titans_config c;
@@ -6529,7 +6607,8 @@ TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n
   c.ffn_hidden = ((4 * d + 7) / 8) * 8;
   c.window = 64;
   c.segment = 64;
-  c.n_persist = titans__has_mem(block) && block != TITANS_BLOCK_LMM ? 4 : 0;
+  const titans__kind *k = titans__kind_of(block);
+  c.n_persist = k->mem && k->keys != TITANS__KEYS_NONE ? 4 : 0; /* the memory kinds with attention */
   c.tied = 1;
   c.max_context = 4096;
   c.mem = titans_mem_config_default(d);
@@ -6539,7 +6618,8 @@ TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n
 TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   if (c->block < 0 || c->block >= TITANS_BLOCK_COUNT)
     return titans__error(err, TITANS_ERR_ARG, "config: unknown block kind %d", c->block);
-  if (c->block == TITANS_BLOCK_LM2)
+  const titans__kind *k = &titans__kinds[c->block];
+  if (!k->forward) /* a reserved row of the table (LM2) */
     return titans__error(err, TITANS_ERR_ARG, "config: the LM2 block is not implemented in this version");
   if (c->vocab < 1 || c->vocab > (1 << 24)) return titans__error(err, TITANS_ERR_ARG, "config: vocab = %d, want 1..2^24", c->vocab);
   if (c->d < 2 || c->d > 65536) return titans__error(err, TITANS_ERR_ARG, "config: d = %d, want 2..65536", c->d);
@@ -6547,7 +6627,7 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG, "config: n_layers = %d, want 1..1024", c->n_layers);
   if (c->ffn_hidden < 1 || c->ffn_hidden > 1 << 20)
     return titans__error(err, TITANS_ERR_ARG, "config: ffn_hidden = %d, want 1..2^20", c->ffn_hidden);
-  if (titans__has_attn(c->block)) {
+  if (k->keys != TITANS__KEYS_NONE) {
     if (c->attn_heads < 1 || c->d % c->attn_heads != 0 || (c->d / c->attn_heads) % 2 != 0)
       return titans__error(err, TITANS_ERR_ARG, "config: attn_heads = %d must divide d = %d into even head widths",
                            c->attn_heads, c->d);
@@ -6556,18 +6636,17 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   } else if (c->n_persist != 0) {
     return titans__error(err, TITANS_ERR_ARG, "config: the LMM block has no persistent tokens (n_persist = %d)", c->n_persist);
   }
-  if ((c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL) &&
-      (c->window < 1 || c->window > 1 << 24))
+  if (k->keys == TITANS__KEYS_WINDOW && (c->window < 1 || c->window > 1 << 24))
     return titans__error(err, TITANS_ERR_ARG, "config: window = %d, want 1..2^24", c->window);
-  if (c->block == TITANS_BLOCK_ATTN && (c->max_context < 1 || c->max_context > 1 << 24))
+  if (k->keys == TITANS__KEYS_ALL && (c->max_context < 1 || c->max_context > 1 << 24))
     return titans__error(err, TITANS_ERR_ARG, "config: max_context = %d, want 1..2^24", c->max_context);
   if (c->tied != 0 && c->tied != 1) return titans__error(err, TITANS_ERR_ARG, "config: tied must be 0 or 1");
-  if (titans__has_mem(c->block)) {
+  if (k->mem) {
     int rc = titans_mem_config_check(&c->mem, err);
     if (rc) return rc;
     if (c->mem.d != c->d) return titans__error(err, TITANS_ERR_ARG, "config: mem.d = %d differs from d = %d", c->mem.d, c->d);
   }
-  if (c->block == TITANS_BLOCK_MAC && (c->segment < 1 || c->segment > 1 << 16 || c->segment % c->mem.chunk != 0))
+  if (k->keys == TITANS__KEYS_SEGMENT && (c->segment < 1 || c->segment > 1 << 16 || c->segment % c->mem.chunk != 0))
     return titans__error(err, TITANS_ERR_ARG, "config: segment = %d must be a multiple of the chunk %d (and <= 65536)",
                          c->segment, c->mem.chunk);
   return TITANS_OK;
@@ -6589,15 +6668,19 @@ static void titans__layer_prefix(char *out, int l) {
   out[8 + n] = 0;
 }
 
-/* The one place that fixes the model's parameter order and names. Records into list (may be NULL) and
-   binds w (may be NULL; w->layers must have n_layers entries). Returns the parameter count; *offset
-   advances to the total. */
+/* The one place that fixes the model's parameter order, names and shapes: counting (titans__model_size),
+   binding (titans_weights_bind, titans_model_init), and through m->plist saving and loading all use it.
+   Records into list (may be NULL) and binds w (may be NULL; w->layers must have n_layers entries).
+   Returns the parameter count; *offset advances to the total; *exact (may be NULL) adds the same total
+   in double, which cannot wrap (a configuration from a file is sized before anything is allocated). */
 static size_t titans__model_walk(const titans_config *c, titans_weights *w, float *slab, titans_param *list, size_t max,
-                                 size_t *offset) {
+                                 size_t *offset, double *exact) {
   size_t count = 0, o, d = (size_t)c->d, ff = (size_t)c->ffn_hidden, V = (size_t)c->vocab;
+  const titans__kind *k = titans__kind_of(c->block);
   char prefix[64];
 #define TITANS__PARAM(ptr, name, kind, nd, a, b_)                                                        \
   o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, 0);                  \
+  if (exact) *exact += (double)(a) * (nd == 2 ? (double)(b_) : 1.0);                                  \
   if (w) (ptr) = slab + o;
   prefix[0] = 0;
   TITANS__PARAM(w->tok_emb, "tok_emb", TITANS_PARAM_MATRIX, 2, V, d)
@@ -6606,7 +6689,7 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
     if (w) memset(L, 0, sizeof *L);
     titans__layer_prefix(prefix, l);
     TITANS__PARAM(L->norm1, "norm1", TITANS_PARAM_GAIN, 1, d, 0)
-    if (titans__has_attn(c->block)) {
+    if (k->keys != TITANS__KEYS_NONE) {
       TITANS__PARAM(L->attn_wq, "attn.wq", TITANS_PARAM_MATRIX, 2, d, d)
       TITANS__PARAM(L->attn_wk, "attn.wk", TITANS_PARAM_MATRIX, 2, d, d)
       TITANS__PARAM(L->attn_wv, "attn.wv", TITANS_PARAM_MATRIX, 2, d, d)
@@ -6615,15 +6698,16 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
         TITANS__PARAM(L->persist, "persist", TITANS_PARAM_TOKENS, 2, (size_t)c->n_persist, d)
       }
     }
-    if (titans__has_gate(c->block)) {
+    if (k->gate) {
       TITANS__PARAM(L->gate_norm_y, "gate.norm_y", TITANS_PARAM_GAIN, 1, d, 0)
       TITANS__PARAM(L->gate_norm_m, "gate.norm_m", TITANS_PARAM_GAIN, 1, d, 0)
     }
-    if (titans__has_mem(c->block)) {
+    if (k->mem) {
       char mp[80];
       size_t pl = strlen(prefix);
       memcpy(mp, prefix, pl);
       memcpy(mp + pl, "mem.", 5);
+      if (exact) *exact += (double)titans_mem_param_count(&c->mem);
       count += titans__mem_walk(&c->mem, w ? &L->mem : NULL, slab, list ? list + (count < max ? count : max) : NULL,
                                 max > count ? max - count : 0, mp, offset);
     }
@@ -6646,7 +6730,18 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
 TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab) {
   size_t offset = 0;
   w->layers = layers;
-  titans__model_walk(cfg, w, slab, NULL, 0, &offset);
+  titans__model_walk(cfg, w, slab, NULL, 0, &offset, NULL);
+}
+
+/* The parameters of a checked configuration, from the walk: *n_params tensors of *n_floats floats in all.
+   Returns the floats counted in double (when that is above what size_t holds, the size_t counts wrapped
+   and the caller must refuse the configuration). */
+static double titans__model_size(const titans_config *c, size_t *n_params, size_t *n_floats) {
+  size_t offset = 0;
+  double exact = 0.0;
+  *n_params = titans__model_walk(c, NULL, NULL, NULL, 0, &offset, &exact);
+  *n_floats = offset;
+  return exact;
 }
 
 TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
@@ -6654,15 +6749,12 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
   int rc = titans_config_check(cfg, m->error);
   if (rc) return rc;
   m->cfg = *cfg;
-  /* Size first in double: a config whose parameter count is absurd is refused before any size_t
-     arithmetic can wrap. */
-  double per_layer = 4.0 * cfg->d * cfg->d + 3.0 * cfg->d * cfg->ffn_hidden + (double)cfg->n_persist * cfg->d;
-  if (titans__has_mem(cfg->block)) per_layer += (double)titans_mem_param_count(&cfg->mem);
-  double total = per_layer * cfg->n_layers + 2.0 * cfg->vocab * cfg->d;
-  if (total > 4e9) return titans__error(m->error, TITANS_ERR_ARG, "model: %.3g parameters is more than this version supports", total);
+  /* The walk counts in double too: a config whose parameter count is absurd is refused before its
+     size_t counts (which may have wrapped) are used. */
   size_t offset = 0;
-  m->n_params = titans__model_walk(cfg, NULL, NULL, NULL, 0, &offset);
-  m->n_floats = offset;
+  double total = titans__model_size(cfg, &m->n_params, &m->n_floats);
+  if (total > 4e9) return titans__error(m->error, TITANS_ERR_ARG, "model: %.3g parameters is more than this version supports", total);
+  offset = m->n_floats;
   m->params = titans_alloc_floats(m->n_floats);
   m->plist = (titans_param *)titans_alloc_bytes(m->n_params, sizeof(titans_param));
   m->w.layers = (titans_layer *)titans_alloc_bytes((size_t)cfg->n_layers, sizeof(titans_layer));
@@ -6671,7 +6763,7 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
     return titans__error(m->error, TITANS_ERR_NOMEM, "model: cannot allocate %zu parameters", offset);
   }
   offset = 0;
-  titans__model_walk(cfg, &m->w, m->params, m->plist, m->n_params, &offset);
+  titans__model_walk(cfg, &m->w, m->params, m->plist, m->n_params, &offset, NULL);
   return TITANS_OK;
 }
 
@@ -6723,7 +6815,7 @@ TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed) {
       titans__fill_const(L->gate_norm_y, d, 1.0f);
       titans__fill_const(L->gate_norm_m, d, 1.0f);
     }
-    if (titans__has_mem(c->block)) titans_mem_weights_init(&L->mem, &c->mem, &rng, c->n_layers);
+    if (titans__kind_of(c->block)->mem) titans_mem_weights_init(&L->mem, &c->mem, &rng, c->n_layers);
     titans__fill_normal(L->ffn_w1, ff * d, 0.02f, &rng);
     titans__fill_normal(L->ffn_w3, ff * d, 0.02f, &rng);
     titans__fill_normal(L->ffn_w2, d * ff, out_std, &rng);
@@ -6911,6 +7003,16 @@ typedef struct titans__gate_save {
   float *rstd_y, *rstd_m; /* [rows] */
 } titans__gate_save;
 
+/* out [rows, d] = Gate(y, m), keeping what the backward needs in sv's buffers (given). A session runs it
+   on one row with sv in its scratch (titans__session_gate), so training and inference share it. */
+static void titans__gate_rows(const titans__gate_save *sv, float *out, const float *y, const float *m,
+                              const float *norm_y, const float *norm_m, size_t rows, size_t d) {
+  titans_rmsnorm_forward(sv->yn, sv->rstd_y, y, norm_y, rows, d);
+  titans_rmsnorm_forward(sv->sg, sv->rstd_m, m, norm_m, rows, d);
+  titans_sigmoid_forward(sv->sg, sv->sg, rows * d);
+  for (size_t j = 0; j < rows * d; j++) out[j] = sv->yn[j] * sv->sg[j];
+}
+
 static int titans__gate_forward(titans__arena *ar, titans__gate_save *sv, float *out, const float *y, const float *m,
                                 const float *norm_y, const float *norm_m, size_t rows, size_t d) {
   sv->yn = titans__arena_alloc(ar, rows * d);
@@ -6918,10 +7020,7 @@ static int titans__gate_forward(titans__arena *ar, titans__gate_save *sv, float 
   sv->rstd_y = titans__arena_alloc(ar, rows);
   sv->rstd_m = titans__arena_alloc(ar, rows);
   if (!sv->yn || !sv->sg || !sv->rstd_y || !sv->rstd_m) return TITANS_ERR_NOMEM;
-  titans_rmsnorm_forward(sv->yn, sv->rstd_y, y, norm_y, rows, d);
-  titans_rmsnorm_forward(sv->sg, sv->rstd_m, m, norm_m, rows, d);
-  titans_sigmoid_forward(sv->sg, sv->sg, rows * d);
-  for (size_t j = 0; j < rows * d; j++) out[j] = sv->yn[j] * sv->sg[j];
+  titans__gate_rows(sv, out, y, m, norm_y, norm_m, rows, d);
   return TITANS_OK;
 }
 
@@ -6947,19 +7046,37 @@ typedef struct titans__ffn_save {
   float *u1, *u3, *act; /* [rows, d_ff] w1 x, w3 x, SiLU(u1) * u3 */
 } titans__ffn_save;
 
-static int titans__ffn_forward(const titans_config *c, const titans_layer *L, titans__arena *ar, titans__ffn_save *sv,
-                               float *out, const float *x, size_t rows) {
+/* out [rows, d] = FFN(x [rows, d]), keeping u1, u3, act in sv's buffers (given). A session runs it on
+   one row with sv in its scratch (titans__session_token), so training and inference share it. */
+static void titans__ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
+                             const float *x, size_t rows) {
   size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
-  sv->u1 = titans__arena_alloc(ar, rows * ff);
-  sv->u3 = titans__arena_alloc(ar, rows * ff);
-  sv->act = titans__arena_alloc(ar, rows * ff);
-  if (!sv->u1 || !sv->u3 || !sv->act) return TITANS_ERR_NOMEM;
   titans_gemm(0, 1, rows, ff, d, 1.0f, x, d, L->ffn_w1, d, 0.0f, sv->u1, ff);
   titans_gemm(0, 1, rows, ff, d, 1.0f, x, d, L->ffn_w3, d, 0.0f, sv->u3, ff);
   titans_silu_forward(sv->act, sv->u1, rows * ff);
   for (size_t j = 0; j < rows * ff; j++) sv->act[j] *= sv->u3[j];
   titans_gemm(0, 1, rows, d, ff, 1.0f, sv->act, ff, L->ffn_w2, ff, 0.0f, out, d);
-  return TITANS_OK;
+}
+
+/* The FFN's saved rows of a training forward: u1, u3, act [rows, d_ff] from the arena. */
+static int titans__ffn_alloc(const titans_config *c, titans__arena *ar, titans__ffn_save *sv, size_t rows) {
+  size_t ff = (size_t)c->ffn_hidden;
+  sv->u1 = titans__arena_alloc(ar, rows * ff);
+  sv->u3 = titans__arena_alloc(ar, rows * ff);
+  sv->act = titans__arena_alloc(ar, rows * ff);
+  return sv->u1 && sv->u3 && sv->act ? TITANS_OK : TITANS_ERR_NOMEM;
+}
+
+/* The second half of every block, shared by training (rows = B T) and sessions (one row):
+   h = x + mix, out = h + FFN(RMSNorm(h; norm2)). h, hn [rows, d], rstd2 [rows] and sv's buffers are
+   given. out may be x (a session updates its residual stream in place): x is read before out is written. */
+static void titans__block_ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
+                                   float *h, float *hn, float *rstd2, const float *x, const float *mix, size_t rows) {
+  size_t d = (size_t)c->d;
+  for (size_t j = 0; j < rows * d; j++) h[j] = x[j] + mix[j];
+  titans_rmsnorm_forward(hn, rstd2, h, L->norm2, rows, d);
+  titans__ffn_rows(c, L, sv, out, hn, rows);
+  for (size_t j = 0; j < rows * d; j++) out[j] += h[j];
 }
 
 /* accumulates dx [rows, d] and G's FFN weights */
@@ -7132,107 +7249,99 @@ static void titans__rows_unslice(float *dst, const float *src, size_t B, size_t 
     if (!(ptr)) return TITANS_ERR_NOMEM; \
   } while (0)
 
-/* ---- mixers ------------------------------------------------------------------------------------ */
+/* ---- mixers: what the kinds share -------------------------------------------------------------
+   A block is h = x + Mixer(RMSNorm(x)), out = h + FFN(RMSNorm(h)) for every kind; the mixer is the
+   kind's own (titans__kinds). Each kind's subsection below holds its mixer three ways, side by side:
+   the training forward over a batch [B, T], its backward, and the one-token step of a session (which
+   reads the KV cache and the running memory instead of the whole sequence). */
 
+/* The attention window of ATTN, SWA, MAG, MAL (0: unbounded). */
 static int64_t titans__window(const titans_config *c) {
-  return c->block == TITANS_BLOCK_ATTN ? 0 : (int64_t)c->window;
+  return titans__kind_of(c->block)->keys == TITANS__KEYS_WINDOW ? (int64_t)c->window : 0;
 }
 
-/* ATTN, SWA, MAG, MAL: xn (or y for MAL) attends over src = prefix || body at positions 0..T-1. */
-static int titans__mixer_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
-                                 const int64_t *pos, size_t B, size_t T);
-static int titans__mixer_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                  titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
-                                  const int64_t *pos, size_t B, size_t T);
+/* What a session keeps per layer between tokens. */
+struct titans__session_layer {
+  titans_kv_cache kv;          /* attention kinds: prefix rows + a ring of keys/values */
+  int has_kv;
+  titans_mem_state mem;        /* memory kinds: the running memory */
+  titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
+  int has_mem, has_committed;
+};
 
-static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
-                               size_t B, size_t T) {
-  size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment;
-  lf->nseg = (T + C - 1) / C;
-  lf->segs = (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
-  /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
-  TITANS__NEED(lf->segs && titans__layer_ctx(lf, 2 * lf->nseg - 1));
-  TITANS__TRY(titans__layer_state(c, L, lf, B));
-  for (size_t s = 0; s < lf->nseg; s++) {
-    titans__mac_seg *sg = &lf->segs[s];
-    size_t n = T - s * C < C ? T - s * C : C;
-    sg->t0 = s * C;
-    sg->n = n;
-    sg->xs = titans__arena_alloc(ar, B * n * d);
-    sg->hm = titans__arena_alloc(ar, B * n * d);
-    sg->src = titans__arena_alloc(ar, B * (P + 2 * n) * d);
-    sg->y = titans__arena_alloc(ar, B * n * d);
-    sg->mm = titans__arena_alloc(ar, B * n * d);
-    sg->kpos = (int64_t *)(void *)titans__arena_alloc(ar, 4 * n + 2);
-    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
-    TITANS__NEED(sg->xs && sg->hm && sg->src && sg->y && sg->mm && sg->kpos && cr && cu);
-    for (size_t i = 0; i < n; i++) sg->kpos[i] = sg->kpos[n + i] = (int64_t)i;
-    titans__rows_slice(sg->xs, lf->xn, B, T, sg->t0, n, d, 0);
-    /* 1. retrieve with the weights committed at the segment's start */
-    TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &lf->st, sg->hm, sg->xs, n, cr));
-    /* 2. attention over persist || Hm || X, local positions */
-    for (size_t b = 0; b < B; b++) {
-      float *o = sg->src + b * (P + 2 * n) * d;
-      if (P) memcpy(o, L->persist, P * d * sizeof(float));
-      memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
-      memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
-    }
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0));
-    /* 3. the memory learns from the attention output */
-    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, sg->y, n, cu));
-    /* 4. gate */
-    float *out = titans__arena_alloc(ar, B * n * d);
-    TITANS__NEED(out);
-    TITANS__TRY(titans__gate_forward(ar, &sg->gate, out, sg->y, sg->mm, L->gate_norm_y, L->gate_norm_m, B * n, d));
-    titans__rows_unslice(lf->mix, out, B, T, sg->t0, n, d, 0);
-  }
+/* One token's scratch in a session, named slices of s->work (titans__step_work_carve). */
+typedef struct titans__step_work {
+  float *x;       /* [d] the residual stream */
+  float *xn;      /* [d] RMSNorm(x; norm1), then RMSNorm(h; norm2) */
+  float *mix;     /* [d] the mixer's output */
+  float *h;       /* [d] x + mix */
+  titans__ffn_save ffn;   /* u1, u3, act [d_ff]: the FFN's saved rows (titans__ffn_rows) */
+  float *y, *m;   /* [d] the attention and memory outputs the mixer combines (MAC, MAG, MAL) */
+  float *pair;    /* [2, d] MAC: Hm_i || X_i, the two key rows of token i */
+  float *q, *att; /* [d] the attention's query and output */
+  float *k, *v;   /* [2, d] the key and value rows appended to the cache (two for MAC) */
+  titans__gate_save gate; /* yn, sg [d], rstd_y, rstd_m [1]: the gate's rows (titans__gate_rows) */
+  float *xf;      /* [d] RMSNorm(x; norm_f), the input of the output head */
+} titans__step_work;
+
+/* Carves w out of base (NULL: only counts); returns the floats it takes. */
+static size_t titans__step_work_carve(titans__step_work *w, float *base, const titans_config *c) {
+  size_t used = 0, d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  w->x = titans__take(base, &used, d);
+  w->xn = titans__take(base, &used, d);
+  w->mix = titans__take(base, &used, d);
+  w->h = titans__take(base, &used, d);
+  w->ffn.u1 = titans__take(base, &used, ff);
+  w->ffn.u3 = titans__take(base, &used, ff);
+  w->ffn.act = titans__take(base, &used, ff);
+  w->y = titans__take(base, &used, d);
+  w->m = titans__take(base, &used, d);
+  w->pair = titans__take(base, &used, 2 * d);
+  w->q = titans__take(base, &used, d);
+  w->att = titans__take(base, &used, d);
+  w->k = titans__take(base, &used, 2 * d);
+  w->v = titans__take(base, &used, 2 * d);
+  w->gate.yn = titans__take(base, &used, d);
+  w->gate.sg = titans__take(base, &used, d);
+  w->gate.rstd_y = titans__take(base, &used, 1);
+  w->gate.rstd_m = titans__take(base, &used, 1);
+  w->xf = titans__take(base, &used, d);
+  return used;
+}
+
+/* y [n, d_out] = x [n, d_in] W^T for W [d_out, d_in] */
+static void titans__linear(float *y, const float *x, const float *W, size_t n, size_t d_out, size_t d_in) {
+  titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
+}
+
+/* The one-token form of titans__attn_sub_forward: k_src rows [nk, d] are projected and appended to the
+   cache at position kp, then out [d] = wo Attn(wq xq) over the cache at query position qp. */
+static int titans__session_attend(const titans_config *c, const titans_layer *L, struct titans__session_layer *sl,
+                                  float *out, const float *xq, const float *k_src, size_t nk, int64_t qp, int64_t kp,
+                                  titans__step_work *w) {
+  size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H;
+  int64_t kpos[2] = {kp, kp};
+  titans__linear(w->q, xq, L->attn_wq, 1, d, d);
+  titans__linear(w->k, k_src, L->attn_wk, nk, d, d);
+  titans__linear(w->v, k_src, L->attn_wv, nk, d, d);
+  titans_rope_forward(w->q, &qp, 1, H, da);
+  titans_rope_forward(w->k, kpos, nk, H, da);
+  TITANS__TRY(titans_kv_cache_append(&sl->kv, w->k, w->v, kpos, nk));
+  TITANS__TRY(titans_kv_cache_attend(&sl->kv, w->att, NULL, w->q, qp));
+  titans__linear(out, w->att, L->attn_wo, 1, d, d);
   return TITANS_OK;
 }
 
-static int titans__mac_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix, size_t B,
-                                size_t T) {
-  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
-  titans__mem_dims m = titans__mem_get_dims(&c->mem);
-  size_t dstate = B * m.H * 2 * m.head_size, dtail = 4 * B * (m.K > 0 ? m.K - 1 : 0) * m.dm;
-  const float *dnext_state = NULL, *dnext_tail_u = NULL, *dnext_tail_r = NULL;
-  for (size_t s = lf->nseg; s-- > 0;) {
-    titans__mac_seg *sg = &lf->segs[s];
-    size_t n = sg->n, S = P + 2 * n;
-    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
-    float *dout = titans__arena_alloc(ar, B * n * d), *dy = titans__arena_zalloc(ar, B * n * d);
-    float *dmm = titans__arena_zalloc(ar, B * n * d), *dxs = titans__arena_zalloc(ar, B * n * d);
-    float *dsrc = titans__arena_zalloc(ar, B * S * d), *dhm = titans__arena_zalloc(ar, B * n * d);
-    TITANS__NEED(dout && dy && dmm && dxs && dsrc && dhm);
-    titans__rows_slice(dout, dmix, B, T, sg->t0, n, d, 0);
-    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, G->gate_norm_y, G->gate_norm_m, dout, sg->y, sg->mm,
-                                      L->gate_norm_y, L->gate_norm_m, B * n, d));
-    /* the update of segment s feeds every later segment through the state it leaves */
-    if (dnext_state) {
-      memcpy(cu->dstate_final, dnext_state, dstate * sizeof(float));
-      memcpy(cu->dtails_final, dnext_tail_u, dtail * sizeof(float));
-    }
-    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dy, dmm, sg->y, cu, 0));
-    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B,
-                                          n, P, 2 * n, 0));
-    for (size_t b = 0; b < B; b++) {
-      const float *o = dsrc + b * S * d;
-      if (P) titans__axpy(G->persist, 1.0f, o, P * d);
-      titans__axpy(dhm + b * n * d, 1.0f, o + P * d, n * d);
-      titans__axpy(dxs + b * n * d, 1.0f, o + (P + n) * d, n * d);
-    }
-    /* the retrieval read the state the update started from; its conv tail is the X stream's */
-    memcpy(cr->dstate_final, cu->dstate_init, dstate * sizeof(float));
-    if (dnext_tail_r) memcpy(cr->dtails_final, dnext_tail_r, dtail * sizeof(float));
-    TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dxs, dhm, sg->xs, cr, s == 0));
-    /* the update stream's tails of segment s - 1 are read by this update; the X stream's by this retrieval */
-    dnext_state = cr->dstate_init;
-    dnext_tail_u = cu->dtails_init;
-    dnext_tail_r = cr->dtails_init;
-    titans__rows_unslice(dxn, dxs, B, T, sg->t0, n, d, 1);
-  }
-  return TITANS_OK;
+/* The training gate on one row: out [d] = RMSNorm(y) * sigmoid(RMSNorm(m)). */
+static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m, titans__step_work *w,
+                                 size_t d) {
+  titans__gate_rows(&w->gate, out, y, m, L->gate_norm_y, L->gate_norm_m, 1, d);
 }
+
+/* ---- ATTN and SWA: the attention baselines --------------------------------------------------------
+   mix = wo Attn(wq xn; wk src, wv src) over src = persist || xn: causal over every earlier token (ATTN)
+   or over the last `window` (SWA). A stream continues SWA with the last `window` rows of the previous
+   window's xn as extra keys (titans__swa_stream_forward, which MAG's stream reuses). */
 
 /* Key position of a carried SWA row that belongs to an earlier document: so far back that no query's
    window reaches it. */
@@ -7279,6 +7388,170 @@ static int titans__swa_stream_backward(const titans_config *c, const titans_laye
   return TITANS_OK;
 }
 
+static int titans__baseline_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
+                                    titans__arena *ar, const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
+  TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] persist || xn */
+  titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
+}
+
+static int titans__baseline_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                     titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                     const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
+  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
+  TITANS__NEED(dsrc);
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                        titans__window(c)));
+  titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d); /* src = persist || xn */
+  return TITANS_OK;
+}
+
+/* One token: its key and value join the cache (which holds the persistent rows as its prefix). */
+static int titans__baseline_step(titans_session *s, int l, float *mix, const float *xn, long long p,
+                                 titans__step_work *w) {
+  return titans__session_attend(&s->model->cfg, &s->model->w.layers[l], &s->layers[l], mix, xn, xn, 1, p, p, w);
+}
+
+/* SWA streams any window length: the carried rows make a window's keys what a session's would be. ATTN
+   does not stream (its keys would be the whole document). */
+static size_t titans__swa_stream_unit(const titans_config *c) {
+  (void)c;
+  return 1;
+}
+
+/* ---- MAC: memory as context ---------------------------------------------------------------------
+   The sequence is cut into segments of C tokens. For segment S with normalised input X:
+     1. Hm = M*(X): retrieve from the memory as it was at the segment's start (no update),
+     2. y = Attn over persist || Hm || X (positions local to the segment, causal, no window),
+     3. the memory learns from y: m = M(y) (the update runs through the segment, chunk by chunk),
+     4. mix = Gate(y, m).
+   The memory state (and the conv tails of both its input streams) flows from segment to segment; the
+   backward walks the segments in reverse, carrying d(state) and d(tails) back (docs/model.md 3.1). */
+
+static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
+  (void)pos; /* MAC's attention reads local positions 0..n-1 within each segment */
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment;
+  lf->nseg = (T + C - 1) / C;
+  lf->segs = (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
+  /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
+  TITANS__NEED(lf->segs && titans__layer_ctx(lf, 2 * lf->nseg - 1));
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  for (size_t s = 0; s < lf->nseg; s++) {
+    titans__mac_seg *sg = &lf->segs[s];
+    size_t n = T - s * C < C ? T - s * C : C;
+    sg->t0 = s * C;
+    sg->n = n;
+    sg->xs = titans__arena_alloc(ar, B * n * d);
+    sg->hm = titans__arena_alloc(ar, B * n * d);
+    sg->src = titans__arena_alloc(ar, B * (P + 2 * n) * d);
+    sg->y = titans__arena_alloc(ar, B * n * d);
+    sg->mm = titans__arena_alloc(ar, B * n * d);
+    sg->kpos = (int64_t *)(void *)titans__arena_alloc(ar, 4 * n + 2);
+    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
+    TITANS__NEED(sg->xs && sg->hm && sg->src && sg->y && sg->mm && sg->kpos && cr && cu);
+    for (size_t i = 0; i < n; i++) sg->kpos[i] = sg->kpos[n + i] = (int64_t)i;
+    titans__rows_slice(sg->xs, lf->xn, B, T, sg->t0, n, d, 0);
+    /* 1. retrieve with the weights committed at the segment's start */
+    TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &lf->st, sg->hm, sg->xs, n, cr));
+    /* 2. attention over persist || Hm || X, local positions */
+    for (size_t b = 0; b < B; b++) {
+      float *o = sg->src + b * (P + 2 * n) * d;
+      if (P) memcpy(o, L->persist, P * d * sizeof(float));
+      memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
+      memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
+    }
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0));
+    /* 3. the memory learns from the attention output */
+    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, sg->y, n, cu));
+    /* 4. gate */
+    float *out = titans__arena_alloc(ar, B * n * d);
+    TITANS__NEED(out);
+    TITANS__TRY(titans__gate_forward(ar, &sg->gate, out, sg->y, sg->mm, L->gate_norm_y, L->gate_norm_m, B * n, d));
+    titans__rows_unslice(lf->mix, out, B, T, sg->t0, n, d, 0);
+  }
+  return TITANS_OK;
+}
+
+static int titans__mac_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
+  (void)pos;
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  titans__mem_dims m = titans__mem_get_dims(&c->mem);
+  size_t dstate = B * m.H * 2 * m.head_size, dtail = 4 * B * (m.K > 0 ? m.K - 1 : 0) * m.dm;
+  const float *dnext_state = NULL, *dnext_tail_u = NULL, *dnext_tail_r = NULL;
+  for (size_t s = lf->nseg; s-- > 0;) {
+    titans__mac_seg *sg = &lf->segs[s];
+    size_t n = sg->n, S = P + 2 * n;
+    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
+    float *dout = titans__arena_alloc(ar, B * n * d), *dy = titans__arena_zalloc(ar, B * n * d);
+    float *dmm = titans__arena_zalloc(ar, B * n * d), *dxs = titans__arena_zalloc(ar, B * n * d);
+    float *dsrc = titans__arena_zalloc(ar, B * S * d), *dhm = titans__arena_zalloc(ar, B * n * d);
+    TITANS__NEED(dout && dy && dmm && dxs && dsrc && dhm);
+    titans__rows_slice(dout, dmix, B, T, sg->t0, n, d, 0);
+    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, G->gate_norm_y, G->gate_norm_m, dout, sg->y, sg->mm,
+                                      L->gate_norm_y, L->gate_norm_m, B * n, d));
+    /* the update of segment s feeds every later segment through the state it leaves */
+    if (dnext_state) {
+      memcpy(cu->dstate_final, dnext_state, dstate * sizeof(float));
+      memcpy(cu->dtails_final, dnext_tail_u, dtail * sizeof(float));
+    }
+    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dy, dmm, sg->y, cu, 0));
+    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B,
+                                          n, P, 2 * n, 0));
+    for (size_t b = 0; b < B; b++) {
+      const float *o = dsrc + b * S * d;
+      if (P) titans__axpy(G->persist, 1.0f, o, P * d);
+      titans__axpy(dhm + b * n * d, 1.0f, o + P * d, n * d);
+      titans__axpy(dxs + b * n * d, 1.0f, o + (P + n) * d, n * d);
+    }
+    /* the retrieval read the state the update started from; its conv tail is the X stream's */
+    memcpy(cr->dstate_final, cu->dstate_init, dstate * sizeof(float));
+    if (dnext_tail_r) memcpy(cr->dtails_final, dnext_tail_r, dtail * sizeof(float));
+    TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dxs, dhm, sg->xs, cr, s == 0));
+    /* the update stream's tails of segment s - 1 are read by this update; the X stream's by this retrieval */
+    dnext_state = cr->dstate_init;
+    dnext_tail_u = cu->dtails_init;
+    dnext_tail_r = cr->dtails_init;
+    titans__rows_unslice(dxn, dxs, B, T, sg->t0, n, d, 1);
+  }
+  return TITANS_OK;
+}
+
+/* One token, i-th of its segment: at the segment's first token the running memory becomes the one
+   retrieval reads and the cache empties (the attention of a segment sees only that segment). */
+static int titans__mac_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  size_t d = (size_t)c->d;
+  int64_t i = (int64_t)(p % c->segment);
+  if (i == 0 && p > 0) {
+    /* a new segment: retrieval reads the memory as it is now; the X stream's conv tail goes on */
+    titans__mem_state_commit(&sl->committed, &sl->mem);
+    titans_kv_cache_reset(&sl->kv);
+  }
+  TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, w->pair, xn, 1, NULL)); /* Hm_i */
+  memcpy(w->pair + d, xn, d * sizeof(float));                                                 /* X_i */
+  TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, w->pair, 2, i, i, w));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, w->y, 1, NULL));
+  titans__session_gate(L, mix, w->y, w->m, w, d);
+  return TITANS_OK;
+}
+
+/* Whole segments keep the segments where a session has them. */
+static size_t titans__mac_stream_unit(const titans_config *c) { return (size_t)c->segment; }
+
+/* ---- MAG: memory as a gate ----------------------------------------------------------------------
+   Two branches over the same normalised input xn, combined by a gate:
+     y = SWA over persist || xn (window w),  m = M(persist || xn) at the text's positions (the memory
+     reads the persistent tokens first, then the text, updating as it goes),  mix = Gate(y, m). */
+
 /* MAG continuing a stream: the sliding window over persist || carried rows || xn; the memory reads the
    persistent tokens only at a document's start (every row fresh), then the window's xn. */
 static int titans__mag_stream_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
@@ -7315,106 +7588,143 @@ static int titans__mag_stream_backward(const titans_config *c, const titans_laye
   return TITANS_OK;
 }
 
-static int titans__mixer_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
-                                 const int64_t *pos, size_t B, size_t T) {
+static int titans__mag_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
-  switch (c->block) {
-    case TITANS_BLOCK_ATTN:
-    case TITANS_BLOCK_SWA:
-      if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
-      TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
-      titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
-    case TITANS_BLOCK_MAG: {
-      if (lf->carry) return titans__mag_stream_forward(c, L, lf, ar, B, T);
-      TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));
-      TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
-      TITANS__NEED(lf->m = titans__arena_alloc(ar, B * T * d));
-      TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d));
-      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
-      TITANS__NEED(cx);
-      titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-      lf->mem_in = lf->src;
-      TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c)));
-      TITANS__TRY(titans__layer_state(c, L, lf, B));
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
-      for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
-      return titans__gate_forward(ar, &lf->gate, lf->mix, lf->y, lf->m, L->gate_norm_y, L->gate_norm_m, B * T, d);
-    }
-    case TITANS_BLOCK_MAL: {
-      TITANS__NEED(lf->mem_in = titans__arena_alloc(ar, B * (P + T) * d));
-      TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d));
-      TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));
-      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
-      TITANS__NEED(cx);
-      titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, P, T, d);
-      TITANS__TRY(titans__layer_state(c, L, lf, B));
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
-      for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
-      lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
-      return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
-    }
-    case TITANS_BLOCK_LMM: {
-      titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
-      TITANS__NEED(cx);
-      TITANS__TRY(titans__layer_state(c, L, lf, B));
-      return titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mix, lf->xn, T, cx);
-    }
-    case TITANS_BLOCK_MAC:
-      return titans__mac_forward(c, L, lf, ar, B, T);
-    default:
-      return TITANS_ERR_ARG;
-  }
+  if (lf->carry) return titans__mag_stream_forward(c, L, lf, ar, B, T);
+  TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d));     /* [B, P + T, d] persist || xn */
+  TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));             /* attention branch */
+  TITANS__NEED(lf->m = titans__arena_alloc(ar, B * T * d));             /* memory branch at the text */
+  TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d)); /* memory at every position */
+  titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+  TITANS__NEED(cx);
+  titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
+  lf->mem_in = lf->src;
+  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c)));
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
+  for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
+  return titans__gate_forward(ar, &lf->gate, lf->mix, lf->y, lf->m, L->gate_norm_y, L->gate_norm_m, B * T, d);
 }
 
-static int titans__mixer_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                  titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
-                                  const int64_t *pos, size_t B, size_t T) {
+static int titans__mag_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
-  switch (c->block) {
-    case TITANS_BLOCK_ATTN:
-    case TITANS_BLOCK_SWA: {
-      if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
-      float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d);
-      TITANS__NEED(dsrc);
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                            titans__window(c)));
-      titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
-      return TITANS_OK;
-    }
-    case TITANS_BLOCK_MAG: {
-      if (lf->carry) return titans__mag_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
-      float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);
-      float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
-      TITANS__NEED(dy && dm && dsrc && dmo);
-      TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
-                                        L->gate_norm_y, L->gate_norm_m, B * T, d));
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                            titans__window(c)));
-      for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (P + T) + P) * d, dm + b * T * d, T * d * sizeof(float));
-      TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
-      titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
-      return TITANS_OK;
-    }
-    case TITANS_BLOCK_MAL: {
-      float *dyq = titans__arena_zalloc(ar, B * T * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
-      float *dmi = titans__arena_zalloc(ar, B * (P + T) * d);
-      TITANS__NEED(dyq && dmo && dmi);
-      TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
-                                            titans__window(c)));
-      for (size_t b = 0; b < B; b++) titans__axpy(dmo + (b * (P + T) + P) * d, 1.0f, dyq + b * T * d, T * d);
-      TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
-      titans__split_prefix_grad(G->persist, dxn, dmi, B, P, T, d);
-      return TITANS_OK;
-    }
-    case TITANS_BLOCK_LMM:
-      return titans__layer_mem_backward(c, L, G, lf, dxn, dmix, lf->xn, &lf->ctxs[0], 1);
-    case TITANS_BLOCK_MAC:
-      return titans__mac_backward(c, L, G, lf, ar, dxn, dmix, B, T);
-    default:
-      return TITANS_ERR_ARG;
-  }
+  if (lf->carry) return titans__mag_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
+  float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);             /* [B, T, d] */
+  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
+  TITANS__NEED(dy && dm && dsrc && dmo);
+  /* mix = Gate(y, m) */
+  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
+                                    L->gate_norm_y, L->gate_norm_m, B * T, d));
+  /* y = SWA(xn; src) */
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                        titans__window(c)));
+  /* m = the memory's outputs at the text; the persistent positions' outputs are not used */
+  for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (P + T) + P) * d, dm + b * T * d, T * d * sizeof(float));
+  TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
+  titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
+  return TITANS_OK;
 }
+
+/* One token: the attention branch over the cache, the memory branch continuing the running memory (which
+   read the persistent tokens at titans_session_reset), then the gate. */
+static int titans__mag_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, xn, 1, p, p, w));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, xn, 1, NULL));
+  titans__session_gate(L, mix, w->y, w->m, w, (size_t)c->d);
+  return TITANS_OK;
+}
+
+/* MAG streams when its persistent tokens fill whole memory chunks, so that every later window still
+   starts the memory at a chunk boundary; windows are then whole chunks. */
+static size_t titans__mag_stream_unit(const titans_config *c) {
+  return c->n_persist % c->mem.chunk == 0 ? (size_t)c->mem.chunk : 0;
+}
+
+/* ---- MAL: memory as a layer ---------------------------------------------------------------------
+   The memory first, then attention over its output:
+     y = M(persist || xn) at the text's positions,  mix = SWA(y) over the memory's outputs for
+     persist || xn (the persistent tokens' outputs are the always-visible prefix).
+   MAL does not stream in this version (the prefix would have to be recomputed from a carried memory). */
+
+static int titans__mal_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  TITANS__NEED(lf->mem_in = titans__arena_alloc(ar, B * (P + T) * d));  /* [B, P + T, d] persist || xn */
+  TITANS__NEED(lf->mem_out = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] */
+  TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));             /* [B, T, d] the queries */
+  titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+  TITANS__NEED(cx);
+  titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, P, T, d);
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
+  for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
+  lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
+}
+
+static int titans__mal_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist;
+  float *dyq = titans__arena_zalloc(ar, B * T * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d);
+  float *dmi = titans__arena_zalloc(ar, B * (P + T) * d);
+  TITANS__NEED(dyq && dmo && dmi);
+  /* mix = SWA(y; src = mem_out): y reaches the memory's outputs twice, as queries and as keys/values */
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
+                                        titans__window(c)));
+  for (size_t b = 0; b < B; b++) titans__axpy(dmo + (b * (P + T) + P) * d, 1.0f, dyq + b * T * d, T * d);
+  TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
+  titans__split_prefix_grad(G->persist, dxn, dmi, B, P, T, d);
+  return TITANS_OK;
+}
+
+/* One token: the memory's output is both the query and this token's key/value row. */
+static int titans__mal_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->y, xn, 1, NULL));
+  return titans__session_attend(c, L, sl, mix, w->y, w->y, 1, p, p, w);
+}
+
+/* ---- LMM: the memory alone ----------------------------------------------------------------------
+   mix = M(xn): the neural long-term memory as the whole mixer (no attention, no persistent tokens). */
+
+static int titans__lmm_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
+  (void)ar;
+  (void)pos; /* the memory's positions are its own (chunks from the state's position) */
+  titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
+  TITANS__NEED(cx);
+  TITANS__TRY(titans__layer_state(c, L, lf, B));
+  return titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mix, lf->xn, T, cx);
+}
+
+static int titans__lmm_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
+  (void)ar;
+  (void)pos;
+  (void)B;
+  (void)T;
+  return titans__layer_mem_backward(c, L, G, lf, dxn, dmix, lf->xn, &lf->ctxs[0], 1);
+}
+
+static int titans__lmm_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  (void)p;
+  (void)w;
+  return titans_mem_forward(&c->mem, &s->model->w.layers[l].mem, &s->layers[l].mem, mix, xn, 1, NULL);
+}
+
+/* Whole chunks keep the memory's chunks where a session has them. */
+static size_t titans__lmm_stream_unit(const titans_config *c) { return (size_t)c->mem.chunk; }
 
 /* ---- blocks ------------------------------------------------------------------------------------ */
 
@@ -7430,11 +7740,9 @@ static int titans__block_forward(const titans_config *c, const titans_layer *L, 
   TITANS__NEED(lf->hn = titans__arena_alloc(ar, n * d));
   TITANS__NEED(lf->rstd2 = titans__arena_alloc(ar, n));
   titans_rmsnorm_forward(lf->xn, lf->rstd1, x, L->norm1, n, d);
-  TITANS__TRY(titans__mixer_forward(c, L, lf, ar, pos, B, T));
-  for (size_t j = 0; j < n * d; j++) lf->h[j] = x[j] + lf->mix[j];
-  titans_rmsnorm_forward(lf->hn, lf->rstd2, lf->h, L->norm2, n, d);
-  TITANS__TRY(titans__ffn_forward(c, L, ar, &lf->ffn, x_out, lf->hn, n));
-  for (size_t j = 0; j < n * d; j++) x_out[j] += lf->h[j];
+  TITANS__TRY(titans__kind_of(c->block)->forward(c, L, lf, ar, pos, B, T));
+  TITANS__TRY(titans__ffn_alloc(c, ar, &lf->ffn, n));
+  titans__block_ffn_rows(c, L, &lf->ffn, x_out, lf->h, lf->hn, lf->rstd2, x, lf->mix, n);
   return TITANS_OK;
 }
 
@@ -7449,7 +7757,7 @@ static int titans__block_backward(const titans_config *c, const titans_layer *L,
   memcpy(dh, dx_out, n * d * sizeof(float));
   TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
   titans_rmsnorm_backward(dh, G->norm2, dhn, lf->h, L->norm2, lf->rstd2, n, d);
-  TITANS__TRY(titans__mixer_backward(c, L, G, lf, ar, dxn, dh, pos, B, T));
+  TITANS__TRY(titans__kind_of(c->block)->backward(c, L, G, lf, ar, dxn, dh, pos, B, T));
   memcpy(dx, dh, n * d * sizeof(float));
   titans_rmsnorm_backward(dx, G->norm1, dxn, lf->x_in, L->norm1, lf->rstd1, n, d);
   return TITANS_OK;
@@ -7669,11 +7977,11 @@ TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t
 
 /* ---- streams ------------------------------------------------------------------------------------ */
 
-/* MAC, LMM, SWA, and MAG when its persistent tokens fill whole memory chunks (so every later window still
-   starts the memory at a chunk boundary). */
-static int titans__stream_kind_ok(const titans_config *c) {
-  return c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_LMM || c->block == TITANS_BLOCK_SWA ||
-         (c->block == TITANS_BLOCK_MAG && c->n_persist % c->mem.chunk == 0);
+/* Windows of a stream are multiples of this so that MAC's segments and the memory's chunks stay where a
+   session has them; 0 for a kind that cannot stream with c (the kind's stream_unit, titans__kinds). */
+static size_t titans__stream_unit(const titans_config *c) {
+  const titans__kind *k = titans__kind_of(c->block);
+  return k->stream_unit ? k->stream_unit(c) : 0;
 }
 
 TITANSDEF void titans_stream_free(titans_stream *s) {
@@ -7696,7 +8004,7 @@ TITANSDEF void titans_stream_free(titans_stream *s) {
 TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t B) {
   memset(s, 0, sizeof *s);
   const titans_config *c = &m->cfg;
-  if (!titans__stream_kind_ok(c))
+  if (!titans__stream_unit(c))
     return titans__error(s->error, TITANS_ERR_ARG,
                          "stream: %s blocks cannot stream in this version (mac, lmm, swa can, and mag when its persistent "
                          "tokens are a multiple of the memory chunk)", titans_block_name(c->block));
@@ -7708,12 +8016,12 @@ TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t
   s->row_position = (long long *)titans_alloc_bytes(B, sizeof(long long));
   if (!s->fresh || !s->attn_tail_rows || !s->row_position) goto nomem;
   memset(s->fresh, 1, B);
-  if (c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG) {
+  if (titans__kind_of(c->block)->keys == TITANS__KEYS_WINDOW) { /* SWA, MAG: each layer's last `window` inputs */
     size_t n = 0;
     if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->window, &n) || !titans_size_mul(n, (size_t)c->d, &n)) goto nomem;
     if (!(s->attn_tail = titans_alloc_floats(n))) goto nomem;
   }
-  if (c->block != TITANS_BLOCK_SWA) {
+  if (titans__kind_of(c->block)->mem) {
     s->mem = (titans_mem_state *)titans_alloc_bytes((size_t)c->n_layers, sizeof(titans_mem_state));
     if (!s->mem) goto nomem;
     for (int l = 0; l < c->n_layers; l++)
@@ -7731,16 +8039,6 @@ TITANSDEF int titans_stream_restart(titans_stream *s, size_t row) {
   return TITANS_OK;
 }
 
-/* Windows are multiples of this so that MAC's segments and the memory's chunks stay where a session has them. */
-static size_t titans__stream_unit(const titans_config *c) {
-  switch (c->block) {
-    case TITANS_BLOCK_MAC: return (size_t)c->segment;
-    case TITANS_BLOCK_LMM:
-    case TITANS_BLOCK_MAG: return (size_t)c->mem.chunk;
-    default: return 1;
-  }
-}
-
 /* A call of T tokens per row may continue the stream: same model and rows, and windows that keep MAC's
    segments and the memory's chunks at the absolute positions a session uses. */
 static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_t T) {
@@ -7749,14 +8047,15 @@ static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_
     return titans__error(t->error, TITANS_ERR_ARG, "stream: it was made for another model (or freed)");
   size_t unit = titans__stream_unit(c);
   if (T == 0) return titans__error(t->error, TITANS_ERR_ARG, "stream: an empty window");
-  if (c->block == TITANS_BLOCK_MAG)
+  const titans__kind *k = titans__kind_of(c->block);
+  if (k->mem_reads_persist) /* MAG */
     for (size_t b = 1; b < s->batch; b++)
       if (s->fresh[b] != s->fresh[0])
         return titans__error(t->error, TITANS_ERR_ARG, "stream: MAG rows restart together (the memory reads the "
                              "persistent tokens first): restart every row or none");
   if (s->ended)
     return titans__error(t->error, TITANS_ERR_STATE, "stream: it ended with a window that was not a multiple of the %s (%zu)",
-                         c->block == TITANS_BLOCK_MAC ? "segment" : "memory chunk", unit);
+                         k->keys == TITANS__KEYS_SEGMENT ? "segment" : "memory chunk", unit);
   return TITANS_OK;
 }
 
@@ -7833,25 +8132,12 @@ TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, 
 
 /* ---- inference sessions ----------------------------------------------------------------------- */
 
-struct titans__session_layer {
-  titans_kv_cache kv;          /* attention kinds: prefix rows + a ring of keys/values */
-  int has_kv;
-  titans_mem_state mem;        /* memory kinds: the running memory */
-  titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
-  int has_mem, has_committed;
-};
-
-/* Scratch of one token: [17, max(d, d_ff)]: x, xn, mix, h (4 d), u1, u3 (2 w), the mixer's 10 d, and the
-   final norm at 16 w. */
-static size_t titans__session_work_floats(const titans_config *c) {
-  size_t w = (size_t)(c->d > c->ffn_hidden ? c->d : c->ffn_hidden);
-  return 17 * w;
-}
-
+/* Rows a layer's KV cache holds at most besides the persistent prefix: as many as the keys the kind's
+   attention sees. */
 static size_t titans__kv_capacity(const titans_config *c) {
-  switch (c->block) {
-    case TITANS_BLOCK_ATTN: return (size_t)c->max_context;
-    case TITANS_BLOCK_MAC: return 2 * (size_t)c->segment; /* Hm and X rows of one segment */
+  switch (titans__kind_of(c->block)->keys) {
+    case TITANS__KEYS_ALL: return (size_t)c->max_context;
+    case TITANS__KEYS_SEGMENT: return 2 * (size_t)c->segment; /* Hm and X rows of one segment */
     default: return (size_t)c->window;
   }
 }
@@ -7861,11 +8147,6 @@ static int titans__all_finite(const float *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(x[i])) return 0;
   return 1;
-}
-
-/* y [n, d] = x [n, d] W^T for W [d, d] */
-static void titans__linear(float *y, const float *x, const float *W, size_t n, size_t d_out, size_t d_in) {
-  titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
 }
 
 TITANSDEF void titans_session_free(titans_session *s) {
@@ -7888,8 +8169,10 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
   s->model = m;
   const titans_config *c = &m->cfg;
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads;
+  const titans__kind *k = titans__kind_of(c->block);
+  titans__step_work w;
   s->layers = (struct titans__session_layer *)titans_alloc_bytes((size_t)c->n_layers, sizeof(struct titans__session_layer));
-  s->work_size = titans__session_work_floats(c);
+  s->work_size = titans__step_work_carve(&w, NULL, c);
   s->work = titans_alloc_floats(s->work_size);
   if (!s->layers || !s->work) {
     titans_session_free(s);
@@ -7898,17 +8181,17 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
   for (int l = 0; l < c->n_layers; l++) {
     struct titans__session_layer *sl = &s->layers[l];
     int rc = TITANS_OK;
-    if (titans__has_attn(c->block)) {
-      int64_t window = c->block == TITANS_BLOCK_SWA || c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL ? c->window : 0;
+    if (k->keys != TITANS__KEYS_NONE) {
+      int64_t window = titans__window(c);
       /* 16 slots now, more by use: the capacity comes from a file and may be 2^24 (see the header) */
       rc = titans__kv_cache_init_reserve(&sl->kv, (size_t)c->n_persist, titans__kv_capacity(c), H, d / H, window, 16);
       sl->has_kv = rc == TITANS_OK;
     }
-    if (!rc && titans__has_mem(c->block)) {
+    if (!rc && k->mem) {
       rc = titans_mem_state_init(&sl->mem, &c->mem, 1);
       sl->has_mem = rc == TITANS_OK;
     }
-    if (!rc && c->block == TITANS_BLOCK_MAC) {
+    if (!rc && k->keys == TITANS__KEYS_SEGMENT) { /* MAC retrieves from the memory of the segment's start */
       rc = titans_mem_state_init(&sl->committed, &c->mem, 1);
       sl->has_committed = rc == TITANS_OK;
     }
@@ -7930,6 +8213,7 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
 TITANSDEF int titans_session_reset(titans_session *s) {
   const titans_model *m = s->model;
   const titans_config *c = &m->cfg;
+  const titans__kind *k = titans__kind_of(c->block);
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
   s->position = 0;
   s->broken = 1; /* until every layer is reset */
@@ -7943,14 +8227,15 @@ TITANSDEF int titans_session_reset(titans_session *s) {
     if (P == 0) continue;
     /* Prefix rows: the persistent tokens (MAL: the memory's outputs for them), projected, no RoPE.
        MAG and MAL feed the persistent tokens to the memory first, as the training forward does. */
-    float *pk = titans_alloc_floats(3 * P * d);
+    float *pk = titans_alloc_floats(3 * P * d); /* [P, d] keys, then the values and the source rows */
     if (!pk) return titans__error(s->error, TITANS_ERR_NOMEM, "session reset: out of memory (layer %d)", l);
-    float *pv = pk + P * d, *src = pk + 2 * P * d;
+    size_t used = P * d;
+    float *pv = titans__take(pk, &used, P * d), *src = titans__take(pk, &used, P * d); /* [P, d] each */
     memcpy(src, L->persist, P * d * sizeof(float));
-    if (c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL) {
+    if (k->mem_reads_persist) {
       float *mo = titans_alloc_floats(P * d);
       int rc = mo ? titans_mem_forward(&c->mem, &L->mem, &sl->mem, mo, L->persist, P, NULL) : TITANS_ERR_NOMEM;
-      if (!rc && c->block == TITANS_BLOCK_MAL) memcpy(src, mo, P * d * sizeof(float));
+      if (!rc && k->prefix_from_mem) memcpy(src, mo, P * d * sizeof(float));
       titans_free(mo);
       if (rc) {
         titans_free(pk);
@@ -7985,107 +8270,34 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
   return TITANS_OK;
 }
 
-/* Attention of one query row over the cache after appending this token's key/value rows:
-   att = Attn(q); out = wo att. k_src rows [nk, d] are projected and appended at position kp. */
-static int titans__session_attend(const titans_config *c, const titans_layer *L, struct titans__session_layer *sl,
-                                  float *out, const float *xq, const float *k_src, size_t nk, int64_t qp, int64_t kp,
-                                  float *work) {
-  size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H;
-  float *q = work, *k = work + d, *v = work + 3 * d, *att = work + 5 * d; /* k, v: up to 2 rows */
-  int64_t kpos[2] = {kp, kp};
-  titans__linear(q, xq, L->attn_wq, 1, d, d);
-  titans__linear(k, k_src, L->attn_wk, nk, d, d);
-  titans__linear(v, k_src, L->attn_wv, nk, d, d);
-  titans_rope_forward(q, &qp, 1, H, da);
-  titans_rope_forward(k, kpos, nk, H, da);
-  TITANS__TRY(titans_kv_cache_append(&sl->kv, k, v, kpos, nk));
-  TITANS__TRY(titans_kv_cache_attend(&sl->kv, att, NULL, q, qp));
-  titans__linear(out, att, L->attn_wo, 1, d, d);
-  return TITANS_OK;
-}
-
-/* Gate of one row: out = RMSNorm(y) * sigmoid(RMSNorm(m)) */
-static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m, float *tmp, size_t d) {
-  float r;
-  titans_rmsnorm_forward(out, &r, y, L->gate_norm_y, 1, d);
-  titans_rmsnorm_forward(tmp, &r, m, L->gate_norm_m, 1, d);
-  titans_sigmoid_forward(tmp, tmp, d);
-  for (size_t j = 0; j < d; j++) out[j] *= tmp[j];
-}
-
-/* The mixer of one token at position p: mix [d] from xn [d]. work: [10 d] of scratch. */
-static int titans__session_mixer(titans_session *s, int l, float *mix, const float *xn, long long p, float *work) {
-  const titans_config *c = &s->model->cfg;
-  const titans_layer *L = &s->model->w.layers[l];
-  struct titans__session_layer *sl = &s->layers[l];
-  size_t d = (size_t)c->d;
-  float *y = work, *m = work + d, *pair = work + 2 * d, *scratch = work + 4 * d; /* scratch: [7 d] */
-  switch (c->block) {
-    case TITANS_BLOCK_ATTN:
-    case TITANS_BLOCK_SWA:
-      return titans__session_attend(c, L, sl, mix, xn, xn, 1, p, p, scratch);
-    case TITANS_BLOCK_LMM:
-      return titans_mem_forward(&c->mem, &L->mem, &sl->mem, mix, xn, 1, NULL);
-    case TITANS_BLOCK_MAG:
-      TITANS__TRY(titans__session_attend(c, L, sl, y, xn, xn, 1, p, p, scratch));
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, m, xn, 1, NULL));
-      titans__session_gate(L, mix, y, m, scratch, d);
-      return TITANS_OK;
-    case TITANS_BLOCK_MAL:
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, y, xn, 1, NULL));
-      return titans__session_attend(c, L, sl, mix, y, y, 1, p, p, scratch);
-    case TITANS_BLOCK_MAC: {
-      int64_t i = (int64_t)(p % c->segment);
-      if (i == 0 && p > 0) {
-        /* a new segment: retrieval reads the memory as it is now; the X stream's conv tail goes on */
-        titans__mem_state_commit(&sl->committed, &sl->mem);
-        titans_kv_cache_reset(&sl->kv);
-      }
-      TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, pair, xn, 1, NULL)); /* Hm_i */
-      memcpy(pair + d, xn, d * sizeof(float));                                                /* X_i */
-      TITANS__TRY(titans__session_attend(c, L, sl, y, xn, pair, 2, i, i, scratch));
-      TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, m, y, 1, NULL));
-      titans__session_gate(L, mix, y, m, scratch, d);
-      return TITANS_OK;
-    }
-    default:
-      return TITANS_ERR_ARG;
-  }
-}
-
-/* One token through every block; writes the final hidden state into x [d]. */
-static int titans__session_token(titans_session *s, int token, float *x) {
+/* One token through every block: the residual stream w->x [d] ends as the last block's output. Each
+   block is titans__block_forward on one row: the same norm, the same second half (residual, norm, FFN,
+   residual: titans__block_ffn_rows), with the kind's one-token step as the mixer. */
+static int titans__session_token(titans_session *s, int token, titans__step_work *w) {
   const titans_model *mo = s->model;
   const titans_config *c = &mo->cfg;
   size_t d = (size_t)c->d;
-  float *xn = s->work + d, *mix = s->work + 2 * d, *h = s->work + 3 * d, *u1 = s->work + 4 * d;
-  size_t ff = (size_t)c->ffn_hidden, wmax = d > ff ? d : ff;
-  float *u3 = u1 + wmax, *mixwork = u3 + wmax, r;
+  float r;
   if (s->broken)
     return titans__error(s->error, TITANS_ERR_STATE, "session: broken by an earlier error; reset or load it first");
   if (s->position >= TITANS_MAX_POSITION)
     return titans__error(s->error, TITANS_ERR_STATE, "session: the position limit 2^62 is reached");
-  if (titans_embedding_forward(x, &token, mo->w.tok_emb, 1, (size_t)c->vocab, d))
+  if (titans_embedding_forward(w->x, &token, mo->w.tok_emb, 1, (size_t)c->vocab, d))
     return titans__error(s->error, TITANS_ERR_ARG, "session: token %d is outside the vocabulary [0, %d)", token, c->vocab);
   for (int l = 0; l < c->n_layers; l++) {
     const titans_layer *L = &mo->w.layers[l];
-    titans_rmsnorm_forward(xn, &r, x, L->norm1, 1, d);
-    int rc = titans__session_mixer(s, l, mix, xn, s->position, mixwork);
+    /* h = x + Mixer(RMSNorm(x; norm1)) */
+    titans_rmsnorm_forward(w->xn, &r, w->x, L->norm1, 1, d);
+    int rc = titans__kind_of(c->block)->step(s, l, w->mix, w->xn, s->position, w);
     if (rc) {
       s->broken = 1; /* earlier layers have taken the token */
       return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position, titans_status_string(rc));
     }
-    for (size_t j = 0; j < d; j++) h[j] = x[j] + mix[j];
-    titans_rmsnorm_forward(xn, &r, h, L->norm2, 1, d);
-    titans__linear(u1, xn, L->ffn_w1, 1, ff, d);
-    titans__linear(u3, xn, L->ffn_w3, 1, ff, d);
-    titans_silu_forward(u1, u1, ff);
-    for (size_t j = 0; j < ff; j++) u1[j] *= u3[j];
-    titans__linear(x, u1, L->ffn_w2, 1, d, ff);
-    for (size_t j = 0; j < d; j++) x[j] += h[j];
+    /* h = x + mix, x = h + FFN(RMSNorm(h; norm2)): the training block's second half on one row */
+    titans__block_ffn_rows(c, L, &w->ffn, w->x, w->h, w->xn, &r, w->x, w->mix, 1);
     /* A NaN or Inf in a memory (W, S) reaches the layer's output at this very token (y_t reads W_t,
        and IEEE products and sums keep NaN and Inf), as does one in any weight the token used. */
-    if (!titans__all_finite(x, d)) {
+    if (!titans__all_finite(w->x, d)) {
       s->broken = 1;
       return titans__error(s->error, TITANS_ERR_NONFINITE,
                            "session: layer %d at position %lld produced NaN or Inf (reset or reload the session)", l,
@@ -8100,11 +8312,13 @@ TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n
   const titans_model *mo = s->model;
   const titans_config *c = &mo->cfg;
   size_t d = (size_t)c->d;
-  float *x = s->work, *xf = s->work + 16 * (d > (size_t)c->ffn_hidden ? d : (size_t)c->ffn_hidden), r;
-  for (size_t i = 0; i < n; i++) TITANS__TRY(titans__session_token(s, tokens[i], x));
+  titans__step_work w; /* named slices of s->work, sized by the same carve at titans_session_init */
+  float r;
+  titans__step_work_carve(&w, s->work, c);
+  for (size_t i = 0; i < n; i++) TITANS__TRY(titans__session_token(s, tokens[i], &w));
   if (logits && n > 0) {
-    titans_rmsnorm_forward(xf, &r, x, mo->w.norm_f, 1, d);
-    titans__linear(logits, xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
+    titans_rmsnorm_forward(w.xf, &r, w.x, mo->w.norm_f, 1, d);
+    titans__linear(logits, w.xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
     if (!titans__all_finite(logits, (size_t)c->vocab)) {
       s->broken = 1; /* the same weights would give NaN again: do not let the caller go on silently */
       return titans__error(s->error, TITANS_ERR_NONFINITE,
@@ -8156,7 +8370,7 @@ TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list
 /* Rows a session's KV cache has appended since its last reset at position pos (MAC: two per token
    of the current segment; it resets at each segment's first token). */
 static long long titans__session_kv_appended(const titans_config *c, long long pos) {
-  if (c->block != TITANS_BLOCK_MAC) return pos;
+  if (titans__kind_of(c->block)->keys != TITANS__KEYS_SEGMENT) return pos;
   long long seg_start = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
   return 2 * (pos - seg_start);
 }
@@ -8193,6 +8407,7 @@ static long long titans__position_decode(const float *code) {
 
 TITANSDEF int titans_session_state_prepare(titans_session *s, long long position) {
   const titans_config *c = &s->model->cfg;
+  const titans__kind *k = titans__kind_of(c->block);
   if (position < 0 || position > TITANS_MAX_POSITION)
     return titans__error(s->error, TITANS_ERR_ARG, "session state: position %lld is outside 0..2^62", position);
   s->broken = 1; /* being restored: titans_session_state_loaded makes it usable */
@@ -8201,7 +8416,7 @@ TITANSDEF int titans_session_state_prepare(titans_session *s, long long position
     if (!sl->has_kv) continue;
     if (titans__kv_cache_reserve(&sl->kv, titans__session_kv_rows(c, position)))
       return titans__error(s->error, TITANS_ERR_NOMEM, "session state: cannot allocate layer %d's KV cache", l);
-    titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, position), c->block == TITANS_BLOCK_MAC);
+    titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, position), k->keys == TITANS__KEYS_SEGMENT);
   }
   s->position = position;
   return TITANS_OK;
@@ -8209,6 +8424,7 @@ TITANSDEF int titans_session_state_prepare(titans_session *s, long long position
 
 TITANSDEF int titans_session_state_loaded(titans_session *s) {
   const titans_config *c = &s->model->cfg;
+  const titans__kind *k = titans__kind_of(c->block);
   long long decoded = titans__position_decode(s->position_code);
   if (decoded < 0) return titans__error(s->error, TITANS_ERR_FORMAT, "session state: bad position");
   uint64_t p = (uint64_t)decoded;
@@ -8230,14 +8446,14 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
         if (!isfinite(refs[i].data[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: %s holds a non-finite value", refs[i].name);
     long long pos = (long long)p;
-    if (sl->has_mem) sl->mem.position = pos + (c->block == TITANS_BLOCK_MAG || c->block == TITANS_BLOCK_MAL ? c->n_persist : 0);
+    if (sl->has_mem) sl->mem.position = pos + (k->mem_reads_persist ? c->n_persist : 0);
     if (sl->has_kv) {
       size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d;
       for (size_t j = 0; j < rows; j++)
         if (!isfinite(sl->kv.k[j]) || !isfinite(sl->kv.v[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's KV cache holds a non-finite value", l);
-      titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), c->block == TITANS_BLOCK_MAC);
-      if (c->block == TITANS_BLOCK_MAC) sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
+      titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), k->keys == TITANS__KEYS_SEGMENT);
+      if (k->keys == TITANS__KEYS_SEGMENT) sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
     }
   }
   s->position = (long long)p;
@@ -8823,28 +9039,13 @@ static int titans__ck_check_header(const titans_st_reader *r, const char *want_k
   return TITANS_OK;
 }
 
-static int titans__ck_is_memory_kind(int block) {
-  return block == TITANS_BLOCK_MAC || block == TITANS_BLOCK_MAG || block == TITANS_BLOCK_MAL || block == TITANS_BLOCK_LMM;
-}
-
-/* The floats of cfg's parameters (SPEC 1.2, 2, 3, 5), computed with overflow checks before anything
-   is allocated; 0 on overflow. Only used to refuse a configuration the file cannot hold, so a
+/* The floats of cfg's parameters (the one walk, titans__model_size), before anything is allocated; 0
+   when they would not fit a size_t. Only used to refuse a configuration the file cannot hold, so a
    hostile header cannot make the loader allocate more than the file's size implies. */
 static size_t titans__ck_param_floats(const titans_config *c) {
-  size_t d = (size_t)c->d, V = (size_t)c->vocab, ff = (size_t)c->ffn_hidden, layer = 0, t, total;
-  int attn = c->block != TITANS_BLOCK_LMM, gated = c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_MAG;
-  /* norms 2d, FFN 3 d d_ff */
-  if (!titans_size_mul(d, ff, &t) || !titans_size_mul(t, 3, &t) || !titans_size_add(t, 2 * d, &layer)) return 0;
-  if (attn) {
-    if (!titans_size_mul(d, d, &t) || !titans_size_mul(t, 4, &t) || !titans_size_add(layer, t, &layer)) return 0;
-    if (!titans_size_mul((size_t)c->n_persist, d, &t) || !titans_size_add(layer, t, &layer)) return 0;
-  }
-  if (gated && !titans_size_add(layer, 2 * d, &layer)) return 0;
-  if (titans__ck_is_memory_kind(c->block) && !titans_size_add(layer, titans_mem_param_count(&c->mem), &layer)) return 0;
-  if (!titans_size_mul(layer, (size_t)c->n_layers, &total)) return 0;
-  if (!titans_size_mul(V, d, &t) || !titans_size_add(total, t, &total) || !titans_size_add(total, d, &total)) return 0;
-  if (!c->tied && !titans_size_add(total, t, &total)) return 0;
-  return total;
+  size_t n_params, n_floats;
+  double exact = titans__model_size(c, &n_params, &n_floats);
+  return exact < 0.5 * (double)SIZE_MAX ? n_floats : 0;
 }
 
 /* Floats the file's tensors hold (any dtype counts its bytes / 4): an upper bound of what it can fill. */

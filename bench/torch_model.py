@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch speed reference for the titans.h model benchmark (bench/bench_model.c runs it).
 
-The models of SPEC.md sections 1-3 and 5, written from the specification (not from the C code), in
+The models of docs/model.md sections 1-3 and 5, written from the specification (not from the C code), in
 plain eager PyTorch on the CPU in float32: ATTN and SWA baselines, MAC, MAG, MAL, LMM. The memory
-layer is the chunked parallel form of SPEC 1.6, with the inner gradients u_i in closed form (one
+layer is the chunked parallel form of docs/model.md 1.6, with the inner gradients u_i in closed form (one
 batched forward and backward of the chunk's keys through the memory MLP at the chunk's start), so
-autograd differentiates through them: the outer gradient carries the second-order terms of SPEC 1.8.
+autograd differentiates through them: the outer gradient carries the second-order terms of docs/model.md 1.8.
 
 It times training steps (forward, cross-entropy, backward, global-norm clip at 1.0, AdamW) on n
 threads and prints one machine-readable line per (kind, n):
@@ -42,7 +42,7 @@ import torch.nn.functional as F
 KINDS = ("attn", "swa", "mac", "mag", "mal", "lmm")
 
 
-# ---- configuration (SPEC 1.1, 5; the defaults titans_config_default documents) ----------------------
+# ---- configuration (docs/model.md 1.1, 5; the defaults titans_config_default documents) ---------------
 
 class Config:
     def __init__(self, kind, vocab=256, d=256, n_layers=4, attn_heads=4):
@@ -66,7 +66,7 @@ class Config:
         self.theta_max = 0.005                # titans_mem_config_default
 
 
-# ---- small functions of SPEC 0 ------------------------------------------------------------------------
+# ---- small functions of docs/model.md section 0 -------------------------------------------------------
 
 def rmsnorm(x, g):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
@@ -96,7 +96,7 @@ def causal_dwconv(p, w, tail):
 
 
 def rope_tables(pos, dim):
-    """cos, sin [len(pos), dim/2] of the rotate-half RoPE, base 10000, angles in double (SPEC 0)."""
+    """cos, sin [len(pos), dim/2] of the rotate-half RoPE, base 10000, angles in double (docs/model.md section 0)."""
     half = dim // 2
     inv = torch.pow(torch.tensor(10000.0, dtype=torch.float64),
                     -torch.arange(half, dtype=torch.float64) * 2.0 / dim)
@@ -114,7 +114,7 @@ def rope(x, cs):
 
 def segprod(x):
     """x [..., n] -> P [..., n, n] with P[t, s] = prod_{s<j<=t} x_j for t >= s, 0 above the diagonal.
-    Formed as direct products (a masked cumulative product), never as ratios (SPEC 1.6)."""
+    Formed as direct products (a masked cumulative product), never as ratios (docs/model.md 1.6)."""
     n = x.shape[-1]
     strict = torch.ones(n, n, dtype=torch.bool).tril(-1)             # t > s
     X = torch.where(strict, x.unsqueeze(-1).expand(*x.shape, n), torch.ones((), dtype=x.dtype))
@@ -125,7 +125,7 @@ def normal(*shape, std=0.02):
     return nn.Parameter(torch.randn(*shape) * std)
 
 
-# ---- the neural long-term memory (SPEC 1) -------------------------------------------------------------
+# ---- the neural long-term memory (docs/model.md section 1) --------------------------------------------
 
 class Memory(nn.Module):
     def __init__(self, c):
@@ -173,7 +173,7 @@ class Memory(nn.Module):
         return a + z0 if self.c.residual else a
 
     def output(self, y, gate_in):
-        """SPEC 1.5: y [B, H, T, dh], gate_in [B, T, d] -> o [B, T, d]."""
+        """docs/model.md 1.5: y [B, H, T, dh], gate_in [B, T, d] -> o [B, T, d]."""
         B, H, T, dh = y.shape
         yn = rmsnorm(y, self.out_norm).transpose(1, 2).reshape(B, T, H * dh)
         return (yn * F.silu(gate_in @ self.wg.t())) @ self.wo.t()
@@ -205,7 +205,7 @@ class Memory(nn.Module):
         return self.output(y, x)
 
     def scan(self, q, k, v, theta, eta, alpha, st):
-        """The chunked parallel form (SPEC 1.6) over q, k, v [B, H, T, dh] and the gates [B, H, T]."""
+        """The chunked parallel form (docs/model.md 1.6) over q, k, v [B, H, T, dh] and the gates [B, H, T]."""
         W, S = st["W"], st["S"]
         L, b = len(W), self.b
         ys = []
@@ -229,7 +229,7 @@ class Memory(nn.Module):
                 deltas[l] = delta
                 if l > 0:
                     delta = (delta @ W[l]) * dsilu(zs[l - 1])
-            # the scalars A, E, B, C, D of SPEC 1.6
+            # the scalars A, E, B, C, D of docs/model.md 1.6
             A = torch.cumprod(dec, -1)                                   # [B, H, n]
             E = torch.cumprod(et, -1)
             Pa, Pe = segprod(dec), segprod(et)                           # [B, H, n, n]
@@ -257,7 +257,7 @@ class Memory(nn.Module):
 
 
 def memory_recurrence(mem, q, k, v, theta, eta, alpha, W, S):
-    """SPEC 1.4 token by token (the definition), for --check: u_t by autograd at the chunk's start."""
+    """docs/model.md 1.4 token by token (the definition), for --check: u_t by autograd at the chunk's start."""
     T, b = q.shape[2], mem.b
     W, S = [w.clone() for w in W], [s.clone() for s in S]
     ys = []
@@ -273,7 +273,7 @@ def memory_recurrence(mem, q, k, v, theta, eta, alpha, W, S):
     return torch.cat(ys, 2), W, S
 
 
-# ---- attention (SPEC 2) -------------------------------------------------------------------------------
+# ---- attention (docs/model.md section 2) --------------------------------------------------------------
 
 def softmax_attend(q, keys, vals, masks, scale):
     """One softmax over several key groups: q [..., n, da]; keys[i], vals[i] [..., m_i, da] (broadcast);
@@ -355,7 +355,7 @@ class Attention(nn.Module):
         return self.split(p @ self.wk.t()), self.split(p @ self.wv.t())
 
 
-# ---- blocks (SPEC 3) and the language model (SPEC 5) ----------------------------------------------------
+# ---- blocks (docs/model.md section 3) and the language model (docs/model.md section 5) ----------------
 
 class Block(nn.Module):
     def __init__(self, c):
@@ -405,7 +405,7 @@ class Block(nn.Module):
         return self.mac(x)
 
     def mac(self, x):
-        """SPEC 3.1: segments of C tokens; retrieve, attend over persist || Hm || X, update, gate."""
+        """docs/model.md 3.1: segments of C tokens; retrieve, attend over persist || Hm || X, update, gate."""
         a, mem, c = self.attn, self.mem, self.c
         B, T, _ = x.shape
         C = c.segment
@@ -568,7 +568,7 @@ def bench(args):
 
 
 def check(args):
-    """The chunked form against the token-by-token recurrence (SPEC 7.1) in float64, b = 1, 4, 16 and
+    """The chunked form against the token-by-token recurrence (docs/model.md 7.1) in float64, b = 1, 4, 16 and
     one that does not divide T, and the outer gradient against finite differences (gradcheck)."""
     torch.set_default_dtype(torch.float64)
     worst = 0.0

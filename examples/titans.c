@@ -777,7 +777,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->d = 128;
   o->layers = 2;
   o->mem_heads = 4;
-  /* A matrix memory (depth 1) by default: with this version's deep memory (depth 2, SPEC's suggestion)
+  /* A matrix memory (depth 1) by default: with this version's deep memory (depth 2, docs/model.md 1.1's default)
      the inner loop of the default run diverged (non-finite loss at step 62 of the built-in text, at
      step 210 of tiny Shakespeare with theta_max 0.01), while depth 1 trained stably on both. */
   o->mem_depth = 1;
@@ -2023,7 +2023,7 @@ static void fmt_count(char *out, size_t size, size_t v) {
   out[k] = 0;
 }
 
-/* The parts of a model a parameter may belong to, from its SPEC 6 name. */
+/* The parts of a model a parameter may belong to, from its docs/model.md section 6 name. */
 enum { PART_EMBEDDING, PART_ATTENTION, PART_PERSIST, PART_MEMORY, PART_FFN, PART_NORMS, PART_FINAL_NORM, PART_HEAD, PART_COUNT };
 static const char *const part_names[PART_COUNT] = {"embedding", "attention", "persistent tokens", "memory",
                                                    "FFN", "norms and gates", "final norm", "head"};

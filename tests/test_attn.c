@@ -1,4 +1,4 @@
-/* Tests of the attention kernels (SPEC section 2): RoPE, the masked multi-head attention forward and
+/* Tests of the attention kernels (docs/model.md section 2): RoPE, the masked multi-head attention forward and
    backward, and the KV cache. References are written independently here: a materialised masked
    softmax in double, its analytic backward in double, central finite differences, and RoPE in long
    double. */
@@ -415,7 +415,7 @@ static void test_rope(void) {
 /* RoPE makes scores depend on relative positions only: shifting every position by 3,000,000 (after
    RoPE on q and k) leaves the outputs unchanged up to float rounding of the rotated vectors (~1e-7
    relative on q, k; 1e-5 on outputs). A float angle would fail this badly. No prefix here: persistent
-   keys take no RoPE (SPEC 2), so their scores do depend on the query's absolute position. */
+   keys take no RoPE (docs/model.md section 2), so their scores do depend on the query's absolute position. */
 static void test_rope_shift_invariance(void) {
   printf("RoPE + attention: invariance to a shift of every position\n");
   size_t T = 40, P = 0, H = 2, d = 16, ld = H * d;

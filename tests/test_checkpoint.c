@@ -1,4 +1,4 @@
-/* Tests of checkpoints and the tokenizer (section 8, SPEC 6 and property 7.6), for every block kind:
+/* Tests of checkpoints and the tokenizer (section 8, docs/model.md section 6 and property 7.6), for every block kind:
    configurations through JSON and back; model save/load with bit-identical parameters, batch logits
    and session logits; trainer save/load then more steps equal to the uninterrupted run bit for bit;
    a saved session continuing exactly; and crafted bad files (truncated, wrong shape, missing, extra,
@@ -278,7 +278,7 @@ static void test_model_roundtrip(void) {
                  titans_st_find(&r, kinds[k] == TITANS_BLOCK_ATTN ? "layers.1.attn.wq" : "layers.1.norm2") &&
                  (kinds[k] == TITANS_BLOCK_ATTN || kinds[k] == TITANS_BLOCK_SWA || titans_st_find(&r, "layers.0.mem.w0.1")) &&
                  strcmp(titans_st_meta(&r, "kind"), "model") == 0,
-             "%s: through memory (write, to_memory, parse, read): SPEC 6 names, bit-identical", kn);
+             "%s: through memory (write, to_memory, parse, read): docs/model.md section 6 names, bit-identical", kn);
     if (rc == TITANS_OK) titans_model_free(&c);
     titans_st_reader_free(&r);
     titans_st_writer_free(&w);

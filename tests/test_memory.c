@@ -1,6 +1,6 @@
-/* Tests of the neural long-term memory layer (SPEC section 1, properties 7.1 - 7.5):
+/* Tests of the neural long-term memory layer (docs/model.md section 1, properties 7.1 - 7.5):
    - the chunked parallel form equals a plain token-by-token recurrence (written here in double, from
-     SPEC 1.4 directly) for several chunk sizes, depths, residual and conv settings;
+     docs/model.md 1.4 directly) for several chunk sizes, depths, residual and conv settings;
    - every parameter's gradient and the input gradient equal central finite differences of that double
      reference;
    - outputs, final state and gradients equal golden values of an independent PyTorch reference
@@ -12,7 +12,7 @@
 #include "harness.h"
 #include "golden.h"
 
-/* ---- a plain double-precision reference of SPEC 1.3 - 1.5 ------------------------------------- */
+/* ---- a plain double-precision reference of docs/model.md 1.3 - 1.5 -------------------------------- */
 
 typedef struct ref_model {
   titans_mem_config cfg;

@@ -1,4 +1,4 @@
-/* Tests of the models (SPEC sections 2, 3, 5 and properties 7.2 - 7.5), for every block kind:
+/* Tests of the models (docs/model.md sections 2, 3, 5 and properties 7.2 - 7.5), for every block kind:
    gradients against central differences, causality, sessions fed token by token against the full
    forward, overfitting a fixed batch, one AdamW step against a hand computation, non-finite steps
    rejected with the weights unchanged, thread-count independence, session forks, sampling. */

@@ -306,7 +306,7 @@ static void test_rows_vs_ref(void) {
 }
 
 /* ---- finite differences ------------------------------------------------------------------------
-   The forward of each op is written again here in double, straight from SPEC section 0, and the loss
+   The forward of each op is written again here in double, straight from docs/model.md section 0, and the loss
    L = sum(dout * f(inputs)) is differentiated by central differences with step h = 1e-4: the
    truncation error h^2 f''' / 6 is ~1e-9 for these O(1) functions and the cancellation error
    1e-16 |L| / h ~1e-11, so the FD gradients are good to ~1e-8, far below the float kernels' own
@@ -382,7 +382,7 @@ static double loss_norm(fd_ctx *c) {
   return L;
 }
 
-/* naive causal depthwise conv in double, SPEC 0: out_t[j] = sum_s w[j, s] u_{t-K+1+s}[j] */
+/* naive causal depthwise conv in double, docs/model.md section 0: out_t[j] = sum_s w[j, s] u_{t-K+1+s}[j] */
 static void conv_d(double *out, const double *x, const double *tail, const double *w, size_t T, size_t C, size_t K) {
   for (size_t t = 0; t < T; t++)
     for (size_t j = 0; j < C; j++) {

@@ -1,4 +1,4 @@
-/* Safetensors reader and writer (SPEC section 6): round trips through memory and files (bit-identical),
+/* Safetensors reader and writer (docs/model.md section 6): round trips through memory and files (bit-identical),
    the exact bytes Python's safetensors writes, atomic saves, and a long list of malformed, truncated,
    hostile and randomly damaged files, each of which must be refused with a message, never crash (run
    it under ASan: make check-asan), and never allocate more than the file's size implies. */

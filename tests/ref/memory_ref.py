@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Independent PyTorch reference of the neural long-term memory layer (SPEC.md section 1) and the
+"""Independent PyTorch reference of the neural long-term memory layer (docs/model.md section 1) and the
 generator of tests/ref/memory_golden.bin, the golden values the C tests compare against.
 
-The reference is the literal token-by-token recurrence of SPEC 1.4: a Python loop over t, the momentary
+The reference is the literal token-by-token recurrence of docs/model.md 1.4: a Python loop over t, the momentary
 surprise u_t taken with torch.autograd.grad(..., create_graph=True) at the chunk's start weights, so the
 outer gradients flow through the inner gradient (second order) without any hand derivation. Everything
 runs in float64; inputs and parameters are first rounded to float32 so the stored values are exactly
@@ -20,13 +20,13 @@ import torch
 
 torch.set_default_dtype(torch.float64)
 DT = torch.float64
-EPS = 1e-6  # L2Norm and RMSNorm epsilon (SPEC section 0)
+EPS = 1e-6  # L2Norm and RMSNorm epsilon (docs/model.md section 0)
 
 CONFIG_FIELDS = ["d", "H", "d_h", "L_M", "e", "b", "K_c", "residual", "theta_max", "B", "T"]
 
 
 # ------------------------------------------------------------------------------------------------
-# Building blocks, each written from SPEC section 0
+# Building blocks, each written from docs/model.md section 0
 # ------------------------------------------------------------------------------------------------
 def silu(x):
     return x * torch.sigmoid(x)
@@ -73,7 +73,7 @@ def mem_apply(z, W, residual):
 # The layer
 # ------------------------------------------------------------------------------------------------
 def per_token(cfg, p, x):
-    """SPEC 1.3: q, k, v [B, T, H, d_h] and the gates theta, eta, alpha [B, T, H]."""
+    """docs/model.md 1.3: q, k, v [B, T, H, d_h] and the gates theta, eta, alpha [B, T, H]."""
     B, T, d = x.shape
     H, dh, K = cfg["H"], cfg["d_h"], cfg["K_c"]
 
@@ -94,7 +94,7 @@ def per_token(cfg, p, x):
 
 
 def memory_layer(cfg, p, x, second_order=True, debug=None):
-    """SPEC 1.4 and 1.5, literally. Returns out [B, T, d] and the final (W_T, S_T) lists
+    """docs/model.md 1.4 and 1.5, literally. Returns out [B, T, d] and the final (W_T, S_T) lists
     (layer l: [B, H, n_{l+1}, n_l]). second_order=False detaches u_t (only used to show that the
     second-order path matters). debug: a dict that receives q, k, v, gates, y and the u's."""
     B, T, d = x.shape
@@ -149,7 +149,7 @@ def online_gd(cfg, p, x):
 
 
 # ------------------------------------------------------------------------------------------------
-# Self-check only: the chunked parallel form of SPEC 1.6 (scalars A, B, C, D, E, hand-derived deltas),
+# Self-check only: the chunked parallel form of docs/model.md 1.6 (scalars A, B, C, D, E, hand-derived deltas),
 # to show the spec's formulas reproduce the recurrence the C implementation is compared against.
 # ------------------------------------------------------------------------------------------------
 def chunked_form(cfg, p, x):
@@ -415,7 +415,7 @@ def main():
         y_cf, W_cf, S_cf = chunked_form(cfg, leaves, x)
         e_cf = max([maxdiff(y_cf, dbg["y"])] + [maxdiff(a, b) for a, b in zip(W_cf, W)] +
                    [maxdiff(a, b) for a, b in zip(S_cf, S)])
-        print("  SPEC 1.6 chunked parallel form vs 1.4 recurrence (y, W_T, S_T): max diff %.3g" % e_cf)
+        print("  docs/model.md 1.6 chunked parallel form vs 1.4 recurrence (y, W_T, S_T): max diff %.3g" % e_cf)
         ok_all &= e_cf < 1e-10
         if cfg["b"] == 1:
             leaves = {k: t.clone().requires_grad_(True) for k, t in p.items()}
