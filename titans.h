@@ -4094,6 +4094,21 @@ static int titans__mem_ctx_reserve(titans_mem_ctx *ctx, const titans__mem_dims *
   return TITANS_OK;
 }
 
+/* Sets the floats of x [n] whose magnitude is below FLT_MIN (subnormals) to zero. The memory decays by
+   (1 - alpha) per token: without this, a long stream leaves most of the state subnormal, and arithmetic
+   on subnormals is slow on many CPUs. Called on (W, S) at every chunk end, in training and inference
+   alike, so both see the same state; a no-op on a state without subnormals (bit-identical results). */
+static void titans__mem_flush_subnormal(float *x, size_t n) {
+  titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf v = titans__vload(x + i);
+    titans__vstore(x + i, titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v));
+  }
+  for (; i < n; i++)
+    if (fabsf(x[i]) < FLT_MIN) x[i] = 0.0f;
+}
+
 /* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
    into states [nchunks + 1, 2, head_size] when not NULL. */
 static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
@@ -4113,6 +4128,7 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
                                 bf->qk[1] + base + t * ld, bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
                                 bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, wc, wc, sc, wn,
                                 sn, len, wk);
+      if (len == m->b) titans__mem_flush_subnormal(wn, 2 * hs); /* wn, sn adjacent */
       t += len;
     }
     if (c > 0) {
@@ -4138,6 +4154,10 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
                               bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
                               bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, wchunk, w, s,
                               w, s, len, wk);
+    if (off + len == m->b) {
+      titans__mem_flush_subnormal(w, hs);
+      titans__mem_flush_subnormal(s, hs);
+    }
     t += len;
   }
   if (states) {
