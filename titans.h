@@ -364,6 +364,8 @@ typedef struct titans_mem_ctx {
   /* Likewise for the conv tails (streams q, k, v, rq), so chained calls get exact gradients. */
   float *dtails_final;  /* [4, B, K_c - 1, d_m] input, zeroed by the forward */
   float *dtails_init;   /* [4, B, K_c - 1, d_m] output */
+  float *grad_work;     /* the backward's gradient vectors and per-thread work, kept between calls */
+  size_t cap_grad;
   char error[TITANS_ERR_MSG_SIZE];
 } titans_mem_ctx;
 
@@ -1289,6 +1291,18 @@ static inline void titans__axpy(float *y, float alpha, const float *x, size_t n)
   size_t i = 0;
   for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(y + i, titans__vfma(va, titans__vload(x + i), titans__vload(y + i)));
   for (; i < n; i++) y[i] += alpha * x[i];
+}
+
+/* y[i] = alpha * x[i], computed exactly as titans__axpy onto a zeroed y (so +0, never -0, for a zero product) */
+static inline void titans__axpy_set(float *y, float alpha, const float *x, size_t n) {
+  titans__vf va = titans__vset1(alpha), vz = titans__vset1(0.0f);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(y + i, titans__vfma(va, titans__vload(x + i), vz));
+  for (; i < n; i++) {
+    float z = 0.0f;
+    z += alpha * x[i];
+    y[i] = z;
+  }
 }
 
 /* ---- status, errors --------------------------------------------------------------------------- */
@@ -3671,8 +3685,7 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
                                        const float *s, size_t n, titans__mem_work *wk) {
   const size_t L = m->L, dh = m->dh, hs = m->head_size;
   titans__mem_piece_forward(m, residual, NULL, q, k, v, ld, theta, eta, alpha, gstride, w, w, s, NULL, NULL, n, wk);
-  memset(wk->dW, 0, hs * sizeof(float));
-  memset(wk->dS, 0, hs * sizeof(float));
+  (void)hs; /* wk->dW, wk->dS are set (not accumulated) by their first writes below */
   memset(wk->dA, 0, n * sizeof(float));
   memset(wk->dB, 0, n * sizeof(float));
   memset(wk->dE, 0, n * sizeof(float));
@@ -3696,8 +3709,8 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
   for (size_t i = 0; i < L; i++) {
     size_t ni = m->n[i], no = m->n[i + 1], sz = ni * no, o = m->wofs[i];
     const float *dWe = wk->dWend + o, *dSe = wk->dSend + o;
-    titans__axpy(wk->dW + o, An, dWe, sz);
-    titans__axpy(wk->dS + o, Bn, dWe, sz);
+    titans__axpy_set(wk->dW + o, An, dWe, sz);
+    titans__axpy_set(wk->dS + o, Bn, dWe, sz);
     titans__axpy(wk->dS + o, En, dSe, sz);
     wk->dA[n - 1] += titans__dot(dWe, w + o, sz);
     wk->dB[n - 1] += titans__dot(dWe, s + o, sz);
@@ -3915,6 +3928,7 @@ TITANSDEF void titans_mem_ctx_init(titans_mem_ctx *ctx) { memset(ctx, 0, sizeof 
 TITANSDEF void titans_mem_ctx_free(titans_mem_ctx *ctx) {
   titans_free(ctx->proj);
   titans_free(ctx->states);
+  titans_free(ctx->grad_work);
   memset(ctx, 0, sizeof *ctx);
 }
 
@@ -4086,12 +4100,51 @@ static int titans__mem_ctx_reserve(titans_mem_ctx *ctx, const titans__mem_dims *
   return TITANS_OK;
 }
 
+/* Sets the floats of x [n] whose magnitude is below FLT_MIN (subnormals) to zero. The memory decays by
+   (1 - alpha) per token: without this, a long stream leaves most of the state subnormal, and arithmetic
+   on subnormals is slow on many CPUs. Called on (W, S) at every chunk end, in training and inference
+   alike, so both see the same state; a no-op on a state without subnormals (bit-identical results). */
+static void titans__mem_flush_subnormal(float *x, size_t n) {
+  titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf v = titans__vload(x + i);
+    titans__vstore(x + i, titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v));
+  }
+  for (; i < n; i++)
+    if (fabsf(x[i]) < FLT_MIN) x[i] = 0.0f;
+}
+
 /* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
    into states [nchunks + 1, 2, head_size] when not NULL. */
 static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
                                   float *w, float *schunk, float *s, float *states, long long position, size_t r,
                                   size_t h, size_t T, titans__mem_work *wk) {
   size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size, c = 0;
+  if (states && position % (long long)m->b == 0) {
+    /* Training: chunk c reads its start state from states[c] and writes its end state straight into
+       states[c + 1] (no per-chunk copies); the running and chunk-start states are set once at the end,
+       to what the chunk-by-chunk loop below leaves in them. */
+    memcpy(states, w, hs * sizeof(float));
+    memcpy(states + hs, s, hs * sizeof(float));
+    for (size_t t = 0; t < T; c++) {
+      size_t len = T - t < m->b ? T - t : m->b;
+      float *wc = states + c * 2 * hs, *sc = wc + hs, *wn = wc + 2 * hs, *sn = wn + hs;
+      titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld,
+                                bf->qk[1] + base + t * ld, bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
+                                bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, wc, wc, sc, wn,
+                                sn, len, wk);
+      if (len == m->b) titans__mem_flush_subnormal(wn, 2 * hs); /* wn, sn adjacent */
+      t += len;
+    }
+    if (c > 0) {
+      memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float));
+      memcpy(schunk, states + (c - 1) * 2 * hs + hs, hs * sizeof(float));
+    }
+    memcpy(w, states + c * 2 * hs, hs * sizeof(float));
+    memcpy(s, states + c * 2 * hs + hs, hs * sizeof(float));
+    return;
+  }
   for (size_t t = 0; t < T; c++) {
     size_t off = (size_t)((unsigned long long)(position + (long long)t) % m->b), len = m->b - off;
     if (len > T - t) len = T - t;
@@ -4107,6 +4160,10 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
                               bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
                               bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, wchunk, w, s,
                               w, s, len, wk);
+    if (off + len == m->b) {
+      titans__mem_flush_subnormal(w, hs);
+      titans__mem_flush_subnormal(s, hs);
+    }
     t += len;
   }
   if (states) {
@@ -4332,20 +4389,25 @@ static void titans__mem_recur_backward_one(const titans__mem_dims *m, int residu
                                            float *dinit, size_t nchunks, size_t r, size_t h, size_t T,
                                            titans__mem_work *wk) {
   size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size;
-  memcpy(wk->dWend, dfinal, hs * sizeof(float));
-  memcpy(wk->dSend, dfinal + hs, hs * sizeof(float));
-  for (size_t c = nchunks; c-- > 0;) {
+  /* The gradient of the state after chunk c is read where chunk c + 1 wrote it: two buffers take turns
+     (no copies), the last chunk's reads come straight from dfinal and the first chunk writes into dinit. */
+  float *buf[2][2] = {{wk->dW, wk->dS}, {wk->dWend, wk->dSend}};
+  titans__mem_work cw = *wk;
+  cw.dWend = (float *)(uintptr_t)dfinal; /* only read */
+  cw.dSend = (float *)(uintptr_t)(dfinal + hs);
+  if (nchunks == 0) memcpy(dinit, dfinal, 2 * hs * sizeof(float));
+  for (size_t c = nchunks, turn = 0; c-- > 0; turn ^= 1) {
     size_t t = c * m->b, len = T - t < m->b ? T - t : m->b, o = base + t * ld, g = gbase + t * m->H;
     const float *wc = states + c * 2 * hs;
+    cw.dW = c == 0 ? dinit : buf[turn][0];
+    cw.dS = c == 0 ? dinit + hs : buf[turn][1];
     titans__mem_piece_backward(m, residual, gr->dvec[0] + o, gr->dvec[1] + o, gr->dvec[2] + o, gr->dgates[0] + g,
                                gr->dgates[1] + g, gr->dgates[2] + g, gr->dy + o, bf->qk[0] + o, bf->qk[1] + o,
                                bf->act[2] + o, ld, bf->gates[0] + g, bf->gates[1] + g, bf->gates[2] + g, m->H, wc,
-                               wc + hs, len, wk);
-    memcpy(wk->dWend, wk->dW, hs * sizeof(float));
-    memcpy(wk->dSend, wk->dS, hs * sizeof(float));
+                               wc + hs, len, &cw);
+    cw.dWend = cw.dW;
+    cw.dSend = cw.dS;
   }
-  memcpy(dinit, wk->dWend, hs * sizeof(float));
-  memcpy(dinit + hs, wk->dSend, hs * sizeof(float));
 }
 
 /* Backward of the reads of one (row, head) with fixed weights w: dq rows, and d W added into dW. */
@@ -4400,10 +4462,17 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   titans__mem_grads gr;
   size_t ngrad = titans__mem_grads_carve(&gr, NULL, &m, bt);
   size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 1);
-  float *slab = titans_alloc_floats(ngrad + work_floats * (size_t)nth);
-  if (!slab) return titans__error(ctx->error, TITANS_ERR_NOMEM, "memory backward: cannot allocate work space");
-  titans__mem_grads_carve(&gr, slab, &m, bt); /* zeroed by the allocation */
+  /* The slab lives in ctx and is reused (a fresh 46 MB allocation per call faulted in every page). Only
+     what the backward accumulates into starts at zero: d q, d k, d v and the gate gradients (the per-
+     chunk kernels add into them); every other vector is written before it is read. */
+  if (!titans__reserve(&ctx->grad_work, &ctx->cap_grad, ngrad + work_floats * (size_t)nth))
+    return titans__error(ctx->error, TITANS_ERR_NOMEM, "memory backward: cannot allocate work space");
+  float *slab = ctx->grad_work;
+  titans__mem_grads_carve(&gr, slab, &m, bt);
+  for (int i = 0; i < 3; i++) memset(gr.dvec[i], 0, bt * m.dm * sizeof(float));
+  for (int i = 0; i < 3; i++) memset(gr.dgates[i], 0, bt * m.H * sizeof(float));
   float *work = slab + ngrad;
+  memset(work, 0, work_floats * (size_t)nth * sizeof(float));
 
   titans__mem_output_backward(&m, w, grad, &bf, &gr, dx, dout, x, bt);
   long long tasks = (long long)(B * m.H);
@@ -4430,7 +4499,6 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails + slot, ctx->dtails_final + slot,
                               ctx->dtails_init + slot, dx, x, B, T, ctx->retrieval ? 1 : 3);
-  titans_free(slab);
   return TITANS_OK;
 }
 

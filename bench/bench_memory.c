@@ -3,6 +3,7 @@
      make bench                          (builds build/default/bench_memory and runs every bench)
      ./build/default/bench_memory        adaptive: T = 2048 unless that would break the time budget
      ./build/default/bench_memory T R    fixed T tokens per row and R repetitions
+     ./build/default/bench_memory T R N  and a long inference stream of N tokens (default 1M; 0 skips it)
 
    Layer: d = 256, H = 4, d_h = 64, L_M = 2, e = 4 (|W| = 32768 floats per head), K_c = 4, batch 4.
    Prints, for chunk sizes b = 16, 32, 64 on 1 and 2 threads, the forward (inference form) and the
@@ -11,6 +12,8 @@
    spread over the run, since on a shared machine the peak a core reaches varies). Then:
    - the speed-up over the token-by-token recurrence (the same layer with b = 1), and a check that the
      chunked form equals its own recurrence fed one token per call;
+   - a long inference stream (1M tokens by default, about a minute): the per-token cost at the end
+     against that at 1K, the share of subnormal floats in the memory state and the RSS;
    - where the time goes: the layer's parts (replays of titans_mem_forward / titans_mem_backward with
      timers between their steps, checked bit for bit against the API), and one chunk of one head
      taken apart: its matrix products replayed alone and its SiLU family.
@@ -379,8 +382,8 @@ static stats time_runs(layer *ly, int fwdbwd, int reps) {
 /* ---- where the time goes ------------------------------------------------------------------- */
 
 /* The parts of a training forward and its backward: [0] inputs (projections, convs, SiLU, L2Norm,
-   gates), [1] recurrence, [2] output path; [3] output backward (with the allocation of the backward's
-   work space), [4] recurrence backward, [5] inputs backward. These two functions replay
+   gates), [1] recurrence, [2] output path; [3] output backward (with the zeroing of the backward's
+   work space, kept in the ctx), [4] recurrence backward, [5] inputs backward. These two functions replay
    titans_mem_forward and titans_mem_backward step by step with timers in between (main() checks the
    replay gives the API's results bit for bit; if the implementation changes, update them). */
 #define BENCH_PARTS 6
@@ -440,10 +443,14 @@ static void parts_backward(layer *ly, double *t) {
   size_t ngrad = titans__mem_grads_carve(&gr, NULL, &m, bt);
   size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 1);
   double t0 = now_s();
-  float *slab = titans_alloc_floats(ngrad + work_floats * (size_t)nth);
-  if (!slab) die("parts backward", "out of memory");
+  if (!titans__reserve(&ctx->grad_work, &ctx->cap_grad, ngrad + work_floats * (size_t)nth))
+    die("parts backward", "out of memory");
+  float *slab = ctx->grad_work;
   titans__mem_grads_carve(&gr, slab, &m, bt);
+  for (int i = 0; i < 3; i++) memset(gr.dvec[i], 0, bt * m.dm * sizeof(float));
+  for (int i = 0; i < 3; i++) memset(gr.dgates[i], 0, bt * m.H * sizeof(float));
   float *work = slab + ngrad;
+  memset(work, 0, work_floats * (size_t)nth * sizeof(float));
   titans__mem_output_backward(&m, w, grad, &bf, &gr, ly->dx, ly->dout, ly->x, bt);
   double t1 = now_s();
   long long tasks = (long long)(B * m.H);
@@ -472,7 +479,6 @@ static void parts_backward(layer *ly, double *t) {
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails, ctx->dtails_final, ctx->dtails_init, ly->dx,
                               ly->x, B, T, 3);
-  titans_free(slab);
   double t3 = now_s();
   t[3] = t1 - t0;
   t[4] = t2 - t1;
@@ -687,6 +693,89 @@ static void peak_update(results *R, int nthreads) {
   }
 }
 
+/* ---- a long inference stream --------------------------------------------------------------- */
+
+/* Resident set size in MB (Linux /proc/self/statm; -1 elsewhere). */
+static double rss_mb(void) {
+  long pages = -1, resident = -1;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+    fclose(f);
+  }
+  return resident < 0 ? -1.0 : (double)resident * 4096.0 / 1e6;
+}
+
+static double subnormal_share(const float *x, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++) c += x[i] != 0.0f && fabsf(x[i]) < FLT_MIN;
+  return (double)c / (double)n;
+}
+
+typedef struct long_stream {
+  size_t tokens, block;
+  double early, late, ratio; /* per-token seconds at 1K and at the end (medians), late / early */
+  double early_lo, early_hi, late_lo, late_hi;
+  double sub_early, sub_late, rss_early, rss_late, seconds;
+} long_stream;
+
+/* One layer (b = 16, the default chunk; batch 1) fed `tokens` tokens as inference, block tokens per
+   call. The state is saved at position 1K; at the end, calls from the saved 1K state and calls on the
+   long state are timed in turns (rounds of one each, so both see the same load): the ratio of their
+   medians is the per-token cost at the end relative to 1K. */
+static long_stream long_stream_run(size_t tokens, size_t block, int rounds) {
+  long_stream L;
+  memset(&L, 0, sizeof L);
+  L.tokens = tokens;
+  L.block = block;
+  titans_mem_config cfg = bench_config(16);
+  layer ly;
+  layer_init(&ly, 16, 1, block);
+  titans_mem_state early, tmp;
+  if (titans_mem_state_init(&early, &cfg, 1) != TITANS_OK || titans_mem_state_init(&tmp, &cfg, 1) != TITANS_OK)
+    die("long stream", "state");
+  size_t nw = ly.st.batch * (size_t)cfg.heads * ly.st.head_size;
+  titans_mem_state_reset(&ly.st, &ly.w);
+  double t0 = now_s();
+  size_t fed = 0;
+  while (fed < tokens) {
+    if (titans_mem_forward(&cfg, &ly.w, &ly.st, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", ly.st.error);
+    fed += block;
+    if (fed == 1024 || (fed > 1024 && fed - block < 1024)) {
+      titans_mem_state_copy(&early, &ly.st);
+      L.sub_early = 0.5 * (subnormal_share(ly.st.w, nw) + subnormal_share(ly.st.s, nw));
+      L.rss_early = rss_mb();
+    }
+  }
+  L.sub_late = 0.5 * (subnormal_share(ly.st.w, nw) + subnormal_share(ly.st.s, nw));
+  double te[BENCH_MAX_REPS], tl[BENCH_MAX_REPS];
+  if (rounds > BENCH_MAX_REPS) rounds = BENCH_MAX_REPS;
+  for (int r = 0; r < rounds; r++) {
+    titans_mem_state_copy(&tmp, &early);
+    double a = now_s();
+    if (titans_mem_forward(&cfg, &ly.w, &tmp, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", tmp.error);
+    double b = now_s();
+    if (titans_mem_forward(&cfg, &ly.w, &ly.st, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", ly.st.error);
+    double c = now_s();
+    te[r] = (b - a) / (double)block;
+    tl[r] = (c - b) / (double)block;
+  }
+  L.rss_late = rss_mb();
+  stats se = stats_of(te, rounds), sl = stats_of(tl, rounds);
+  L.early = se.med;
+  L.early_lo = se.min;
+  L.early_hi = se.max;
+  L.late = sl.med;
+  L.late_lo = sl.min;
+  L.late_hi = sl.max;
+  L.ratio = sl.med / se.med;
+  L.seconds = now_s() - t0;
+  titans_mem_state_free(&early);
+  titans_mem_state_free(&tmp);
+  layer_free(&ly);
+  return L;
+}
+
 int main(int argc, char **argv) {
   static const int chunks[3] = {16, 32, 64};
   static const int threads[2] = {1, 2};
@@ -694,7 +783,7 @@ int main(int argc, char **argv) {
 #ifndef _OPENMP
   nthreads = 1; /* built without OpenMP: one thread only */
 #endif
-  size_t T = 2048, B = BENCH_BATCH, T1 = 256;
+  size_t T = 2048, B = BENCH_BATCH, T1 = 256, long_tokens = (size_t)1 << 20;
   int reps = 5, fixed = 0;
   static results R;
   memset(&R, 0, sizeof R);
@@ -708,6 +797,11 @@ int main(int argc, char **argv) {
     long v = strtol(argv[2], NULL, 10);
     if (v < 3 || v > BENCH_MAX_REPS) die("usage", "bench_memory [T (a multiple of 64)] [repetitions 3..9]");
     reps = (int)v;
+  }
+  if (argc > 3) {
+    long v = strtol(argv[3], NULL, 10);
+    if (v != 0 && (v < 2048 || v > (1L << 30))) die("usage", "bench_memory [T] [repetitions] [long-stream tokens, 0 = skip]");
+    long_tokens = (size_t)v;
   }
   double start = now_s();
   titans_mem_config c64 = bench_config(64);
@@ -865,6 +959,14 @@ int main(int argc, char **argv) {
   for (int ci = 0; ci < 3; ci++) R.anat[ci] = chunk_anatomy(chunks[ci]);
   peak_update(&R, nthreads);
 
+  /* 5. a long inference stream: per-token cost at the end against 1K, subnormals, RSS (1 thread) */
+  long_stream LS;
+  memset(&LS, 0, sizeof LS);
+  if (long_tokens > 0) {
+    set_threads(1);
+    LS = long_stream_run(long_tokens, 1024, 9);
+  }
+
   /* ---- report ---- */
   printf("\nFMA peak, the best of the FMA-chain loop (%d independent chains per thread) measured 6 times during\n"
          "the run: 1 thread %.1f GFLOP/s", BENCH_CHAINS, R.peak[0]);
@@ -954,6 +1056,17 @@ int main(int argc, char **argv) {
   }
   printf("(per element: %.1f ns silu, %.1f ns SiLU', %.1f ns SiLU''; %% peak is the GEMM's at the chunk's shapes)\n",
          R.anat[2].silu[0] * 1e9, R.anat[2].silu[1] * 1e9, R.anat[2].silu[2] * 1e9);
+  if (long_tokens > 0) {
+    printf("\nlong inference stream (1 thread, batch 1, b = 16, %zu tokens per call, %zu tokens, %.0f s): the state\n"
+           "saved at 1K and the state at the end each fed one call in turns, 9 rounds; medians [min, max]\n",
+           LS.block, LS.tokens, LS.seconds);
+    printf("  per token at 1K %.2f us [%.2f, %.2f], at %zu %.2f us [%.2f, %.2f]: ratio %.3f (goal <= 1.02) %s\n",
+           LS.early * 1e6, LS.early_lo * 1e6, LS.early_hi * 1e6, LS.tokens, LS.late * 1e6, LS.late_lo * 1e6,
+           LS.late_hi * 1e6, LS.ratio, LS.ratio <= 1.02 ? "(met)" : "(NOT met)");
+    printf("  subnormal floats of the memory state (W, S): %.1f%% at 1K, %.1f%% at the end (flushed at chunk ends);\n"
+           "  RSS %.1f MB at 1K, %.1f MB at the end\n",
+           100 * LS.sub_early, 100 * LS.sub_late, LS.rss_early, LS.rss_late);
+  }
   double load1 = load_average();
   if (load1 >= 0) printf("\nload average at the end %.2f\n", load1);
   printf("bench_memory: done in %.0f s\n", now_s() - start);

@@ -417,8 +417,8 @@ static void bm_run_torch(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, 
     return;
   }
   if (!bm_torch_available(o->python)) {
-    printf("PyTorch comparison skipped: %s cannot import torch. Install it with `apt-get install python3-torch`\n"
-           "(Debian, Ubuntu) or `pip install torch`, or point --python at an interpreter that has it.\n",
+    printf("PyTorch comparison skipped: %s cannot import torch. Install it with `sudo sh scripts/bench_setup.sh`\n"
+           "(Debian: python3-torch with OpenBLAS as the system BLAS), or point --python at an interpreter that has it.\n",
            o->python);
     return;
   }
@@ -500,6 +500,34 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
       if (kinds[ki].theta_max != kinds[ki].theta_default)
         printf(" %s %g -> %g;", bm_name(o->kinds[ki]), (double)kinds[ki].theta_default, (double)kinds[ki].theta_max);
     printf(" PyTorch ran with the same value.\n");
+  }
+  /* thread scaling: the training tokens/s of each thread count over the first one's, beside the load
+     (other processes' busy cores during those steps and the 1-minute load average now); the goal on 2
+     cores is 2 threads >= 1.7x 1 thread, which only a machine without other load can show */
+  if (o->nthreads > 1) {
+    double la = -1.0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+      if (fscanf(f, "%lf", &la) != 1) la = -1.0;
+      fclose(f);
+    }
+    printf("\nthread scaling (train tokens/s over %d thread%s; goal 2 threads >= 1.7x); load average %.2f\n",
+           o->threads[0], o->threads[0] > 1 ? "s" : "", la);
+    for (int ki = 0; ki < o->nkinds; ki++)
+      for (int ti = 1; ti < o->nthreads; ti++) {
+        const bm_cell *c0 = &cells[ki][0], *c = &cells[ki][ti];
+        printf("  %-4s %d/%d threads: %.2fx (other processes %.2f cores at %d thread%s, %.2f at %d)\n",
+               bm_name(o->kinds[ki]), o->threads[ti], o->threads[0], bm_ratio(c->train.med, c0->train.med),
+               c0->other_cores, o->threads[0], o->threads[0] > 1 ? "s" : "", c->other_cores, o->threads[ti]);
+      }
+  }
+  /* step-0 losses: both models start near ln(vocab) from their own random weights */
+  for (int ki = 0; ki < o->nkinds; ki++) {
+    const bm_cell *c = &cells[ki][0];
+    if (c->torch.n > 0)
+      printf("step-0 loss %-4s titans.h %.4f, PyTorch %.4f (ln vocab %.4f); parameters %zu and %zu%s\n",
+             bm_name(o->kinds[ki]), kinds[ki].loss, c->torch_loss, log((double)o->vocab), kinds[ki].params,
+             c->torch_params, c->torch_params == kinds[ki].params ? " (equal)" : " (DIFFER)");
   }
   printf("\n");
   for (int ki = 0; ki < o->nkinds; ki++) {

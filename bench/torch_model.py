@@ -13,7 +13,11 @@ threads and prints one machine-readable line per (kind, n):
     torch_train kind=mac threads=2 torch_threads=2 blas_threads=1 params=6128176 B=4 T=1024 theta_max=0.02
         steps=2 loss=5.5885 warmup_s=... median_s=... min_s=... max_s=... tok_s=... other_cores=0.01
 
-Matrix products go to the system BLAS (OpenBLAS on Debian), whose thread pool is separate from torch's
+Matrix products go to the system BLAS: the script reports which one it loaded (torch_info blas=...) and
+refuses to measure on Debian's reference BLAS (5 GFLOP/s; scripts/bench_setup.sh installs OpenBLAS as the
+system BLAS). Full causal attention uses torch's fused SDPA when present (torch >= 2.0), else blocks of
+128 queries against the keys they see; the memory's chunk coefficients are computed for every chunk at
+once before the chunk loop. OpenBLAS's thread pool is separate from torch's
 OpenMP threads: for n > 1 a warm-up step on each split (torch n, BLAS n), (n, 1), (1, n) picks the
 fastest, which is then timed (one warm-up step for n = 1). other_cores is the CPU time other processes
 took during the timed steps, in cores: above ~0.1 the line is not a clean measurement.
@@ -121,6 +125,29 @@ def segprod(x):
     return torch.cumprod(X, dim=-2) * torch.ones(n, n, dtype=x.dtype).tril()
 
 
+def chunk_coeffs_one(th, et, dec):
+    """The scalars A, E, B, C, D of docs/model.md 1.6 of chunks: gates [..., n] -> A, E, B [..., n], C [..., n, n],
+    and the rows of the chunk's last token Cb, Db [..., n]."""
+    A = torch.cumprod(dec, -1)
+    E = torch.cumprod(et, -1)
+    Pa, Pe = segprod(dec), segprod(et)                               # [..., n, n]
+    Bv = (Pa @ E.unsqueeze(-1)).squeeze(-1)
+    C = (Pa @ Pe) * th.unsqueeze(-2)                                 # C[t, i], lower triangular
+    Cb, Db = C[..., -1, :], Pe[..., -1, :] * th
+    return A, E, Bv, C, Cb, Db
+
+
+def chunk_coeffs(theta, eta, dec, b):
+    """chunk_coeffs_one of every chunk of gates [B, H, T] in one batched computation, as a list per chunk;
+    None when b does not divide T (the loop then computes each chunk's own)."""
+    T = theta.shape[-1]
+    if T % b != 0:
+        return None
+    sh = theta.shape[:-1] + (T // b, b)
+    A, E, Bv, C, Cb, Db = chunk_coeffs_one(theta.reshape(sh), eta.reshape(sh), dec.reshape(sh))
+    return list(zip(A.unbind(-2), E.unbind(-2), Bv.unbind(-2), C.unbind(-3), Cb.unbind(-2), Db.unbind(-2)))
+
+
 def normal(*shape, std=0.02):
     return nn.Parameter(torch.randn(*shape) * std)
 
@@ -211,9 +238,13 @@ class Memory(nn.Module):
         ys = []
         # split once: slicing inside the loop would make autograd scatter every slice's gradient into a
         # zero tensor of the full length, T / b times over
-        pieces = zip(q.split(b, 2), k.split(b, 2), v.split(b, 2), theta.split(b, -1), eta.split(b, -1),
-                     (1 - alpha).split(b, -1))
-        for Qc, Kc, Vc, th, et, dec in pieces:
+        dec_all = 1 - alpha
+        pieces = list(zip(q.split(b, 2), k.split(b, 2), v.split(b, 2), theta.split(b, -1), eta.split(b, -1),
+                          dec_all.split(b, -1)))
+        # the scalars A, E, B, C, D of docs/model.md 1.6 for every chunk at once (hoisted out of the chunk loop):
+        # the gates do not depend on the memory state, so one batched computation over [..., nc, b]
+        coeffs = chunk_coeffs(theta, eta, dec_all, b)
+        for ci, (Qc, Kc, Vc, th, et, dec) in enumerate(pieces):
             # key path at the chunk's start W0: activations A_{l-1} and errors Delta_l
             acts, zs, a = [Kc], [], Kc
             for l in range(L):
@@ -229,13 +260,7 @@ class Memory(nn.Module):
                 deltas[l] = delta
                 if l > 0:
                     delta = (delta @ W[l]) * dsilu(zs[l - 1])
-            # the scalars A, E, B, C, D of docs/model.md 1.6
-            A = torch.cumprod(dec, -1)                                   # [B, H, n]
-            E = torch.cumprod(et, -1)
-            Pa, Pe = segprod(dec), segprod(et)                           # [B, H, n, n]
-            Bv = (Pa @ E.unsqueeze(-1)).squeeze(-1)
-            C = (Pa @ Pe) * th.unsqueeze(-2)                             # C[t, i], lower triangular
-            Cb, Db = C[..., -1, :], Pe[..., -1, :] * th                  # rows of the chunk's last token
+            A, E, Bv, C, Cb, Db = coeffs[ci] if coeffs is not None else chunk_coeffs_one(th, et, dec)
             # query path through W_t = A_t W0 + B_t S0 - sum_i C_ti u_i, layer by layer
             a = Qc
             for l in range(L):
@@ -293,13 +318,30 @@ def softmax_attend(q, keys, vals, masks, scale):
     return out
 
 
+CAUSAL_BLOCK = 128
+
+
 def attn_causal(q, k, v, pk, pv, scale):
-    """Full causal attention with an optional always-visible prefix pk, pv [*, H, P, da]."""
+    """Full causal attention with an optional always-visible prefix pk, pv [*, H, P, da]. Without a
+    prefix, torch's fused scaled_dot_product_attention when this torch has it (2.0+); otherwise by
+    blocks of CAUSAL_BLOCK queries against the keys they can see (no [B, H, T, T] score tensor, and
+    about half the products of a full masked T x T)."""
     T = q.shape[2]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    if pk is None:
-        return softmax_attend(q, [k], [v], [mask], scale)
-    return softmax_attend(q, [pk, k], [pv, v], [None, mask], scale)
+    if pk is None and hasattr(F, "scaled_dot_product_attention"):
+        try:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        except TypeError:                           # torch 2.0: no scale argument (its default is ours)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    outs = []
+    for i0 in range(0, T, CAUSAL_BLOCK):
+        i1 = min(T, i0 + CAUSAL_BLOCK)
+        mask = torch.ones(i1 - i0, i1, dtype=torch.bool).tril(i0)    # query i0 + r sees keys <= i0 + r
+        qb, kb, vb = q[:, :, i0:i1], k[:, :, :i1], v[:, :, :i1]
+        if pk is None:
+            outs.append(softmax_attend(qb, [kb], [vb], [mask], scale))
+        else:
+            outs.append(softmax_attend(qb, [pk, kb], [pv, vb], [None, mask], scale))
+    return torch.cat(outs, 2)
 
 
 def attn_sliding(q, k, v, pk, pv, w, scale):
@@ -488,6 +530,39 @@ def openblas_handle():
     return None
 
 
+def blas_report():
+    """(name, path) of the BLAS library this process has loaded (torch's matrix products on Debian go
+    to the system libblas.so.3, an alternative: reference BLAS, OpenBLAS, BLIS, MKL), read from
+    /proc/self/maps after one product, with torch's build configuration as the fallback."""
+    torch.ones(64, 64) @ torch.ones(64, 64)
+    paths = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.split()[-1] if len(line.split()) >= 6 else ""
+                base = os.path.basename(p)
+                if any(x in base for x in ("blas", "mkl_", "blis")) and p not in paths:
+                    paths.append(os.path.realpath(p))
+    except OSError:
+        pass
+    for p in paths:
+        low = p.lower()
+        if "openblas" in low:
+            return "openblas", p
+        if "mkl" in low:
+            return "mkl", p
+        if "blis" in low:
+            return "blis", p
+    for p in paths:
+        if "/blas/libblas" in p or p.endswith("libblas.so.3"):
+            return "reference", p
+    cfg = torch.__config__.show().lower()
+    for name in ("openblas", "mkl", "blis"):
+        if f"blas_info={name}" in cfg or f"blas={name}" in cfg:
+            return name, "(linked into torch)"
+    return "unknown", paths[0] if paths else "(none found)"
+
+
 def set_threads(n, blas, n_blas=None):
     torch.set_num_threads(n)
     if blas is not None:
@@ -523,8 +598,17 @@ def bench(args):
     for item in filter(None, args.theta_max.split(",")):
         name, value = item.split("=")
         thetas[name] = float(value)
-    print(f"torch_info version={torch.__version__} blas={'openblas' if blas else 'unknown'} "
+    blas_name, blas_path = blas_report()
+    print(f"torch_info version={torch.__version__} blas={blas_name} blas_path={blas_path} "
           f"max_threads={torch.get_num_threads()}", flush=True)
+    if blas_name == "reference":
+        msg = ("torch_model.py: torch's matrix products run on the REFERENCE BLAS (%s), about 5 GFLOP/s: every "
+               "ratio against it would be meaningless. Install OpenBLAS as the system BLAS with "
+               "`sudo sh scripts/bench_setup.sh` (Debian's libopenblas0-pthread through update-alternatives)" % blas_path)
+        if not args.allow_reference_blas:
+            print("torch_error " + msg, flush=True)
+            sys.exit(2)
+        print("torch_warning " + msg + "; measuring anyway (--allow-reference-blas)", flush=True)
     for kind in kinds:
         if kind not in KINDS:
             sys.exit(f"unknown kind {kind}")
@@ -626,6 +710,8 @@ def main():
     ap.add_argument("--theta-max", default="", help="per-kind memory theta_max, e.g. mag=0.01,mac=0.02 "
                     "(default 0.005, the library's)")
     ap.add_argument("--check", action="store_true", help="check the memory layer and exit")
+    ap.add_argument("--allow-reference-blas", action="store_true",
+                    help="measure even when torch runs on the reference BLAS (refused otherwise)")
     args = ap.parse_args()
     if args.check:
         return check(args)
