@@ -81,6 +81,8 @@ fuzz:
 	  mkdir -p build/fuzz/corpus_$$t && \
 	  echo "== fuzz_$$t ($(FUZZ_SECONDS) s)" && \
 	  clang $(FUZZ_FLAGS) -o build/fuzz/fuzz_$$t tests/fuzz_$$t.c -lm || exit 1; \
+	  for f in tests/fuzz_regressions/$${t}_*; do [ -f "$$f" ] || continue; \
+	    build/fuzz/fuzz_$$t "$$f" > /dev/null 2>&1 || { echo "fuzz_$$t: regression $$f FAILED"; exit 1; }; done; \
 	  { build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
 	      -artifact_prefix=build/fuzz/ build/fuzz/corpus_$$t > build/fuzz/fuzz_$$t.log 2>&1; rc=$$?; } ; \
 	  grep -E "^(stat::number_of_executed_runs|stat::peak_rss_mb|Done)" build/fuzz/fuzz_$$t.log ; \

@@ -8376,6 +8376,26 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
   return TITANS_OK;
 }
 
+/* A memory (W or S) can overflow at a token whose output stays finite (a head the output gate shuts,
+   a momentum that has not reached W yet): found by fuzzing a loaded state. Checked once per feed call
+   (the chunk-start copies come from W and S, the loaded state was checked on reading), so a state
+   that feed accepted is one that titans_session_write saves. */
+static int titans__session_memory_finite(titans_session *s) {
+  const titans_config *c = &s->model->cfg;
+  for (int l = 0; l < c->n_layers; l++) {
+    const titans_mem_state *st = &s->layers[l].mem;
+    if (!s->layers[l].has_mem) continue;
+    size_t n = st->batch * (size_t)st->cfg.heads * st->head_size; /* floats of W, and of S */
+    if (!titans__all_finite(st->w, n) || !titans__all_finite(st->s, n)) {
+      s->broken = 1;
+      return titans__error(s->error, TITANS_ERR_NONFINITE,
+                           "session: layer %d's memory holds NaN or Inf at position %lld (reset or reload the session)",
+                           l, s->position);
+    }
+  }
+  return TITANS_OK;
+}
+
 TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n, float *logits) {
   const titans_model *mo = s->model;
   const titans_config *c = &mo->cfg;
@@ -8384,6 +8404,7 @@ TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n
   float r;
   titans__step_work_carve(&w, s->work, c);
   for (size_t i = 0; i < n; i++) TITANS__TRY(titans__session_token(s, tokens[i], &w));
+  TITANS__TRY(titans__session_memory_finite(s));
   if (logits && n > 0) {
     titans_rmsnorm_forward(w.xf, &r, w.x, mo->w.norm_f, 1, d);
     titans__linear(logits, w.xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
