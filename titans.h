@@ -257,6 +257,9 @@ typedef struct titans_mem_config {
   int conv_width;  /* K_c, causal depthwise conv width; 0 = no conv */
   int residual;    /* 1: M(z) = z + MLP(z) */
   float theta_max; /* upper bound of the inner learning rate */
+  float surprise_bound; /* tau > 0: each token's momentary surprise u_t is scaled by
+                           1 / sqrt(1 + |u_t|^2 / tau^2), so no token writes more than theta_t tau;
+                           0: unbounded (the paper's step). docs/model.md 1.4 */
 } titans_mem_config;
 
 /* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
@@ -3239,6 +3242,7 @@ typedef struct titans__mem_dims {
   size_t wofs[TITANS_MEM_MAX_DEPTH];   /* offset of W_i inside one head's weights */
   size_t head_size;                    /* floats of one head's weights: sum_i n[i+1] n[i] */
   size_t nmax;                         /* largest width */
+  float tau;                           /* surprise bound (0: off) */
 } titans__mem_dims;
 
 static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
@@ -3251,6 +3255,7 @@ static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
   m.L = (size_t)c->depth;
   m.b = (size_t)c->chunk;
   m.K = (size_t)c->conv_width;
+  m.tau = c->surprise_bound;
   for (size_t i = 0; i <= m.L; i++) m.n[i] = (i == 0 || i == m.L) ? m.dh : m.dh * (size_t)c->hidden_mult;
   m.nmax = m.dh;
   for (size_t i = 0; i < m.L; i++) {
@@ -3272,6 +3277,7 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.conv_width = 4;
   c.residual = 0;
   c.theta_max = 0.005f;
+  c.surprise_bound = 0.0f;
   return c;
 }
 
@@ -3292,6 +3298,8 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
   if (c->residual != 0 && c->residual != 1) return titans__error(err, TITANS_ERR_ARG, "memory: residual must be 0 or 1");
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
+  if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
+    return titans__error(err, TITANS_ERR_ARG, "memory: surprise_bound must be 0 (off) or a positive finite number");
   return TITANS_OK;
 }
 
@@ -3491,7 +3499,8 @@ static void titans__mem_coeffs_backward(float *dtheta, float *deta, float *dalph
 typedef struct titans__mem_work {
   float *cA, *cB, *cE;                       /* [b] chunk coefficients */
   float *cC, *cD;                            /* [b, b] */
-  float *th, *et, *al;                       /* [b] gates of the piece */
+  float *th, *et, *al;                       /* [b] gates of the piece (th: the step after the surprise bound) */
+  float *sc;                                 /* [b] the bound's scale of each token's step (1 when off) */
   float *vv;                                 /* [b, dh] values */
   float *ak[TITANS_MEM_MAX_DEPTH];           /* ak[i] [b, n_i]: key path input of layer i (ak[0] = keys) */
   float *zk[TITANS_MEM_MAX_DEPTH];           /* zk[i] [b, n_{i+1}]: key path pre-activations */
@@ -3531,6 +3540,7 @@ static size_t titans__mem_work_carve(titans__mem_work *wk, float *buf, const tit
   TITANS__TAKE(wk->cA, b); TITANS__TAKE(wk->cB, b); TITANS__TAKE(wk->cE, b);
   TITANS__TAKE(wk->cC, b * b); TITANS__TAKE(wk->cD, b * b);
   TITANS__TAKE(wk->th, b); TITANS__TAKE(wk->et, b); TITANS__TAKE(wk->al, b);
+  TITANS__TAKE(wk->sc, b);
   TITANS__TAKE(wk->vv, b * m->dh);
   for (size_t i = 0; i < m->L; i++) {
     TITANS__TAKE(wk->ak[i], b * m->n[i]);
@@ -3590,6 +3600,52 @@ static void titans__silu_keep(float *y, float *s, const float *z, size_t n) {
   for (size_t j = 0; j < n; j++) y[j] = z[j] * s[j];
 }
 
+/* |u_t|^2 of token t: u_t = sum over layers of the outer products delta[i]_t ak[i]_t^T, one per weight
+   matrix, so |u_t|^2 = sum_i |delta[i]_t|^2 |ak[i]_t|^2 (no product is formed). */
+static float titans__mem_surprise_sq(const titans__mem_dims *m, const titans__mem_work *wk, size_t t) {
+  float sq = 0.0f;
+  for (size_t i = 0; i < m->L; i++) {
+    const float *de = wk->delta[i] + t * m->n[i + 1], *a = wk->ak[i] + t * m->n[i];
+    sq += titans__dot(de, de, m->n[i + 1]) * titans__dot(a, a, m->n[i]);
+  }
+  return sq;
+}
+
+/* The surprise bound (docs/model.md 1.4): theta_t u_t becomes theta_t sc_t u_t with
+   sc_t = 1 / sqrt(1 + |u_t|^2 / tau^2), so |sc_t u_t| < tau: however large the error or the memory's
+   weights, one token moves the memory by less than theta_t tau (momentum and the chunk then sum such
+   steps). Folded into the step: wk->th[t] *= sc_t, wk->sc[t] = sc_t (1 when the bound is off). */
+static void titans__mem_bound_steps(const titans__mem_dims *m, titans__mem_work *wk, size_t n) {
+  for (size_t t = 0; t < n; t++) {
+    wk->sc[t] = 1.0f;
+    if (m->tau > 0.0f) {
+      wk->sc[t] = 1.0f / sqrtf(1.0f + titans__mem_surprise_sq(m, wk, t) / (m->tau * m->tau));
+      wk->th[t] *= wk->sc[t];
+    }
+  }
+}
+
+/* Backward of titans__mem_bound_steps. On entry wk->dth holds d loss / d (the bounded step); on return
+   it holds d loss / d theta, and the bound's dependence on |u_t| is added into ddelta and dak:
+   d sc / d |u|^2 = -sc^3 / (2 tau^2), d |u|^2 / d delta[i]_t = 2 |ak[i]_t|^2 delta[i]_t and
+   d |u|^2 / d ak[i]_t = 2 |delta[i]_t|^2 ak[i]_t. theta [n] (stride gstride) is the unbounded step. */
+static void titans__mem_bound_steps_backward(const titans__mem_dims *m, titans__mem_work *wk, const float *theta,
+                                             size_t gstride, size_t n) {
+  if (!(m->tau > 0.0f)) return;
+  for (size_t t = 0; t < n; t++) {
+    float sc = wk->sc[t], g = wk->dth[t];
+    float dsq = g * theta[t * gstride] * (-0.5f * sc * sc * sc / (m->tau * m->tau)); /* d loss / d |u_t|^2 */
+    wk->dth[t] = g * sc;
+    for (size_t i = 0; i < m->L; i++) {
+      size_t no = m->n[i + 1], ni = m->n[i];
+      const float *de = wk->delta[i] + t * no, *a = wk->ak[i] + t * ni;
+      float a2 = titans__dot(a, a, ni), d2 = titans__dot(de, de, no);
+      titans__axpy(wk->ddelta[i] + t * no, 2.0f * dsq * a2, de, no);
+      titans__axpy(wk->dak[i] + t * ni, 2.0f * dsq * d2, a, ni);
+    }
+  }
+}
+
 /* One piece of n <= b tokens of one head, from a running state (W, S) inside a chunk whose inner
    gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a chunk start).
    q, k, v [n, ld] (head slice at column 0), gates theta, eta, alpha [n] with stride gstride.
@@ -3610,7 +3666,6 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
   titans__copy_rows(wk->ak[0], k, n, dh, ld);
   titans__copy_rows(wk->aq[0], q, n, dh, ld);
   titans__copy_rows(wk->vv, v, n, dh, ld);
-  titans__mem_coeffs(wk->cA, wk->cB, wk->cE, wk->cC, wk->cD, wk->th, wk->et, wk->al, n);
 
   /* Key path through the chunk-start weights: zk[i] = ak[i] Wg_i^T, ak[i+1] = SiLU(zk[i]). */
   for (size_t i = 0; i < L; i++) {
@@ -3630,6 +3685,8 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
                 wk->gk[i], wi);
     for (size_t j = 0; j < n * wi; j++) wk->delta[i][j] = wk->gk[i][j] * titans__silu_d1(wk->zk[i][j], wk->sk[i][j]);
   }
+  titans__mem_bound_steps(m, wk, n);
+  titans__mem_coeffs(wk->cA, wk->cB, wk->cE, wk->cC, wk->cD, wk->th, wk->et, wk->al, n);
 
   /* Query path through the per-token weights W_t = A_t W + B_t S - sum_i C_{t,i} u_i:
      zq[i] = diag(A) aq[i] W_i^T + diag(B) aq[i] S_i^T - (C o (aq[i] ak[i]^T)) delta[i]. */
@@ -3765,6 +3822,12 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
     }
   }
 
+  /* Gates through the coefficients (complete here: the key path below reads no coefficient), then the
+     surprise bound, whose scale depends on the key path's errors and activations. */
+  titans__mem_coeffs_backward(wk->dth, wk->det, wk->dal, wk->dA, wk->dB, wk->dE, wk->dC, wk->dD, wk->cA, wk->cB,
+                              wk->cE, wk->cC, wk->cD, wk->et, wk->al, n);
+  titans__mem_bound_steps_backward(m, wk, theta, gstride, n);
+
   /* Key path, the error recursion first: delta[i] = gk[i] o SiLU'(zk[i]), gk[i] = delta[i+1] W_{i+1}. */
   for (size_t i = 0; i + 1 < L; i++) {
     size_t no = m->n[i + 1], nn = m->n[i + 2], o1 = m->wofs[i + 1];
@@ -3794,9 +3857,6 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
       for (size_t j = 0; j < n * ni; j++) wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j], wk->sk[i - 1][j]);
   }
 
-  /* Gates through the coefficients. */
-  titans__mem_coeffs_backward(wk->dth, wk->det, wk->dal, wk->dA, wk->dB, wk->dE, wk->dC, wk->dD, wk->cA, wk->cB,
-                              wk->cE, wk->cC, wk->cD, wk->et, wk->al, n);
   for (size_t t = 0; t < n; t++) {
     dtheta[t * gstride] += wk->dth[t];
     deta[t * gstride] += wk->det[t];
@@ -8827,6 +8887,7 @@ typedef struct titans__ck_field {
   const char *key;
   int type;  /* TITANS__CK_* */
   void *ptr; /* int *, long *, float *, int * (block kind), titans__ck_fields * */
+  int optional; /* 1: a file without the key keeps the field at 0 (keys added after files were written) */
 } titans__ck_field;
 
 typedef struct titans__ck_fields {
@@ -8839,7 +8900,15 @@ static void titans__ck_add(titans__ck_fields *fs, const char *key, int type, voi
   fs->f[fs->n].key = key;
   fs->f[fs->n].type = type;
   fs->f[fs->n].ptr = ptr;
+  fs->f[fs->n].optional = 0;
   fs->n++;
+}
+
+/* A key that files of earlier versions do not have: when it is missing the field stays 0, which must
+   mean what those files meant. */
+static void titans__ck_add_optional(titans__ck_fields *fs, const char *key, int type, void *ptr) {
+  titans__ck_add(fs, key, type, ptr);
+  fs->f[fs->n - 1].optional = 1;
 }
 
 /* The one list of a titans_config's fields, in the order they are written. */
@@ -8866,6 +8935,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add(mem, "conv_width", TITANS__CK_INT, &c->mem.conv_width);
   titans__ck_add(mem, "residual", TITANS__CK_INT, &c->mem.residual);
   titans__ck_add(mem, "theta_max", TITANS__CK_FLOAT, &c->mem.theta_max);
+  titans__ck_add_optional(mem, "surprise_bound", TITANS__CK_FLOAT, &c->mem.surprise_bound); /* 0: unbounded */
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {
@@ -9025,7 +9095,8 @@ static int titans__ck_object(titans__ck_json *j, const titans__ck_fields *fs, in
       return titans__ck_fail(j, "expected ',' or '}'");
     }
   for (int i = 0; i < fs->n; i++)
-    if (!seen[i]) return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: key \"%s\" is missing", fs->f[i].key);
+    if (!seen[i] && !fs->f[i].optional)
+      return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: key \"%s\" is missing", fs->f[i].key);
   return TITANS_OK;
 }
 

@@ -704,7 +704,7 @@ typedef struct train_opts {
   long data_max; /* the most bytes --data reads */
   int block, d, layers, heads, mem_heads, mem_depth, chunk, segment, window, persist, ffn;
   long seq, batch, steps, warmup, val_every, val_batches, save_every, log_every, sample_len, stop_at;
-  double lr, temperature, theta_max;
+  double lr, temperature, theta_max, surprise_bound; /* surprise_bound < 0: the library's default */
   uint64_t seed;
   int resume, threads;
   int task;                      /* LONGCTX_PASSKEY or LONGCTX_PROSE; -1: plain text only */
@@ -730,6 +730,7 @@ static void help_train(void) {
          "                      mac, mal: 4; the baselines: 0)\n"
          "  --ffn N             FFN hidden width (4 d)\n"
          "  --theta-max X       upper bound of the memory's inner learning rate (0.005)\n"
+         "  --surprise-bound X  bound tau on each token's inner gradient norm (0: unbounded; library default)\n"
          "  --seq T             tokens per training sequence (128)\n"
          "  --batch B           sequences per step (16)\n"
          "  --steps N           optimizer steps (500)\n"
@@ -782,6 +783,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
      step 210 of tiny Shakespeare with theta_max 0.01), while depth 1 trained stably on both. */
   o->mem_depth = 1;
   o->doc_len = -1;     /* 4096 when the training split holds two such documents, else off */
+  o->surprise_bound = -1; /* the library's default */
   o->alpha_init = 0.01; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
   o->chunk = 16;
   o->segment = 64;
@@ -822,6 +824,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--persist")) o->persist = (int)arg_long(&a, s, 0, 4096);
     else if (!strcmp(s, "--ffn")) o->ffn = (int)arg_long(&a, s, 1, 1 << 20);
     else if (!strcmp(s, "--theta-max")) o->theta_max = arg_double(&a, s, 1e-9, 100.0);
+    else if (!strcmp(s, "--surprise-bound")) o->surprise_bound = arg_double(&a, s, 0.0, 1e6);
     else if (!strcmp(s, "--seq")) o->seq = arg_long(&a, s, 1, 1 << 20);
     else if (!strcmp(s, "--batch")) o->batch = arg_long(&a, s, 1, 1 << 16);
     else if (!strcmp(s, "--steps")) o->steps = arg_long(&a, s, 1, 1L << 30);
@@ -892,6 +895,7 @@ static titans_config train_config_of(const train_opts *o) {
   c.mem.depth = o->mem_depth;
   c.mem.chunk = o->chunk;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
+  if (o->surprise_bound >= 0) c.mem.surprise_bound = (float)o->surprise_bound;
   /* MAG's persistent tokens fill one memory chunk, so that it can read long stretches (streams need
      them to be a multiple of the chunk) */
   if (o->persist < 0 && o->block == TITANS_BLOCK_MAG) c.n_persist = c.mem.chunk;
@@ -2059,9 +2063,10 @@ static void info_model(titans_st_reader *r, const char *path) {
   if (c->block == TITANS_BLOCK_MAC) printf(", segment %d", c->segment);
   printf(", %d persistent tokens, FFN %d, %s embedding\n", c->n_persist, c->ffn_hidden, c->tied ? "tied" : "untied");
   if (c->block >= TITANS_BLOCK_MAC)
-    printf("memory: %d heads of %d, depth %d%s, chunk %d, conv %d, theta_max %g\n", c->mem.heads, c->mem.head_dim,
-           c->mem.depth, c->mem.depth == 1 ? " (a matrix memory)" : "", c->mem.chunk, c->mem.conv_width,
-           (double)c->mem.theta_max);
+    printf("memory: %d heads of %d, depth %d%s, chunk %d, conv %d, theta_max %g, surprise bound %g%s\n", c->mem.heads,
+           c->mem.head_dim, c->mem.depth, c->mem.depth == 1 ? " (a matrix memory)" : "", c->mem.chunk,
+           c->mem.conv_width, (double)c->mem.theta_max, (double)c->mem.surprise_bound,
+           c->mem.surprise_bound > 0 ? "" : " (off)");
   printf("config: %s\n", titans_st_meta(r, "config"));
   if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));
 

@@ -134,6 +134,11 @@ static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T
         const double *v = vec + (2 * T + t) * dm + h * dh;
         double th = gates[(0 * T + t) * H + h], et = gates[(1 * T + t) * H + h], al = gates[(2 * T + t) * H + h];
         ref_inner_grad(m, rm->cfg.residual, Wc, k, v, u);
+        if (rm->cfg.surprise_bound > 0) { /* theta_t u_t -> theta_t u_t / sqrt(1 + |u_t|^2 / tau^2) */
+          double usq = 0, tau = rm->cfg.surprise_bound;
+          for (size_t j = 0; j < hs; j++) usq += u[j] * u[j];
+          th /= sqrt(1.0 + usq / (tau * tau));
+        }
         for (size_t j = 0; j < hs; j++) {
           S[j] = et * S[j] - th * u[j];
           W[j] = (1.0 - al) * W[j] + S[j];
@@ -182,7 +187,13 @@ typedef struct fixture {
 static titans_mem_config make_cfg(int d, int H, int dh, int L, int e, int b, int K, int res, float theta_max) {
   titans_mem_config c;
   c.d = d; c.heads = H; c.head_dim = dh; c.depth = L; c.hidden_mult = e; c.chunk = b; c.conv_width = K;
-  c.residual = res; c.theta_max = theta_max;
+  c.residual = res; c.theta_max = theta_max; c.surprise_bound = 0.0f;
+  return c;
+}
+
+/* cfg with the surprise bound tau (docs/model.md 1.4) */
+static titans_mem_config bounded(titans_mem_config c, float tau) {
+  c.surprise_bound = tau;
   return c;
 }
 
@@ -247,7 +258,8 @@ static double rel_to_max(const float *a, const double *b, size_t n) {
 }
 
 static void cfg_label(char *buf, size_t n, const titans_mem_config *c, size_t T) {
-  snprintf(buf, n, "L=%d b=%d K=%d res=%d H=%d dh=%d T=%zu", c->depth, c->chunk, c->conv_width, c->residual, c->heads,
+  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu", c->depth, c->chunk, c->conv_width, c->residual,
+           (double)c->surprise_bound, c->heads,
            c->head_dim, T);
 }
 
@@ -277,6 +289,37 @@ static void test_chunked_vs_recurrence(titans_mem_config cfg, size_t B, size_t T
   free(x); free(ro); free(rw); free(rs);
   titans_free(out);
   titans_mem_state_free(&st);
+  fixture_free(&f);
+}
+
+/* The bound is exercised: with tau = cfg's the outputs differ from the unbounded layer's (so the
+   comparisons above test it), and with a tau far above every |u_t| they equal them. */
+static void test_bound_acts(titans_mem_config cfg) {
+  size_t B = 2, T = 23;
+  fixture f;
+  fixture_init(&f, cfg, B, T, 77);
+  size_t n = B * T * (size_t)cfg.d;
+  float *o[3];
+  float taus[3] = {cfg.surprise_bound, 0.0f, 1e9f};
+  for (int i = 0; i < 3; i++) {
+    titans_mem_config c = bounded(cfg, taus[i]);
+    titans_mem_state st;
+    titans_mem_state_init(&st, &c, B);
+    titans_mem_state_reset(&st, &f.w);
+    o[i] = titans_alloc_floats(n);
+    titans_mem_forward(&c, &f.w, &st, o[i], f.x, T, NULL);
+    titans_mem_state_free(&st);
+  }
+  double diff = 0, same = 0, mx = 0;
+  for (size_t j = 0; j < n; j++) {
+    diff = fmax(diff, fabs((double)o[0][j] - o[1][j]));
+    same = fmax(same, fabs((double)o[2][j] - o[1][j]));
+    mx = fmax(mx, fabs((double)o[1][j]));
+  }
+  th_check(diff > 0.05 * mx, "surprise bound tau=%g changes the outputs by %.3g of their max %.3g",
+           (double)cfg.surprise_bound, diff / mx, mx);
+  th_close("surprise bound tau=1e9 vs none (relative to the max output)", same / mx, 1e-6);
+  for (int i = 0; i < 3; i++) titans_free(o[i]);
   fixture_free(&f);
 }
 
@@ -687,11 +730,19 @@ int main(void) {
   test_chunked_vs_recurrence(make_cfg(8, 2, 4, 2, 2, 4, 0, 0, 0.5f), 2, 23);
   test_chunked_vs_recurrence(make_cfg(8, 2, 4, 2, 2, 4, 0, 1, 0.25f), 2, 23);
   test_chunked_vs_recurrence(make_cfg(16, 2, 8, 2, 4, 16, 4, 0, 0.5f), 1, 64);
+  /* the surprise bound, at a tau small enough that it scales most steps (test_bound_acts checks that) */
+  for (int ci = 0; ci < 4; ci++)
+    for (int L = 1; L <= 3; L++)
+      test_chunked_vs_recurrence(bounded(make_cfg(8, 2, 4, L, 2, chunks[ci], 4, L == 3, 0.5f), 0.5f), 2, 23);
+  test_bound_acts(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f));
 
   printf("memory layer: gradients vs central differences of the double reference (h = 1e-5)\n");
   test_gradients(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7);
   test_gradients(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 2, 9);
   test_gradients(make_cfg(8, 2, 4, 3, 2, 2, 0, 1, 0.5f), 1, 7);
+  test_gradients(bounded(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 0.5f), 2, 7);
+  test_gradients(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f), 2, 9);
+  test_gradients(bounded(make_cfg(8, 2, 4, 3, 2, 2, 0, 1, 0.5f), 0.5f), 1, 7);
 
   printf("memory layer: golden values of the PyTorch reference (tests/ref)\n");
   test_golden("tests/ref/memory_golden.bin");
@@ -699,11 +750,13 @@ int main(void) {
   printf("memory layer: streaming, causality, threads, state\n");
   test_streaming(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f));
   test_streaming(make_cfg(8, 2, 4, 1, 2, 16, 3, 1, 0.25f));
+  test_streaming(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f));
   test_causality(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
   test_causality(make_cfg(8, 2, 4, 3, 2, 16, 0, 1, 0.5f));
   test_threads_and_state(make_cfg(16, 4, 4, 2, 2, 8, 4, 0, 0.25f));
   test_chained_backward(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 8, 13);
   test_chained_backward(make_cfg(8, 2, 4, 1, 2, 2, 3, 1, 0.25f), 2, 1);
+  test_chained_backward(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f), 8, 13);
   test_bad_input();
   test_long_run_finite();
   return th_summary("test_memory");
