@@ -399,9 +399,11 @@ static void test_golden(const char *path) {
   int ncases = nc ? (int)nc->data[0] : 0;
   th_check(ncases > 0, "golden file has %d cases", ncases);
   for (int c = 0; c < ncases; c++) {
-    const float *cf = golden_findf(&g, "case%d.config", c)->data;
+    const golden_tensor *gc = golden_findf(&g, "case%d.config", c);
+    const float *cf = gc->data;
     titans_mem_config cfg = make_cfg((int)cf[0], (int)cf[1], (int)cf[2], (int)cf[3], (int)cf[4], (int)cf[5], (int)cf[6],
                                      (int)cf[7], cf[8]);
+    if (gc->count > 11) cfg.surprise_bound = cf[11]; /* tau, the surprise bound (12-field files) */
     size_t B = (size_t)cf[9], T = (size_t)cf[10], n = B * T * (size_t)cfg.d;
     size_t total = titans_mem_param_count(&cfg), np;
     titans_param list[32];

@@ -22,7 +22,18 @@ torch.set_default_dtype(torch.float64)
 DT = torch.float64
 EPS = 1e-6  # L2Norm and RMSNorm epsilon (docs/model.md section 0)
 
-CONFIG_FIELDS = ["d", "H", "d_h", "L_M", "e", "b", "K_c", "residual", "theta_max", "B", "T"]
+# tau (the surprise bound, docs/model.md 1.4; 0 = off) is last, so files of the 11-field layout still read
+CONFIG_FIELDS = ["d", "H", "d_h", "L_M", "e", "b", "K_c", "residual", "theta_max", "B", "T", "tau"]
+
+
+def bounded_step(cfg, theta_t, u):
+    """The surprise bound: theta_t [B, H] times 1 / sqrt(1 + |u_t|^2 / tau^2), |u_t|^2 summed over every
+    layer of the head (u: a list of [B, H, n_out, n_in]). tau = 0 leaves theta_t as it is."""
+    tau = cfg.get("tau", 0.0)
+    if tau <= 0:
+        return theta_t
+    usq = sum((ul ** 2).sum((-1, -2)) for ul in u)
+    return theta_t / torch.sqrt(1.0 + usq / tau ** 2)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -115,7 +126,7 @@ def memory_layer(cfg, p, x, second_order=True, debug=None):
         if not second_order:
             u = [ul.detach() for ul in u]
         et = eta[:, t, :, None, None]
-        th = theta[:, t, :, None, None]
+        th = bounded_step(cfg, theta[:, t], u)[:, :, None, None]
         al = alpha[:, t, :, None, None]
         S = [et * S[l] - th * u[l] for l in range(L)]
         W = [(1.0 - al) * W[l] + S[l] for l in range(L)]
@@ -142,7 +153,8 @@ def online_gd(cfg, p, x):
     for t in range(T):
         loss = ((mem_apply(k[:, t], W, res) - v[:, t]) ** 2).sum()
         g = torch.autograd.grad(loss, W, create_graph=True)
-        S = [eta[:, t, :, None, None] * S[l] - theta[:, t, :, None, None] * g[l] for l in range(L)]
+        th = bounded_step(cfg, theta[:, t], g)[:, :, None, None]
+        S = [eta[:, t, :, None, None] * S[l] - th * g[l] for l in range(L)]
         W = [(1 - alpha[:, t, :, None, None]) * W[l] + S[l] for l in range(L)]
         ys.append(mem_apply(q[:, t], W, res))
     return torch.stack(ys, 1), W, S
@@ -172,12 +184,6 @@ def chunked_form(cfg, p, x):
         Av = [prod(om, -1, t) for t in range(n)]
         Ev = [prod(et, -1, t) for t in range(n)]
         Bv = [sum(prod(om, s, t) * Ev[s] for s in range(t + 1)) for t in range(n)]
-        C = torch.zeros(B, n, n, th.shape[2])
-        D = torch.zeros(B, n, n, th.shape[2])
-        for t in range(n):
-            for i in range(t + 1):
-                D[:, t, i] = th[:, i] * prod(et, i, t)
-                C[:, t, i] = th[:, i] * sum(prod(om, s, t) * prod(et, i, s) for s in range(i, t + 1))
         # keys through W0: activations A_l [B, H, n, n_l] and deltas
         kk = k[:, c0:c0 + n].transpose(1, 2)  # [B, H, n, d_h]
         vv = v[:, c0:c0 + n].transpose(1, 2)
@@ -192,6 +198,15 @@ def chunked_form(cfg, p, x):
         for l in range(L - 1, 0, -1):
             sg = torch.sigmoid(zs[l - 1])
             delta[l - 1] = (delta[l] @ W0[l]) * (sg * (1 + zs[l - 1] * (1 - sg)))
+        if cfg.get("tau", 0.0) > 0:  # the bound: |u_i|^2 = sum_l |delta_l[i]|^2 |A_l[i]|^2, no outer product formed
+            usq = sum((delta[l] ** 2).sum(-1) * (acts[l] ** 2).sum(-1) for l in range(L))  # [B, H, n]
+            th = th / torch.sqrt(1.0 + usq.transpose(1, 2) / cfg["tau"] ** 2)
+        C = torch.zeros(B, n, n, th.shape[2])
+        D = torch.zeros(B, n, n, th.shape[2])
+        for t in range(n):
+            for i in range(t + 1):
+                D[:, t, i] = th[:, i] * prod(et, i, t)
+                C[:, t, i] = th[:, i] * sum(prod(om, s, t) * prod(et, i, s) for s in range(i, t + 1))
         Cm = C.permute(0, 3, 1, 2)  # [B, H, n, n]
         Dm = D.permute(0, 3, 1, 2)
         A_ = torch.stack(Av, 1).transpose(1, 2)[..., None]  # [B, H, n, 1]
@@ -282,6 +297,10 @@ CASES = [
     dict(d=12, H=3, d_h=4, L_M=2, e=2, b=1, K_c=4, residual=1, theta_max=0.5, B=2, T=11),
     # d_m = 12 != d = 8, conv width 2, one partial chunk (b > T)
     dict(d=8, H=2, d_h=6, L_M=2, e=2, b=16, K_c=2, residual=0, theta_max=0.5, B=2, T=11),
+    # the surprise bound (tau dyadic too), small enough to scale most steps
+    dict(d=8, H=2, d_h=4, L_M=2, e=2, b=4, K_c=4, residual=0, theta_max=0.5, B=2, T=11, tau=0.5),
+    dict(d=8, H=2, d_h=4, L_M=1, e=2, b=1, K_c=4, residual=0, theta_max=0.5, B=2, T=11, tau=0.25),
+    dict(d=8, H=2, d_h=4, L_M=3, e=2, b=3, K_c=0, residual=1, theta_max=0.5, B=2, T=11, tau=0.5),
 ]
 
 
@@ -404,7 +423,7 @@ def main():
         p, x, dout = make_case(i, cfg)
         o, W, S, g, dbg = run_case(cfg, p, x, dout)
         th, et, al = dbg["theta"], dbg["eta"], dbg["alpha"]
-        print("case%d: %s" % (i, " ".join("%s=%s" % (k, cfg[k]) for k in CONFIG_FIELDS)))
+        print("case%d: %s" % (i, " ".join("%s=%s" % (k, cfg.get(k, 0)) for k in CONFIG_FIELDS)))
         print("  |out| max %.3f  rms %.3f;  theta %.3f..%.3f  eta %.3f..%.3f  alpha %.3f..%.3f"
               % (o.abs().max(), o.pow(2).mean().sqrt(), th.min(), th.max(), et.min(), et.max(),
                  al.min(), al.max()))
@@ -455,7 +474,7 @@ def main():
               % (maxdiff(o32.detach().to(DT), o), rel))
 
         pre = "case%d." % i
-        records.append((pre + "config", np.array([cfg[k] for k in CONFIG_FIELDS], dtype=np.float32)))
+        records.append((pre + "config", np.array([cfg.get(k, 0.0) for k in CONFIG_FIELDS], dtype=np.float32)))
         records.append((pre + "x", x.numpy()))
         for name, _ in param_shapes(cfg):
             records.append((pre + name, p[name].numpy()))
