@@ -103,6 +103,7 @@ static void test_json(void) {
   for (int k = 0; k < NKINDS; k++) {
     titans_config c = tiny_config(kinds[k]), back;
     c.mem.theta_max = 0.0123456789f;
+    c.mem.surprise_bound = 0.75f;
     memset(&back, 0, sizeof back);
     if (titans_config_to_json(&c, json, sizeof json) || titans_config_from_json(&back, json, err)) {
       ok = 0;
@@ -111,14 +112,28 @@ static void test_json(void) {
     }
     char again[1024];
     titans_config_to_json(&back, again, sizeof again);
-    ok &= strcmp(json, again) == 0 && back.mem.theta_max == c.mem.theta_max && back.block == c.block &&
+    ok &= strcmp(json, again) == 0 && back.mem.theta_max == c.mem.theta_max &&
+          back.mem.surprise_bound == c.mem.surprise_bound && back.block == c.block &&
           back.tied == c.tied && back.segment == c.segment && back.mem.chunk == c.mem.chunk;
   }
   th_check(ok, "config -> JSON -> config is the identity for every kind, e.g. %s", json);
 
   titans_config def = titans_config_default(TITANS_BLOCK_MAC, 256, 128, 2);
   titans_config_to_json(&def, json, sizeof json);
-  th_check(strstr(json, "\"block\":\"mac\"") && strstr(json, "\"theta_max\":0.005}"), "floats in the shortest form: %s", json);
+  th_check(strstr(json, "\"block\":\"mac\"") && strstr(json, "\"theta_max\":0.005,"), "floats in the shortest form: %s", json);
+  {
+    /* a file written before the surprise bound existed has no such key: it loads with the bound off */
+    char old[1024];
+    titans_config back;
+    def.mem.surprise_bound = 0.0f;
+    titans_config_to_json(&def, json, sizeof json);
+    const char *key = strstr(json, ",\"surprise_bound\":0}");
+    size_t at = key ? (size_t)(key - json) : 0;
+    snprintf(old, sizeof old, "%.*s}}", (int)at, json);
+    int rc = key ? titans_config_from_json(&back, old, err) : -1;
+    th_check(rc == 0 && back.mem.surprise_bound == 0.0f && back.mem.theta_max == def.mem.theta_max,
+             "a config without \"surprise_bound\" (older files) loads with the bound off: %s", key ? old : json);
+  }
   th_check(titans_config_to_json(&def, json, 40) == TITANS_ERR_ARG && json[0] == 0, "a too small buffer is refused");
 
   /* floats of every magnitude round-trip exactly through the train config */
@@ -155,8 +170,9 @@ static void test_json(void) {
       {"reserved block", "\"mac\"", "\"lm2\""},
       {"out-of-range d", "\"d\":128", "\"d\":1000000"},
       {"negative layers", "\"n_layers\":2", "\"n_layers\":-2"},
-      {"theta_max overflow", "0.005}", "1e39}"},
-      {"zero theta_max", "0.005}", "0}"},
+      {"theta_max overflow", "0.005,", "1e39,"},
+      {"negative surprise_bound", "\"surprise_bound\":0}", "\"surprise_bound\":-1}"},
+      {"zero theta_max", "0.005,", "0,"},
       {"trailing text", "}}", "}} x"},
       {"leading zero", "\"vocab\":256", "\"vocab\":0256"},
       {"escape in a key", "\"vocab\"", "\"voc\\u0061b\""},
