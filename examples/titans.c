@@ -713,6 +713,7 @@ typedef struct train_opts {
   long doc_len;                  /* > 0: each row reads documents of doc_len tokens window by window (streams) */
   int answer_loss;               /* --task: the loss sees only the answers */
   double theta_init, eta_init, alpha_init; /* where the memory's gates start (0: the library's) */
+  double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
 } train_opts;
 
 static void help_train(void) {
@@ -755,6 +756,7 @@ static void help_train(void) {
          "                      such stretches; 0 = off: every window starts afresh)\n"
          "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
          "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.01)\n"
+         "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
          "Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
@@ -784,6 +786,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->mem_depth = 1;
   o->doc_len = -1;     /* 4096 when the training split holds two such documents, else off */
   o->surprise_bound = -1; /* the library's default */
+  o->w0_scale = 1.0;
   o->alpha_init = 0.01; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
   o->chunk = 16;
   o->segment = 64;
@@ -849,6 +852,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init")) o->theta_init = arg_double(&a, s, 1e-6, 0.999999);
+    else if (!strcmp(s, "--w0-scale")) o->w0_scale = arg_double(&a, s, 1e-6, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
     else if (!strcmp(s, "--alpha-init")) o->alpha_init = arg_double(&a, s, 1e-9, 0.999999);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
@@ -1013,6 +1017,21 @@ static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const trai
   free(meta);
 }
 
+/* Scales every memory layer's initial weights w0 (--w0-scale): a smaller w0 leaves less of the
+   initial map in what a fresh memory returns, so what the memory wrote stands out sooner. */
+static void scale_memory_init(titans_model *model, float scale) {
+  const titans_config *c = &model->cfg;
+  if (scale == 1.0f) return;
+  for (int l = 0; l < c->n_layers; l++)
+    for (int i = 0; i < c->mem.depth; i++) {
+      float *w0 = model->w.layers[l].mem.w0[i]; /* [H, n_{i+1}, n_i]; NULL without a memory */
+      if (!w0) continue;
+      size_t n_in = (size_t)(i == 0 ? c->mem.head_dim : c->mem.head_dim * c->mem.hidden_mult);
+      size_t n_out = (size_t)(i + 1 == c->mem.depth ? c->mem.head_dim : c->mem.head_dim * c->mem.hidden_mult);
+      for (size_t j = 0; j < (size_t)c->mem.heads * n_in * n_out; j++) w0[j] *= scale;
+    }
+}
+
 static int cmd_train(int argc, char **argv) {
   train_opts o;
   parse_train(argc, argv, &o);
@@ -1081,6 +1100,7 @@ static int cmd_train(int argc, char **argv) {
     if (titans_model_init(&model, &cfg) != TITANS_OK) fail("%s", model.error);
     titans_model_init_weights(&model, o.seed);
     titans_model_set_gates(&model, (float)o.theta_init, (float)o.eta_init, (float)o.alpha_init);
+    scale_memory_init(&model, (float)o.w0_scale);
     titans_train_config tc = titans_train_config_default();
     tc.lr = (float)o.lr;
     tc.min_lr = (float)o.lr / 10;
