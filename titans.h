@@ -263,11 +263,12 @@ typedef struct titans_mem_config {
 } titans_mem_config;
 
 /* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
-   theta_max = 0.005. A chunk applies b inner gradients taken at one point, and momentum carries them
-   on: with keys that point the same way (as in real text) one chunk moves the memory by about
-   2 theta sum_{i<=b} sum_{j<=i} eta^(i-j) times its error, 2 theta 87 at b = 16, eta = 0.9, which must
-   stay below 1 (docs/memory.md section 5). At theta_max = 0.02 the default MAG model of the bench
-   diverged in its first step. Lower theta_max for larger chunks. */
+   theta_max = 0.1, surprise_bound = 1. A chunk applies b inner gradients taken at one point and momentum
+   carries them on, so with aligned keys one chunk moves the memory by about 2 theta 87 times its error
+   at b = 16, eta = 0.9 (docs/memory.md section 5): unbounded, a deep memory diverged above theta_max
+   0.005. The surprise bound caps each token's step at theta_t tau instead, and with it theta_max 0.1
+   trained best on tiny Shakespeare (docs/long_context.md, the stability map). With surprise_bound = 0
+   (the paper's unbounded step) use theta_max <= 0.005. */
 TITANSDEF titans_mem_config titans_mem_config_default(int d);
 /* TITANS_OK, or TITANS_ERR_ARG with a message in err (TITANS_ERR_MSG_SIZE bytes, may be NULL). */
 TITANSDEF int titans_mem_config_check(const titans_mem_config *cfg, char *err);
@@ -3276,8 +3277,8 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.chunk = 16;
   c.conv_width = 4;
   c.residual = 0;
-  c.theta_max = 0.005f;
-  c.surprise_bound = 0.0f;
+  c.theta_max = 0.1f;
+  c.surprise_bound = 1.0f;
   return c;
 }
 

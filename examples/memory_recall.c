@@ -100,6 +100,7 @@ static void memory_init(memory *mem, int depth) {
   mem->cfg.chunk = CHUNK;
   mem->cfg.conv_width = 0;
   mem->cfg.residual = 0;
+  mem->cfg.surprise_bound = 0.0f; /* the paper's unbounded step: the table measures what a memory holds */
   mem->params = titans_alloc_floats(titans_mem_param_count(&mem->cfg));
   if (!mem->params) fail("memory", TITANS_ERR_NOMEM, "cannot allocate the parameters");
   titans_mem_weights_bind(&mem->w, &mem->cfg, mem->params);

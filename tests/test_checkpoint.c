@@ -120,13 +120,13 @@ static void test_json(void) {
 
   titans_config def = titans_config_default(TITANS_BLOCK_MAC, 256, 128, 2);
   titans_config_to_json(&def, json, sizeof json);
-  th_check(strstr(json, "\"block\":\"mac\"") && strstr(json, "\"theta_max\":0.005,"), "floats in the shortest form: %s", json);
+  th_check(strstr(json, "\"block\":\"mac\"") && strstr(json, "\"theta_max\":0.1,"), "floats in the shortest form: %s", json);
   {
     /* a file written before the surprise bound existed has no such key: it loads with the bound off */
     char old[1024];
-    titans_config back;
-    def.mem.surprise_bound = 0.0f;
-    titans_config_to_json(&def, json, sizeof json);
+    titans_config back, unbounded = def;
+    unbounded.mem.surprise_bound = 0.0f;
+    titans_config_to_json(&unbounded, json, sizeof json);
     const char *key = strstr(json, ",\"surprise_bound\":0}");
     size_t at = key ? (size_t)(key - json) : 0;
     snprintf(old, sizeof old, "%.*s}}", (int)at, json);
@@ -170,9 +170,9 @@ static void test_json(void) {
       {"reserved block", "\"mac\"", "\"lm2\""},
       {"out-of-range d", "\"d\":128", "\"d\":1000000"},
       {"negative layers", "\"n_layers\":2", "\"n_layers\":-2"},
-      {"theta_max overflow", "0.005,", "1e39,"},
-      {"negative surprise_bound", "\"surprise_bound\":0}", "\"surprise_bound\":-1}"},
-      {"zero theta_max", "0.005,", "0,"},
+      {"theta_max overflow", "\"theta_max\":0.1,", "\"theta_max\":1e39,"},
+      {"negative surprise_bound", "\"surprise_bound\":1}", "\"surprise_bound\":-1}"},
+      {"zero theta_max", "\"theta_max\":0.1,", "\"theta_max\":0,"},
       {"trailing text", "}}", "}} x"},
       {"leading zero", "\"vocab\":256", "\"vocab\":0256"},
       {"escape in a key", "\"vocab\"", "\"voc\\u0061b\""},
