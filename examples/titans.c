@@ -716,6 +716,7 @@ typedef struct train_opts {
   double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
   int conv_uniform;                        /* 1: the memory's conv taps start uniform (PyTorch's Conv1d default) */
   int key_shift;                           /* 1: the memory's key conv starts on the previous token */
+  double emb_scale;                        /* the token embeddings times this at initialisation (1) */
 } train_opts;
 
 static void help_train(void) {
@@ -761,6 +762,7 @@ static void help_train(void) {
          "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
          "  --conv-uniform      the memory's conv taps start uniform in +-1/sqrt(K) (default: near identity)\n"
          "  --key-shift         the memory's key conv starts on the previous token, its queries equal to its keys\n"
+         "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
          "Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
@@ -791,6 +793,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->doc_len = -1;     /* 4096 when the training split holds two such documents, else off */
   o->surprise_bound = -1; /* the library's default */
   o->w0_scale = 1.0;
+  o->emb_scale = 1.0;
   o->alpha_init = 0.01; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
   o->chunk = 16;
   o->segment = 64;
@@ -859,6 +862,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--w0-scale")) o->w0_scale = arg_double(&a, s, 1e-6, 1e3);
     else if (!strcmp(s, "--conv-uniform")) o->conv_uniform = 1;
     else if (!strcmp(s, "--key-shift")) o->key_shift = 1;
+    else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
     else if (!strcmp(s, "--alpha-init")) o->alpha_init = arg_double(&a, s, 1e-9, 0.999999);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
@@ -1144,6 +1148,8 @@ static int cmd_train(int argc, char **argv) {
     scale_memory_init(&model, (float)o.w0_scale);
     if (o.conv_uniform) uniform_memory_convs(&model, o.seed);
     if (o.key_shift) shift_memory_keys(&model);
+    if (o.emb_scale != 1.0) /* tok_emb [V, d]: larger embeddings give a tied head sharp logits from the start */
+      for (size_t i = 0; i < (size_t)model.cfg.vocab * (size_t)model.cfg.d; i++) model.w.tok_emb[i] *= (float)o.emb_scale;
     titans_train_config tc = titans_train_config_default();
     tc.lr = (float)o.lr;
     tc.min_lr = (float)o.lr / 10;
