@@ -172,6 +172,11 @@ rc=$(run "$bin" info)
 check "  info without a file: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" train $tiny --block lmm --steps 1 --sample-len 0 --out lmm)
 check "LMM's summary line claims no attention heads (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '^model: lmm' out.txt && ! grep -q 'attention heads' out.txt"
+rc=$(run "$bin" train $tiny --block lmm --steps 1 --sample-len 0 --key-shift --emb-scale 10 --w0-scale 0.1 --out init1)
+rc2=$(run "$bin" train $tiny --block mac --steps 1 --sample-len 0 --conv-uniform --surprise-bound 0.5 --out init2)
+rc3=$(run "$bin" info --model init2/model.safetensors)
+check "the initialisation options train (--key-shift --emb-scale --w0-scale: rc=$rc; --conv-uniform --surprise-bound: rc=$rc2), and info shows the bound" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q 'surprise bound 0.5' out.txt"
 rc=$(run "$bin" --steps 1 --val-every 0 --sample-len 0 --out default1)
 count=$(sed -n 's/.* \([0-9]*\) parameters.*/\1/p' out.txt | awk '{ s = $1; r = ""; while (length(s) > 3) { r = "," substr(s, length(s) - 2) r; s = substr(s, 1, length(s) - 3) } print s r }')
 check "the README's parameter count of the default model is the program's ($count)" \
