@@ -727,8 +727,9 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path);
    A language model: tok_emb [V, d] -> n_layers blocks of one kind -> RMSNorm(norm_f) -> logits
    (tied: tok_emb h; untied: lm_head h). Every block is pre-norm with residuals:
        h = x + Mixer(RMSNorm(x; norm1)),   out = h + FFN(RMSNorm(h; norm2)),  FFN = SwiGLU
-   Mixers: ATTN (full causal attention), SWA (sliding window), MAC, MAG, MAL, LMM (docs/model.md 3.1 - 3.4);
-   LM2 is reserved for a later version.
+   Mixers: ATTN (full causal attention), SWA (sliding window), MAC, MAG, MAL, LMM (docs/model.md 3.1 - 3.4),
+   LM2 (sliding-window attention, then a bank of memory slots read every token and written every
+   segment; docs/model.md 4).
 
    Use:
        titans_config cfg = titans_config_default(TITANS_BLOCK_MAC, 256, 128, 4);
@@ -747,7 +748,7 @@ typedef enum titans_block_kind {
   TITANS_BLOCK_MAG = 3,  /* memory as gating */
   TITANS_BLOCK_MAL = 4,  /* memory as layer */
   TITANS_BLOCK_LMM = 5,  /* memory only */
-  TITANS_BLOCK_LM2 = 6,  /* reserved (docs/model.md section 4): not implemented in this version */
+  TITANS_BLOCK_LM2 = 6,  /* LM2: attention, then a bank of memory slots read and written per segment */
   TITANS_BLOCK_COUNT = 7
 } titans_block_kind;
 
@@ -764,20 +765,31 @@ typedef struct titans_config {
   int attn_heads;   /* H_a; d_a = d / H_a (even, for RoPE) */
   int ffn_hidden;   /* d_ff of the SwiGLU FFN */
   int window;       /* sliding window w (SWA, MAG, MAL) */
-  int segment;      /* C, MAC segment length (a multiple of mem.chunk) */
+  int segment;      /* C, MAC segment length (a multiple of mem.chunk); LM2: tokens between bank writes */
   int n_persist;    /* N_p persistent tokens per layer (any kind with attention; 0 = none) */
   int tied;         /* 1: logits use tok_emb; 0: a separate lm_head */
   int max_context;  /* ATTN sessions keep at most this many keys (then the oldest are dropped) */
   titans_mem_config mem; /* the memory layer (MAC, MAG, MAL, LMM); mem.d == d */
+  int lm2_slots;    /* N_s, the LM2 bank's slots (LM2 only; 0 for the other kinds) */
 } titans_config;
 
 /* Documented defaults for a kind, vocabulary and width: H_a = max(1, d / 64), d_ff = 4 d rounded to a
    multiple of 8 (2/3 of that for the SwiGLU's three matrices would also be reasonable; we keep 4 d as
-   simple), w = 64, C = 64, N_p = 4 for the memory kinds and 0 for the baselines, tied embeddings,
-   max_context = 4096, mem = titans_mem_config_default(d) with b = 16. */
+   simple), w = 64, C = 64, N_p = 4 for the memory kinds and 0 for the baselines and LM2, tied embeddings,
+   max_context = 4096, mem = titans_mem_config_default(d) with b = 16, and for LM2 N_s = 16 slots. */
 TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n_layers);
 /* TITANS_OK or TITANS_ERR_ARG with a message in err (may be NULL). */
 TITANSDEF int titans_config_check(const titans_config *cfg, char *err);
+
+/* The LM2 bank's parameters (docs/model.md section 4): names layers.{i}.lm2.* */
+typedef struct titans_lm2_weights {
+  float *m0;           /* [N_s, d] the bank at a sequence's start */
+  float *wq, *wk, *wv; /* [d, d] read: queries from the attention output E, keys and values from the bank */
+  float *w_out;        /* [d, d] output gate: E_next = E + sigma(E_mem w_out^T) * E_mem */
+  float *uq, *uk, *uv; /* [d, d] write: queries from the bank, keys and values from the segment's E */
+  float *w_in, *w_f;   /* [d, d] input and forget gates of the write */
+  float *b_f;          /* [d] forget-gate bias (starts the gate at 0.9) */
+} titans_lm2_weights;
 
 typedef struct titans_layer {
   float *norm1, *norm2;                         /* [d] */
@@ -785,6 +797,7 @@ typedef struct titans_layer {
   float *persist;                               /* [N_p, d] (NULL when N_p = 0) */
   float *gate_norm_y, *gate_norm_m;             /* [d] (MAC, MAG) */
   titans_mem_weights mem;                       /* (MAC, MAG, MAL, LMM) */
+  titans_lm2_weights lm2;                       /* (LM2) */
   float *ffn_w1, *ffn_w3;                       /* [d_ff, d] */
   float *ffn_w2;                                /* [d, d_ff] */
 } titans_layer;
@@ -6677,6 +6690,7 @@ typedef struct titans__kind {
   unsigned char gate;              /* 1: out = RMSNorm(y; gate.norm_y) * sigmoid(RMSNorm(m; gate.norm_m)) */
   unsigned char mem_reads_persist; /* 1: the memory reads the N_p persistent tokens before the text */
   unsigned char prefix_from_mem;   /* 1: attention's prefix rows are the memory's outputs for them (MAL) */
+  unsigned char bank;              /* 1: an LM2 bank (lm2.* parameters, a bank and a segment's rows to carry) */
   titans__forward_fn *forward;
   titans__backward_fn *backward;
   titans__step_fn *step;
@@ -6685,35 +6699,37 @@ typedef struct titans__kind {
 
 /* ATTN and SWA share the baseline's code: ATTN is SWA with an unbounded window. */
 static titans__forward_fn titans__baseline_forward, titans__mac_forward, titans__mag_forward, titans__mal_forward,
-    titans__lmm_forward;
+    titans__lmm_forward, titans__lm2_forward;
 static titans__backward_fn titans__baseline_backward, titans__mac_backward, titans__mag_backward, titans__mal_backward,
-    titans__lmm_backward;
-static titans__step_fn titans__baseline_step, titans__mac_step, titans__mag_step, titans__mal_step, titans__lmm_step;
+    titans__lmm_backward, titans__lm2_backward;
+static titans__step_fn titans__baseline_step, titans__mac_step, titans__mag_step, titans__mal_step, titans__lmm_step,
+    titans__lm2_step;
 static titans__stream_unit_fn titans__swa_stream_unit, titans__mac_stream_unit, titans__mag_stream_unit,
     titans__lmm_stream_unit;
 
 /* Indexed by titans_block_kind. */
 static const titans__kind titans__kinds[TITANS_BLOCK_COUNT] = {
-  /* name  keys                  mem gate reads_persist prefix_from_mem */
-  {"attn", TITANS__KEYS_ALL,     0,  0,   0,            0, titans__baseline_forward, titans__baseline_backward,
-   titans__baseline_step, NULL},
-  {"swa",  TITANS__KEYS_WINDOW,  0,  0,   0,            0, titans__baseline_forward, titans__baseline_backward,
-   titans__baseline_step, titans__swa_stream_unit},
-  {"mac",  TITANS__KEYS_SEGMENT, 1,  1,   0,            0, titans__mac_forward, titans__mac_backward, titans__mac_step,
-   titans__mac_stream_unit},
-  {"mag",  TITANS__KEYS_WINDOW,  1,  1,   1,            0, titans__mag_forward, titans__mag_backward, titans__mag_step,
-   titans__mag_stream_unit},
-  {"mal",  TITANS__KEYS_WINDOW,  1,  0,   1,            1, titans__mal_forward, titans__mal_backward, titans__mal_step,
-   NULL},
-  {"lmm",  TITANS__KEYS_NONE,    1,  0,   0,            0, titans__lmm_forward, titans__lmm_backward, titans__lmm_step,
-   titans__lmm_stream_unit},
-  /* reserved for a later version: titans_config_check refuses it, so no function is ever called */
-  {"lm2",  TITANS__KEYS_NONE,    0,  0,   0,            0, NULL, NULL, NULL, NULL},
+  /* name  keys                  mem gate reads_persist prefix_from_mem bank */
+  {"attn", TITANS__KEYS_ALL,     0,  0,   0,            0,              0, titans__baseline_forward,
+   titans__baseline_backward, titans__baseline_step, NULL},
+  {"swa",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              0, titans__baseline_forward,
+   titans__baseline_backward, titans__baseline_step, titans__swa_stream_unit},
+  {"mac",  TITANS__KEYS_SEGMENT, 1,  1,   0,            0,              0, titans__mac_forward, titans__mac_backward,
+   titans__mac_step, titans__mac_stream_unit},
+  {"mag",  TITANS__KEYS_WINDOW,  1,  1,   1,            0,              0, titans__mag_forward, titans__mag_backward,
+   titans__mag_step, titans__mag_stream_unit},
+  {"mal",  TITANS__KEYS_WINDOW,  1,  0,   1,            1,              0, titans__mal_forward, titans__mal_backward,
+   titans__mal_step, NULL},
+  {"lmm",  TITANS__KEYS_NONE,    1,  0,   0,            0,              0, titans__lmm_forward, titans__lmm_backward,
+   titans__lmm_step, titans__lmm_stream_unit},
+  /* LM2 does not stream in this version (a stream would have to carry the bank and the segment's rows) */
+  {"lm2",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              1, titans__lm2_forward, titans__lm2_backward,
+   titans__lm2_step, NULL},
 };
 
 /* The row of a kind; an all-zero row (no sublayer, no function) for a number outside the enum. */
 static const titans__kind *titans__kind_of(int kind) {
-  static const titans__kind none = {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL};
+  static const titans__kind none = {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL};
   return kind >= 0 && kind < TITANS_BLOCK_COUNT ? &titans__kinds[kind] : &none;
 }
 
@@ -6738,6 +6754,7 @@ TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n
   c.segment = 64;
   const titans__kind *k = titans__kind_of(block);
   c.n_persist = k->mem && k->keys != TITANS__KEYS_NONE ? 4 : 0; /* the memory kinds with attention */
+  c.lm2_slots = k->bank ? 16 : 0;
   c.tied = 1;
   c.max_context = 4096;
   c.mem = titans_mem_config_default(d);
@@ -6748,8 +6765,6 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   if (c->block < 0 || c->block >= TITANS_BLOCK_COUNT)
     return titans__error(err, TITANS_ERR_ARG, "config: unknown block kind %d", c->block);
   const titans__kind *k = &titans__kinds[c->block];
-  if (!k->forward) /* a reserved row of the table (LM2) */
-    return titans__error(err, TITANS_ERR_ARG, "config: the LM2 block is not implemented in this version");
   if (c->vocab < 1 || c->vocab > (1 << 24)) return titans__error(err, TITANS_ERR_ARG, "config: vocab = %d, want 1..2^24", c->vocab);
   if (c->d < 2 || c->d > 65536) return titans__error(err, TITANS_ERR_ARG, "config: d = %d, want 2..65536", c->d);
   if (c->n_layers < 1 || c->n_layers > 1024)
@@ -6778,6 +6793,14 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   if (k->keys == TITANS__KEYS_SEGMENT && (c->segment < 1 || c->segment > 1 << 16 || c->segment % c->mem.chunk != 0))
     return titans__error(err, TITANS_ERR_ARG, "config: segment = %d must be a multiple of the chunk %d (and <= 65536)",
                          c->segment, c->mem.chunk);
+  if (k->bank) {
+    if (c->segment < 1 || c->segment > 1 << 16)
+      return titans__error(err, TITANS_ERR_ARG, "config: segment = %d, want 1..65536", c->segment);
+    if (c->lm2_slots < 1 || c->lm2_slots > 1 << 16)
+      return titans__error(err, TITANS_ERR_ARG, "config: lm2_slots = %d, want 1..65536", c->lm2_slots);
+  } else if (c->lm2_slots != 0) {
+    return titans__error(err, TITANS_ERR_ARG, "config: lm2_slots = %d, but only an LM2 block has a bank", c->lm2_slots);
+  }
   return TITANS_OK;
 }
 
@@ -6826,6 +6849,20 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
       if (c->n_persist > 0) {
         TITANS__PARAM(L->persist, "persist", TITANS_PARAM_TOKENS, 2, (size_t)c->n_persist, d)
       }
+    }
+    if (k->bank) {
+      size_t Ns = (size_t)c->lm2_slots;
+      TITANS__PARAM(L->lm2.m0, "lm2.m0", TITANS_PARAM_TOKENS, 2, Ns, d)
+      TITANS__PARAM(L->lm2.wq, "lm2.wq", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.wk, "lm2.wk", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.wv, "lm2.wv", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.w_out, "lm2.w_out", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.uq, "lm2.uq", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.uk, "lm2.uk", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.uv, "lm2.uv", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.w_in, "lm2.w_in", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.w_f, "lm2.w_f", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->lm2.b_f, "lm2.b_f", TITANS_PARAM_BIAS, 1, d, 0)
     }
     if (k->gate) {
       TITANS__PARAM(L->gate_norm_y, "gate.norm_y", TITANS_PARAM_GAIN, 1, d, 0)
@@ -6899,6 +6936,17 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
 /* logit of p in (0, 1): the bias that makes sigma(bias) = p */
 static float titans__logit(float p) { return logf(p / (1.0f - p)); }
 
+/* The LM2 bank (docs/model.md 4): m0 normal(0, 1 / sqrt(d)), so a slot has about unit norm like a
+   normalised token; the matrices normal(0, 0.02) as every matrix; the forget gate's bias at logit(0.9),
+   so that at the start a write keeps 90% of the bank and adds a gated tanh(U). */
+static void titans__lm2_init(const titans_lm2_weights *w, const titans_config *c, titans_rng *rng) {
+  size_t d = (size_t)c->d;
+  titans__fill_normal(w->m0, (size_t)c->lm2_slots * d, 1.0f / sqrtf((float)d), rng);
+  float *mats[9] = {w->wq, w->wk, w->wv, w->w_out, w->uq, w->uk, w->uv, w->w_in, w->w_f};
+  for (int i = 0; i < 9; i++) titans__fill_normal(mats[i], d * d, 0.02f, rng);
+  titans__fill_const(w->b_f, d, titans__logit(0.9f));
+}
+
 TITANSDEF void titans_model_set_gates(titans_model *m, float theta_frac, float eta, float alpha) {
   const titans_config *c = &m->cfg;
   float start[3] = {theta_frac, eta, alpha};
@@ -6945,6 +6993,7 @@ TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed) {
       titans__fill_const(L->gate_norm_m, d, 1.0f);
     }
     if (titans__kind_of(c->block)->mem) titans_mem_weights_init(&L->mem, &c->mem, &rng, c->n_layers);
+    if (L->lm2.m0) titans__lm2_init(&L->lm2, c, &rng);
     titans__fill_normal(L->ffn_w1, ff * d, 0.02f, &rng);
     titans__fill_normal(L->ffn_w3, ff * d, 0.02f, &rng);
     titans__fill_normal(L->ffn_w2, d * ff, out_std, &rng);
@@ -7245,6 +7294,20 @@ typedef struct titans__mac_seg {
   titans__gate_save gate;
 } titans__mac_seg;
 
+/* LM2's saved activations of a forward over [B, T]: S = ceil(T / C) segments, the first S - 1 write. */
+typedef struct titans__lm2_save {
+  size_t nseg;           /* S */
+  float *q;              /* [B, T, d] read queries E wq^T */
+  float *a;              /* [B, T, N_s] read attention over the slots */
+  float *emem, *g;       /* [B, T, d] E_mem, sigma(E_mem w_out^T) */
+  float *ku, *vu;        /* [B, T, d] write keys E uk^T and values E uv^T */
+  float *bank;           /* [S, B, N_s, d] the bank at each segment's start (bank 0 = m0) */
+  float *kb, *vb;        /* [S, B, N_s, d] read keys and values of the bank */
+  float *qu;             /* [S - 1, B, N_s, d] write queries of the bank */
+  float *aw;             /* [S - 1, B, N_s, C] write attention over the segment */
+  float *u, *gi, *tu, *gf; /* [S - 1, B, N_s, d] U, sigma(U w_in^T), tanh(U), sigma(U w_f^T + b_f) */
+} titans__lm2_save;
+
 typedef struct titans__layer_fwd {
   const float *x_in;     /* [B, T, d] block input */
   float *xn, *rstd1;     /* [B, T, d] RMSNorm(x; norm1), [B * T] */
@@ -7258,6 +7321,7 @@ typedef struct titans__layer_fwd {
   titans__attn_save at;
   titans__gate_save gate;
   titans__mac_seg *segs; /* [nseg] (MAC) */
+  titans__lm2_save lm2;  /* (LM2) */
   size_t nseg;
   titans_mem_state st;   /* kept between steps */
   int st_ready;
@@ -7396,6 +7460,7 @@ struct titans__session_layer {
   titans_mem_state mem;        /* memory kinds: the running memory */
   titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
   int has_mem, has_committed;
+  float *lm2;                  /* LM2: the bank and its write in progress (titans__lm2_session) */
 };
 
 /* One token's scratch in a session, named slices of s->work (titans__step_work_carve). */
@@ -7411,6 +7476,10 @@ typedef struct titans__step_work {
   float *k, *v;   /* [2, d] the key and value rows appended to the cache (two for MAC) */
   titans__gate_save gate; /* yn, sg [d], rstd_y, rstd_m [1]: the gate's rows (titans__gate_rows) */
   float *xf;      /* [d] RMSNorm(x; norm_f), the input of the output head */
+  /* LM2 (empty for the other kinds) */
+  float *a;                   /* [N_s] the token's read attention over the slots, then its write scores */
+  float *emem, *g;            /* [d] E_mem, its output gate */
+  float *u, *gi, *tu, *gf;    /* [N_s, d] a write's U and gates */
 } titans__step_work;
 
 /* Carves w out of base (NULL: only counts); returns the floats it takes. */
@@ -7435,6 +7504,13 @@ static size_t titans__step_work_carve(titans__step_work *w, float *base, const t
   w->gate.rstd_y = titans__take(base, &used, 1);
   w->gate.rstd_m = titans__take(base, &used, 1);
   w->xf = titans__take(base, &used, d);
+  int bank = titans__kind_of(c->block)->bank;
+  size_t Ns = bank ? (size_t)c->lm2_slots : 0;
+  w->a = titans__take(base, &used, Ns);
+  w->emem = titans__take(base, &used, bank ? d : 0);
+  w->g = titans__take(base, &used, bank ? d : 0);
+  float **per_slot[4] = {&w->u, &w->gi, &w->tu, &w->gf};
+  for (int i = 0; i < 4; i++) *per_slot[i] = titans__take(base, &used, Ns * d);
   return used;
 }
 
@@ -7854,6 +7930,302 @@ static int titans__lmm_step(titans_session *s, int l, float *mix, const float *x
 
 /* Whole chunks keep the memory's chunks where a session has them. */
 static size_t titans__lmm_stream_unit(const titans_config *c) { return (size_t)c->mem.chunk; }
+
+/* ---- LM2: attention, then a memory bank -----------------------------------------------------------
+   "LM2: Large Memory Models" (Kang et al. 2025) in its causal form (docs/model.md 4). After the block's
+   sliding-window attention E = SWA(xn) (persistent tokens as in SWA), a bank Mb [N_s, d] of memory
+   slots, starting at lm2.m0, is read by every token and written once per segment of C tokens:
+     read (the bank of the segment's start):  E_mem = softmax((E wq^T)(Mb wk^T)^T / sqrt(d)) (Mb wv^T),
+                                              mix = E + sigma(E_mem w_out^T) * E_mem
+     write (when a segment is complete):      U = softmax((Mb uq^T)(E_seg uk^T)^T / sqrt(d)) (E_seg uv^T),
+                                              Mb <- sigma(U w_in^T) * tanh(U) + sigma(U w_f^T + b_f) * Mb
+   A token reads only a bank written from earlier segments, so the block is causal. The read depends on
+   the bank and the write on E only, so a forward first runs the chain of writes, then every read; its
+   backward adds each segment's read gradient to the bank's and walks the writes in reverse, so a later
+   segment's loss reaches earlier writes and m0. A training forward skips the last segment's write
+   (nothing in it reads the result); a session writes whenever a segment completes. */
+
+/* kb, vb [N_s, d] = bank wk^T, bank wv^T: the bank's read keys and values (fixed for a segment). */
+static void titans__lm2_bank_kv(const titans_lm2_weights *W, float *kb, float *vb, const float *bank, size_t Ns, size_t d) {
+  titans__linear(kb, bank, W->wk, Ns, d, d);
+  titans__linear(vb, bank, W->wv, Ns, d, d);
+}
+
+/* One segment's read for one batch row (training and sessions): a [n, N_s] = softmax(q kb^T / sqrt(d));
+   emem [n, d] = a vb; g [n, d] = sigma(emem w_out^T); mix [n, d] = E + g * emem. q [n, d] = E wq^T and
+   the bank's kb, vb are given (training projects all rows at once; a session keeps kb, vb per segment). */
+static void titans__lm2_read(const titans_lm2_weights *W, float *mix, float *a, float *emem, float *g, const float *kb,
+                             const float *vb, const float *q, const float *E, size_t n, size_t Ns, size_t d) {
+  titans_gemm(0, 1, n, Ns, d, 1.0f / sqrtf((float)d), q, d, kb, d, 0.0f, a, Ns);
+  titans_softmax_forward(a, a, n, Ns);
+  titans_gemm(0, 0, n, d, Ns, 1.0f, a, Ns, vb, d, 0.0f, emem, d);
+  titans__linear(g, emem, W->w_out, n, d, d);
+  titans_sigmoid_forward(g, g, n * d);
+  for (size_t j = 0; j < n * d; j++) mix[j] = E[j] + g[j] * emem[j];
+}
+
+/* The gated update of a write (training and sessions): bank_out [N_s, d] = sigma(U w_in^T) * tanh(U)
+   + sigma(U w_f^T + b_f) * bank_in, keeping gi, tu, gf [N_s, d]. bank_out may be bank_in. */
+static void titans__lm2_update(const titans_lm2_weights *W, float *bank_out, float *gi, float *tu, float *gf,
+                               const float *u, const float *bank_in, size_t Ns, size_t d) {
+  titans__linear(gi, u, W->w_in, Ns, d, d);
+  titans__linear(gf, u, W->w_f, Ns, d, d);
+  for (size_t r = 0; r < Ns; r++) titans__axpy(gf + r * d, 1.0f, W->b_f, d);
+  titans_sigmoid_forward(gi, gi, Ns * d);
+  titans_sigmoid_forward(gf, gf, Ns * d);
+  titans_tanh_forward(tu, u, Ns * d);
+  for (size_t j = 0; j < Ns * d; j++) bank_out[j] = gi[j] * tu[j] + gf[j] * bank_in[j];
+}
+
+/* One segment's write for one batch row in training: qu [N_s, d] = bank_in uq^T, aw [N_s, n] =
+   softmax(qu ku^T / sqrt(d)) over the segment's n tokens (ku, vu [n, d] = E uk^T, E uv^T given),
+   u [N_s, d] = aw vu, then the gated update. (A session accumulates the same softmax token by token:
+   titans__lm2_step.) */
+static void titans__lm2_write(const titans_lm2_weights *W, float *bank_out, float *qu, float *aw, float *u, float *gi,
+                              float *tu, float *gf, const float *bank_in, const float *ku, const float *vu, size_t n,
+                              size_t Ns, size_t d) {
+  titans__linear(qu, bank_in, W->uq, Ns, d, d);
+  titans_gemm(0, 1, Ns, n, d, 1.0f / sqrtf((float)d), qu, d, ku, d, 0.0f, aw, n);
+  titans_softmax_forward(aw, aw, Ns, n); /* each slot attends over the segment's tokens */
+  titans_gemm(0, 0, Ns, d, n, 1.0f, aw, n, vu, d, 0.0f, u, d);
+  titans__lm2_update(W, bank_out, gi, tu, gf, u, bank_in, Ns, d);
+}
+
+static int titans__lm2_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment, Ns = (size_t)c->lm2_slots;
+  size_t S = (T + C - 1) / C, slab = B * Ns * d; /* slab: one bank per batch row */
+  titans__lm2_save *sv = &lf->lm2;
+  const titans_lm2_weights *W = &L->lm2;
+  sv->nseg = S;
+  /* E = SWA(xn) over persist || xn, into lf->y */
+  TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] */
+  TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));         /* [B, T, d] E */
+  titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
+  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                       titans__window(c)));
+  float **rows[6] = {&sv->q, &sv->emem, &sv->g, &sv->ku, &sv->vu, &sv->a};
+  for (int i = 0; i < 6; i++) TITANS__NEED(*rows[i] = titans__arena_alloc(ar, B * T * (i < 5 ? d : Ns)));
+  TITANS__NEED(sv->bank = titans__arena_alloc(ar, S * slab));
+  TITANS__NEED(sv->kb = titans__arena_alloc(ar, S * slab));
+  TITANS__NEED(sv->vb = titans__arena_alloc(ar, S * slab));
+  float **writes[5] = {&sv->qu, &sv->u, &sv->gi, &sv->tu, &sv->gf};
+  for (int i = 0; i < 5; i++) TITANS__NEED(*writes[i] = titans__arena_alloc(ar, (S - 1) * slab + 1));
+  TITANS__NEED(sv->aw = titans__arena_alloc(ar, (S - 1) * B * Ns * C + 1));
+  const float *E = lf->y;
+  titans__linear(sv->q, E, W->wq, B * T, d, d);
+  titans__linear(sv->ku, E, W->uk, B * T, d, d);
+  titans__linear(sv->vu, E, W->uv, B * T, d, d);
+  /* the chain of writes: bank s + 1 from bank s and segment s */
+  for (size_t b = 0; b < B; b++) memcpy(sv->bank + b * Ns * d, W->m0, Ns * d * sizeof(float));
+  for (size_t s = 0; s + 1 < S; s++)
+    for (size_t b = 0; b < B; b++) {
+      size_t o = s * slab + b * Ns * d, r = (b * T + s * C) * d; /* this row's bank; its segment's first row */
+      titans__lm2_write(W, sv->bank + o + slab, sv->qu + o, sv->aw + (s * B + b) * Ns * C, sv->u + o, sv->gi + o,
+                        sv->tu + o, sv->gf + o, sv->bank + o, sv->ku + r, sv->vu + r, C, Ns, d);
+    }
+  /* every segment's read of its starting bank */
+  for (size_t s = 0; s < S; s++) {
+    size_t n = s + 1 < S ? C : T - s * C;
+    for (size_t b = 0; b < B; b++) {
+      size_t o = s * slab + b * Ns * d, t = b * T + s * C;
+      titans__lm2_bank_kv(W, sv->kb + o, sv->vb + o, sv->bank + o, Ns, d);
+      titans__lm2_read(W, lf->mix + t * d, sv->a + t * Ns, sv->emem + t * d, sv->g + t * d, sv->kb + o, sv->vb + o,
+                       sv->q + t * d, E + t * d, n, Ns, d);
+    }
+  }
+  return TITANS_OK;
+}
+
+/* Backward of one segment's read (one batch row): from demem [n, d] accumulates dq [n, d], and writes
+   dkb, dvb [N_s, d] (the gradients of the bank's read keys and values). da [n, N_s] is scratch. */
+static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *da, const float *demem, const float *a,
+                                      const float *q, const float *kb, const float *vb, size_t n, size_t Ns, size_t d) {
+  float scale = 1.0f / sqrtf((float)d);
+  float *ds = da + n * Ns; /* [n, N_s] the scores' gradient */
+  titans_gemm(0, 1, n, Ns, d, 1.0f, demem, d, vb, d, 0.0f, da, Ns); /* emem = a vb */
+  titans_gemm(1, 0, Ns, d, n, 1.0f, a, Ns, demem, d, 0.0f, dvb, d);
+  memset(ds, 0, n * Ns * sizeof(float));
+  titans_softmax_backward(ds, da, a, n, Ns);
+  titans_gemm(0, 0, n, d, Ns, scale, ds, Ns, kb, d, 1.0f, dq, d); /* scores = q kb^T / sqrt(d) */
+  titans_gemm(1, 0, Ns, d, n, scale, ds, Ns, q, d, 0.0f, dkb, d);
+}
+
+/* Backward of one segment's write (one batch row): from carry [N_s, d] = dL/d bank_out, accumulates
+   dbank [N_s, d] (dL/d bank_in), dku, dvu [n, d] and G's write weights. scratch: 3 N_s d + 2 N_s n floats. */
+static void titans__lm2_write_backward(const titans_lm2_weights *W, const titans_lm2_weights *G, float *dbank,
+                                       float *dku, float *dvu, float *scratch, const float *carry, const float *bank_in,
+                                       const float *qu, const float *aw, const float *u, const float *gi,
+                                       const float *tu, const float *gf, const float *ku, const float *vu, size_t n,
+                                       size_t Ns, size_t d) {
+  float scale = 1.0f / sqrtf((float)d);
+  float *dzi = scratch, *dzf = dzi + Ns * d, *du = dzf + Ns * d; /* [N_s, d] each */
+  float *daw = du + Ns * d, *ds = daw + Ns * n;                  /* [N_s, n] each */
+  /* bank_out = gi * tu + gf * bank_in, gi = sigma(zi), gf = sigma(zf), tu = tanh(u) */
+  for (size_t j = 0; j < Ns * d; j++) {
+    float cj = carry[j];
+    dzi[j] = cj * tu[j] * gi[j] * (1.0f - gi[j]);
+    dzf[j] = cj * bank_in[j] * gf[j] * (1.0f - gf[j]);
+    du[j] = cj * gi[j] * (1.0f - tu[j] * tu[j]);
+    dbank[j] += cj * gf[j];
+  }
+  /* zi = u w_in^T, zf = u w_f^T + b_f */
+  titans_gemm(1, 0, d, d, Ns, 1.0f, dzi, d, u, d, 1.0f, G->w_in, d);
+  titans_gemm(1, 0, d, d, Ns, 1.0f, dzf, d, u, d, 1.0f, G->w_f, d);
+  for (size_t r = 0; r < Ns; r++) titans__axpy(G->b_f, 1.0f, dzf + r * d, d);
+  titans_gemm(0, 0, Ns, d, d, 1.0f, dzi, d, W->w_in, d, 1.0f, du, d);
+  titans_gemm(0, 0, Ns, d, d, 1.0f, dzf, d, W->w_f, d, 1.0f, du, d);
+  /* u = aw vu, aw = softmax(qu ku^T / sqrt(d)) over the segment */
+  titans_gemm(0, 1, Ns, n, d, 1.0f, du, d, vu, d, 0.0f, daw, n);
+  titans_gemm(1, 0, n, d, Ns, 1.0f, aw, n, du, d, 1.0f, dvu, d);
+  memset(ds, 0, Ns * n * sizeof(float));
+  titans_softmax_backward(ds, daw, aw, Ns, n);
+  titans_gemm(1, 0, n, d, Ns, scale, ds, n, qu, d, 1.0f, dku, d);
+  float *dqu = dzi; /* dzi is spent: reuse it for the queries' gradient [N_s, d] */
+  titans_gemm(0, 0, Ns, d, n, scale, ds, n, ku, d, 0.0f, dqu, d);
+  /* qu = bank_in uq^T */
+  titans_gemm(1, 0, d, d, Ns, 1.0f, dqu, d, bank_in, d, 1.0f, G->uq, d);
+  titans_gemm(0, 0, Ns, d, d, 1.0f, dqu, d, W->uq, d, 1.0f, dbank, d);
+}
+
+static int titans__lm2_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment, Ns = (size_t)c->lm2_slots;
+  const titans__lm2_save *sv = &lf->lm2;
+  const titans_lm2_weights *W = &L->lm2, *GW = &G->lm2;
+  size_t S = sv->nseg, slab = B * Ns * d, BT = B * T, nmax = T < C ? T : C;
+  const float *E = lf->y;
+  float *dE = titans__arena_alloc(ar, BT * d), *demem = titans__arena_alloc(ar, BT * d); /* [B, T, d] */
+  float *dz = titans__arena_alloc(ar, BT * d);                                           /* [B, T, d] */
+  float *dq = titans__arena_zalloc(ar, BT * d), *dku = titans__arena_zalloc(ar, BT * d); /* [B, T, d] */
+  float *dvu = titans__arena_zalloc(ar, BT * d);                                         /* [B, T, d] */
+  float *dbank = titans__arena_zalloc(ar, S * slab);                                     /* [S, B, N_s, d] */
+  float *dkb = titans__arena_alloc(ar, S * slab), *dvb = titans__arena_alloc(ar, S * slab); /* [S, B, N_s, d] */
+  float *scratch = titans__arena_alloc(ar, 3 * Ns * d + 2 * Ns * nmax + 2 * nmax * Ns);
+  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
+  TITANS__NEED(dE && demem && dz && dq && dku && dvu && dbank && dkb && dvb && scratch && dsrc);
+  /* mix = E + g * emem, g = sigma(emem w_out^T) */
+  for (size_t j = 0; j < BT * d; j++) {
+    float gj = sv->g[j];
+    dE[j] = dmix[j];
+    demem[j] = dmix[j] * gj;
+    dz[j] = dmix[j] * sv->emem[j] * gj * (1.0f - gj);
+  }
+  titans_gemm(1, 0, d, d, BT, 1.0f, dz, d, sv->emem, d, 1.0f, GW->w_out, d);
+  titans_gemm(0, 0, BT, d, d, 1.0f, dz, d, W->w_out, d, 1.0f, demem, d);
+  /* every read: dq, and the read keys' and values' gradients, then the bank's through wk, wv */
+  for (size_t s = 0; s < S; s++) {
+    size_t n = s + 1 < S ? C : T - s * C;
+    for (size_t b = 0; b < B; b++) {
+      size_t o = s * slab + b * Ns * d, t = b * T + s * C;
+      titans__lm2_read_backward(dq + t * d, dkb + o, dvb + o, scratch, demem + t * d, sv->a + t * Ns, sv->q + t * d,
+                                sv->kb + o, sv->vb + o, n, Ns, d);
+    }
+  }
+  titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dkb, d, sv->bank, d, 1.0f, GW->wk, d);
+  titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dvb, d, sv->bank, d, 1.0f, GW->wv, d);
+  titans_gemm(0, 0, S * B * Ns, d, d, 1.0f, dkb, d, W->wk, d, 1.0f, dbank, d);
+  titans_gemm(0, 0, S * B * Ns, d, d, 1.0f, dvb, d, W->wv, d, 1.0f, dbank, d);
+  /* the writes in reverse: dbank[s + 1] is complete (its read, and the write that read it) when write s runs */
+  for (size_t s = S - 1; s-- > 0;)
+    for (size_t b = 0; b < B; b++) {
+      size_t o = s * slab + b * Ns * d, r = (b * T + s * C) * d;
+      titans__lm2_write_backward(W, GW, dbank + o, dku + r, dvu + r, scratch, dbank + o + slab, sv->bank + o,
+                                 sv->qu + o, sv->aw + (s * B + b) * Ns * C, sv->u + o, sv->gi + o, sv->tu + o,
+                                 sv->gf + o, sv->ku + r, sv->vu + r, C, Ns, d);
+    }
+  for (size_t b = 0; b < B; b++) titans__axpy(GW->m0, 1.0f, dbank + b * Ns * d, Ns * d);
+  /* q = E wq^T, ku = E uk^T, vu = E uv^T */
+  const float *dproj[3] = {dq, dku, dvu};
+  float *gproj[3] = {GW->wq, GW->uk, GW->uv};
+  const float *wproj[3] = {W->wq, W->uk, W->uv};
+  for (int i = 0; i < 3; i++) {
+    titans_gemm(1, 0, d, d, BT, 1.0f, dproj[i], d, E, d, 1.0f, gproj[i], d);
+    titans_gemm(0, 0, BT, d, d, 1.0f, dproj[i], d, wproj[i], d, 1.0f, dE, d);
+  }
+  /* E = SWA(xn; persist || xn) */
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dE, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                        titans__window(c)));
+  titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
+  return TITANS_OK;
+}
+
+/* A session's LM2 state of one layer, named slices of one allocation (titans__lm2_session_carve). The
+   write's softmax over the segment is accumulated token by token (online, as attention over a cache),
+   so the state is O(N_s d) whatever the segment length. Saved: bank, then acc, wmax, wsum (contiguous);
+   kb, vb, qu are derived from the bank (titans__lm2_session_derive). */
+typedef struct titans__lm2_session {
+  float *bank;         /* [N_s, d] the bank as of the current segment's start */
+  float *acc;          /* [N_s, d] sum over the segment so far of exp(score - wmax) vu_t, per slot */
+  float *wmax, *wsum;  /* [N_s] the largest score so far, the sum of exp(score - wmax) */
+  float *kb, *vb, *qu; /* [N_s, d] the bank's read keys and values, its write queries */
+} titans__lm2_session;
+
+/* Floats of a session's LM2 state; slices into base when it is not NULL. */
+static size_t titans__lm2_session_carve(titans__lm2_session *ls, float *base, size_t Ns, size_t d) {
+  size_t used = 0;
+  ls->bank = titans__take(base, &used, Ns * d);
+  ls->acc = titans__take(base, &used, Ns * d);
+  ls->wmax = titans__take(base, &used, Ns);
+  ls->wsum = titans__take(base, &used, Ns);
+  ls->kb = titans__take(base, &used, Ns * d);
+  ls->vb = titans__take(base, &used, Ns * d);
+  ls->qu = titans__take(base, &used, Ns * d);
+  return used;
+}
+
+/* The saved part (bank, acc, wmax, wsum) are the first floats of the state. */
+static size_t titans__lm2_session_saved(const titans_config *c) { return (size_t)c->lm2_slots * (2 * (size_t)c->d + 2); }
+
+/* kb, vb and qu of the bank (after a reset, a write, a load). */
+static void titans__lm2_session_derive(const titans_config *c, const titans_layer *L, float *state) {
+  titans__lm2_session ls;
+  size_t Ns = (size_t)c->lm2_slots, d = (size_t)c->d;
+  titans__lm2_session_carve(&ls, state, Ns, d);
+  titans__lm2_bank_kv(&L->lm2, ls.kb, ls.vb, ls.bank, Ns, d);
+  titans__linear(ls.qu, ls.bank, L->lm2.uq, Ns, d, d);
+}
+
+/* One token at position p, the i-th of its segment: E from the attention over the cache, the read of the
+   bank of the segment's start, the token's term of the write's softmax, and when the token completes the
+   segment, the write (the next token reads the new bank). */
+static int titans__lm2_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  size_t d = (size_t)c->d, C = (size_t)c->segment, Ns = (size_t)c->lm2_slots, i = (size_t)(p % (long long)C);
+  titans__lm2_session ls;
+  titans__lm2_session_carve(&ls, sl->lm2, Ns, d);
+  TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, xn, 1, p, p, w)); /* y = E [d] */
+  titans__linear(w->q, w->y, L->lm2.wq, 1, d, d);
+  titans__lm2_read(&L->lm2, mix, w->a, w->emem, w->g, ls.kb, ls.vb, w->q, w->y, 1, Ns, d);
+  /* the write's scores qu_j . ku / sqrt(d), folded into each slot's running softmax */
+  titans__linear(w->k, w->y, L->lm2.uk, 1, d, d);
+  titans__linear(w->v, w->y, L->lm2.uv, 1, d, d);
+  titans_gemm(0, 1, 1, Ns, d, 1.0f / sqrtf((float)d), w->k, d, ls.qu, d, 0.0f, w->a, Ns);
+  for (size_t j = 0; j < Ns; j++) {
+    float *acc = ls.acc + j * d, sc = w->a[j];
+    if (i == 0 || ls.wsum[j] == 0.0f) { /* the segment's first token starts the sums (0: no term yet) */
+      ls.wmax[j] = sc;
+      ls.wsum[j] = 1.0f;
+      memcpy(acc, w->v, d * sizeof(float));
+      continue;
+    }
+    float mx = sc > ls.wmax[j] ? sc : ls.wmax[j], old = expf(ls.wmax[j] - mx), now = expf(sc - mx);
+    ls.wsum[j] = ls.wsum[j] * old + now;
+    titans__ops_scale(acc, old, d);
+    titans__axpy(acc, now, w->v, d);
+    ls.wmax[j] = mx;
+  }
+  if (i + 1 == C) { /* U = acc / wsum (wsum >= 1 here), then the gated update of the bank in place */
+    for (size_t j = 0; j < Ns; j++)
+      for (size_t e = 0; e < d; e++) w->u[j * d + e] = ls.acc[j * d + e] / ls.wsum[j];
+    titans__lm2_update(&L->lm2, ls.bank, w->gi, w->tu, w->gf, w->u, ls.bank, Ns, d);
+    titans__lm2_session_derive(c, L, sl->lm2);
+  }
+  return TITANS_OK;
+}
 
 /* ---- blocks ------------------------------------------------------------------------------------ */
 
@@ -8285,6 +8657,7 @@ TITANSDEF void titans_session_free(titans_session *s) {
       if (sl->has_kv) titans_kv_cache_free(&sl->kv);
       if (sl->has_mem) titans_mem_state_free(&sl->mem);
       if (sl->has_committed) titans_mem_state_free(&sl->committed);
+      titans_free(sl->lm2);
     }
   }
   titans_free(s->layers);
@@ -8324,6 +8697,11 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
       rc = titans_mem_state_init(&sl->committed, &c->mem, 1);
       sl->has_committed = rc == TITANS_OK;
     }
+    if (!rc && k->bank) { /* LM2: the bank and the write in progress */
+      titans__lm2_session ls;
+      sl->lm2 = titans_alloc_floats(titans__lm2_session_carve(&ls, NULL, (size_t)c->lm2_slots, d));
+      if (!sl->lm2) rc = TITANS_ERR_NOMEM;
+    }
     if (rc) {
       titans_session_free(s);
       return titans__error(s->error, rc, "session: cannot create the state of layer %d", l);
@@ -8351,6 +8729,11 @@ TITANSDEF int titans_session_reset(titans_session *s) {
     const titans_layer *L = &m->w.layers[l];
     if (sl->has_mem) titans_mem_state_reset(&sl->mem, &L->mem);
     if (sl->has_committed) titans_mem_state_copy(&sl->committed, &sl->mem);
+    if (sl->lm2) { /* the bank at m0, the write's sums empty */
+      memset(sl->lm2, 0, titans__lm2_session_saved(c) * sizeof(float));
+      memcpy(sl->lm2, L->lm2.m0, (size_t)c->lm2_slots * d * sizeof(float));
+      titans__lm2_session_derive(c, L, sl->lm2);
+    }
     if (!sl->has_kv) continue;
     titans_kv_cache_reset(&sl->kv);
     if (P == 0) continue;
@@ -8391,6 +8774,11 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
     if (a->has_kv) rc = titans_kv_cache_copy(&a->kv, &b->kv);
     if (!rc && a->has_mem) rc = titans_mem_state_copy(&a->mem, &b->mem);
     if (!rc && a->has_committed) rc = titans_mem_state_copy(&a->committed, &b->committed);
+    if (!rc && a->lm2) { /* same model, so the same shapes */
+      titans__lm2_session ls;
+      const titans_config *c = &src->model->cfg;
+      memcpy(a->lm2, b->lm2, titans__lm2_session_carve(&ls, NULL, (size_t)c->lm2_slots, (size_t)c->d) * sizeof(float));
+    }
     if (rc == TITANS_ERR_NOMEM) return titans__error(dst->error, rc, "session copy: layer %d: out of memory", l);
     if (rc) return titans__error(dst->error, rc, "session copy: layer %d differs in shape", l);
   }
@@ -8513,6 +8901,8 @@ TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list
       n = titans__push_ref(list, max, n, prefix, "kv.k", sl->kv.k, rows);
       n = titans__push_ref(list, max, n, prefix, "kv.v", sl->kv.v, rows);
     }
+    if (sl->lm2) /* LM2: the bank, and the sums of the write in progress */
+      n = titans__push_ref(list, max, n, prefix, "lm2.state", sl->lm2, titans__lm2_session_saved(c));
   }
   return n;
 }
@@ -8591,11 +8981,20 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
     if (sl->has_mem) nr = titans__push_ref(refs, 4, nr, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
     if (sl->has_committed)
       nr = titans__push_ref(refs, 4, nr, prefix, "mem.committed", sl->committed.w_chunk, titans__mem_state_slab_floats(&sl->committed));
+    if (sl->lm2) nr = titans__push_ref(refs, 4, nr, prefix, "lm2.state", sl->lm2, titans__lm2_session_saved(c));
     for (size_t i = 0; i < nr; i++)
       for (size_t j = 0; j < refs[i].count; j++)
         if (!isfinite(refs[i].data[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: %s holds a non-finite value", refs[i].name);
     long long pos = (long long)p;
+    if (sl->lm2) {
+      titans__lm2_session ls;
+      titans__lm2_session_carve(&ls, sl->lm2, (size_t)c->lm2_slots, (size_t)c->d);
+      for (int j = 0; j < c->lm2_slots; j++) /* a sum holds exp(0) for its largest term once it has one */
+        if (!(ls.wsum[j] == 0.0f || ls.wsum[j] >= 1.0f))
+          return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's LM2 write sums are not 0 or >= 1", l);
+      titans__lm2_session_derive(c, &s->model->w.layers[l], sl->lm2);
+    }
     if (sl->has_mem) sl->mem.position = pos + (k->mem_reads_persist ? c->n_persist : 0);
     if (sl->has_kv) {
       size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d;
@@ -8927,6 +9326,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add(top, "tied", TITANS__CK_INT, &c->tied);
   titans__ck_add(top, "max_context", TITANS__CK_INT, &c->max_context);
   titans__ck_add(top, "mem", TITANS__CK_OBJECT, mem);
+  titans__ck_add_optional(top, "lm2_slots", TITANS__CK_INT, &c->lm2_slots); /* 0: not LM2 */
   titans__ck_add(mem, "d", TITANS__CK_INT, &c->mem.d);
   titans__ck_add(mem, "heads", TITANS__CK_INT, &c->mem.heads);
   titans__ck_add(mem, "head_dim", TITANS__CK_INT, &c->mem.head_dim);

@@ -711,6 +711,7 @@ typedef struct train_opts {
   double task_frac;              /* fraction of rows that are retrieval examples */
   size_t lens[MAX_STAGES], n_lens; /* the length curriculum (--lens), one stage per entry */
   long doc_len;                  /* > 0: each row reads documents of doc_len tokens window by window (streams) */
+  int slots;                     /* LM2 bank slots (0: the library's default) */
   int answer_loss;               /* --task: the loss sees only the answers */
   double theta_init, eta_init, alpha_init; /* where the memory's gates start (0: the library's) */
   double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
@@ -724,12 +725,13 @@ static void help_train(void) {
          "Trains a byte-level language model on a text file and prints a sample at the end.\n"
          "  --data FILE         text to learn (default: the built-in text, examples/default_text.h)\n"
          "  --data-max N        refuse a --data file of more than N bytes (2^30 = 1 GiB)\n"
-         "  --block KIND        mag | mac | mal | lmm | attn | swa (default mag)\n"
+         "  --block KIND        mag | mac | mal | lmm | lm2 | attn | swa (default mag)\n"
          "  --d N               model width (128)\n"
          "  --layers N          blocks (2)\n"
          "  --heads N           attention heads (d / 64, at least 1)\n"
          "  --mem-heads N       memory heads (4); --mem-depth N memory MLP depth (2; 1: a matrix memory)\n"
-         "  --chunk N           memory chunk size b (16); --segment N MAC segment C (64)\n"
+         "  --chunk N           memory chunk size b (16); --segment N MAC segment C, LM2 tokens per write (64)\n"
+         "  --slots N           LM2 memory bank slots (16)\n"
          "  --window N          sliding window w (64); --persist N persistent tokens (mag: one chunk, 16;\n"
          "                      mac, mal: 4; the baselines: 0)\n"
          "  --ffn N             FFN hidden width (4 d)\n"
@@ -822,7 +824,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--block")) {
       const char *k = arg_value(&a, s);
       o->block = titans_block_from_name(k);
-      if (o->block < 0 || o->block == TITANS_BLOCK_LM2) usage_fail("train", "--block %s: want mac, mag, mal, lmm, attn or swa", k);
+      if (o->block < 0) usage_fail("train", "--block %s: want mac, mag, mal, lmm, lm2, attn or swa", k);
     } else if (!strcmp(s, "--d")) o->d = (int)arg_long(&a, s, 2, 65536);
     else if (!strcmp(s, "--layers")) o->layers = (int)arg_long(&a, s, 1, 1024);
     else if (!strcmp(s, "--heads")) o->heads = (int)arg_long(&a, s, 1, 65536);
@@ -830,6 +832,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--mem-depth")) o->mem_depth = (int)arg_long(&a, s, 1, TITANS_MEM_MAX_DEPTH);
     else if (!strcmp(s, "--chunk")) o->chunk = (int)arg_long(&a, s, 1, 4096);
     else if (!strcmp(s, "--segment")) o->segment = (int)arg_long(&a, s, 1, 65536);
+    else if (!strcmp(s, "--slots")) o->slots = (int)arg_long(&a, s, 1, 65536);
     else if (!strcmp(s, "--window")) o->window = (int)arg_long(&a, s, 1, 1 << 24);
     else if (!strcmp(s, "--persist")) o->persist = (int)arg_long(&a, s, 0, 4096);
     else if (!strcmp(s, "--ffn")) o->ffn = (int)arg_long(&a, s, 1, 1 << 20);
@@ -880,6 +883,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (has_mem && o->d % o->mem_heads != 0)
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
+  if (o->slots && o->block != TITANS_BLOCK_LM2) usage_fail("train", "--slots goes with --block lm2");
   if (o->doc_len > 0 && o->task >= 0) usage_fail("train", "--doc-len reads plain text: it does not go with --task");
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
@@ -913,6 +917,7 @@ static titans_config train_config_of(const train_opts *o) {
   /* MAG's persistent tokens fill one memory chunk, so that it can read long stretches (streams need
      them to be a multiple of the chunk) */
   if (o->persist < 0 && o->block == TITANS_BLOCK_MAG) c.n_persist = c.mem.chunk;
+  if (o->slots) c.lm2_slots = o->slots;
   return c;
 }
 
@@ -1107,7 +1112,9 @@ static int cmd_train(int argc, char **argv) {
   if (o.task >= 0 && o.task_frac < 1)
     for (size_t i = 0; i < o.n_lens; i++)
       if (ds.n_train < o.lens[i] + 1) fail("%s: the training split is shorter than --lens %zu + 1", ds.name, o.lens[i]);
-  if (o.doc_len < 0) o.doc_len = ds.n_train >= 2 * 4096 + T + 1 && 4096 % (long)T == 0 ? 4096 : 0;
+  /* long reads by default where the kind can stream (MAL, LM2 and full attention cannot in this version) */
+  int streams = o.block != TITANS_BLOCK_MAL && o.block != TITANS_BLOCK_LM2 && o.block != TITANS_BLOCK_ATTN;
+  if (o.doc_len < 0) o.doc_len = streams && ds.n_train >= 2 * 4096 + T + 1 && 4096 % (long)T == 0 ? 4096 : 0;
   if (o.doc_len > 0 && (size_t)o.doc_len / T * T + 1 > ds.n_train)
     fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train, o.doc_len);
   int have_val = ds.n - ds.n_train >= T + 1;
@@ -2130,8 +2137,9 @@ static void info_model(titans_st_reader *r, const char *path) {
          tok.kind == TITANS_TOKENIZER_BYTE ? "bytes" : "other tokens", c->d, c->n_layers);
   if (c->block != TITANS_BLOCK_LMM) printf(", %d attention heads, window %d", c->attn_heads, c->window);
   if (c->block == TITANS_BLOCK_MAC) printf(", segment %d", c->segment);
+  if (c->block == TITANS_BLOCK_LM2) printf(", a bank of %d slots written every %d tokens", c->lm2_slots, c->segment);
   printf(", %d persistent tokens, FFN %d, %s embedding\n", c->n_persist, c->ffn_hidden, c->tied ? "tied" : "untied");
-  if (c->block >= TITANS_BLOCK_MAC)
+  if (c->block >= TITANS_BLOCK_MAC && c->block != TITANS_BLOCK_LM2)
     printf("memory: %d heads of %d, depth %d%s, chunk %d, conv %d, theta_max %g, surprise bound %g%s\n", c->mem.heads,
            c->mem.head_dim, c->mem.depth, c->mem.depth == 1 ? " (a matrix memory)" : "", c->mem.chunk,
            c->mem.conv_width, (double)c->mem.theta_max, (double)c->mem.surprise_bound,
@@ -2189,7 +2197,7 @@ static void info_state(titans_st_reader *r, const char *path) {
   for (int i = 0; i < 3; i++) position |= (uint64_t)code[i] << (21 * i);
   printf("%s: a memory state of a %s model (d = %d, %d layers; weights hash %s), %llu tokens seen\n", path,
          titans_block_name(c.block), c.d, c.n_layers, hash ? hash : "missing", (unsigned long long)position);
-  if (c.block < TITANS_BLOCK_MAC) return; /* attention only: no memory */
+  if (c.block < TITANS_BLOCK_MAC || c.block == TITANS_BLOCK_LM2) return; /* no Titans memory (LM2: a bank) */
   titans_mem_state st;
   if (titans_mem_state_init(&st, &c.mem, 1) != TITANS_OK) fail("%s: %s", path, st.error);
   size_t n = titans_mem_state_floats(&st), weights = (size_t)c.mem.heads * st.head_size;

@@ -12,7 +12,7 @@
 #include <time.h>
 
 static const int kinds[] = {TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA, TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL,
-                            TITANS_BLOCK_LMM};
+                            TITANS_BLOCK_LMM, TITANS_BLOCK_LM2};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
 /* Files go to $TMPDIR (or /tmp) under a prefix unique to this run; the names used are removed at the end. */
@@ -158,7 +158,7 @@ static void test_json(void) {
   struct {
     const char *what, *from, *to;
   } bad[] = {
-      {"truncated", "}}", "}"},
+      {"truncated", "\"lm2_slots\":0}", "\"lm2_slots\":0"},
       {"missing key", "\"vocab\":256,", ""},
       {"unknown key", "\"vocab\":256,", "\"vocab\":256,\"colour\":1,"},
       {"repeated key", "\"vocab\":256,", "\"vocab\":256,\"vocab\":256,"},
@@ -167,13 +167,14 @@ static void test_json(void) {
       {"string for an integer", "\"vocab\":256", "\"vocab\":\"256\""},
       {"integer overflow", "\"vocab\":256", "\"vocab\":99999999999999999999"},
       {"unknown block", "\"mac\"", "\"mlp\""},
-      {"reserved block", "\"mac\"", "\"lm2\""},
+      {"an LM2 block without slots", "\"mac\"", "\"lm2\""},
+      {"slots on a block without a bank", "\"lm2_slots\":0", "\"lm2_slots\":4"},
       {"out-of-range d", "\"d\":128", "\"d\":1000000"},
       {"negative layers", "\"n_layers\":2", "\"n_layers\":-2"},
       {"theta_max overflow", "\"theta_max\":0.1,", "\"theta_max\":1e39,"},
       {"negative surprise_bound", "\"surprise_bound\":1}", "\"surprise_bound\":-1}"},
       {"zero theta_max", "\"theta_max\":0.1,", "\"theta_max\":0,"},
-      {"trailing text", "}}", "}} x"},
+      {"trailing text", "\"lm2_slots\":0}", "\"lm2_slots\":0} x"},
       {"leading zero", "\"vocab\":256", "\"vocab\":0256"},
       {"escape in a key", "\"vocab\"", "\"voc\\u0061b\""},
       {"mem.d differs", "\"mem\":{\"d\":128", "\"mem\":{\"d\":64"},
@@ -292,7 +293,8 @@ static void test_model_roundtrip(void) {
     rc = rc ? rc : titans_model_read(&c, NULL, &r);
     th_check(rc == TITANS_OK && memcmp(a.params, c.params, a.n_floats * sizeof(float)) == 0 &&
                  titans_st_find(&r, kinds[k] == TITANS_BLOCK_ATTN ? "layers.1.attn.wq" : "layers.1.norm2") &&
-                 (kinds[k] == TITANS_BLOCK_ATTN || kinds[k] == TITANS_BLOCK_SWA || titans_st_find(&r, "layers.0.mem.w0.1")) &&
+                 (kinds[k] == TITANS_BLOCK_ATTN || kinds[k] == TITANS_BLOCK_SWA ||
+                  titans_st_find(&r, kinds[k] == TITANS_BLOCK_LM2 ? "layers.0.lm2.m0" : "layers.0.mem.w0.1")) &&
                  strcmp(titans_st_meta(&r, "kind"), "model") == 0,
              "%s: through memory (write, to_memory, parse, read): docs/model.md section 6 names, bit-identical", kn);
     if (rc == TITANS_OK) titans_model_free(&c);

@@ -8,7 +8,7 @@
 #include "model_fixtures.h"
 
 static const int kinds[] = {TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA, TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL,
-                            TITANS_BLOCK_LMM};
+                            TITANS_BLOCK_LMM, TITANS_BLOCK_LM2};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
 /* A tiny configuration that exercises every option: 2 layers, persistent tokens, a window and
@@ -28,6 +28,7 @@ static titans_config tiny_config(int kind) {
   c.mem.chunk = 2;
   c.mem.conv_width = 3;
   c.mem.theta_max = 0.1f;
+  if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3; /* segments 4, 4, 2 of T = 10: two writes, a partial read */
   return c;
 }
 
@@ -348,7 +349,11 @@ static void test_config_errors(void) {
   c.attn_heads = 3;
   th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "heads that do not divide d are rejected: %s", m.error);
   c = tiny_config(TITANS_BLOCK_LM2);
-  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "LM2 is refused as not implemented: %s", m.error);
+  c.lm2_slots = 0;
+  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "LM2 without slots is rejected: %s", m.error);
+  c = tiny_config(TITANS_BLOCK_MAC);
+  c.lm2_slots = 4;
+  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "slots on a block without a bank are rejected: %s", m.error);
   c = tiny_config(TITANS_BLOCK_SWA);
   c.d = 60000;
   c.n_layers = 1000;
