@@ -718,6 +718,7 @@ typedef struct train_opts {
   int conv_uniform;                        /* 1: the memory's conv taps start uniform (PyTorch's Conv1d default) */
   int key_shift;                           /* 1: the memory's key conv starts on the previous token */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
+  double attn_identity;                    /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
 } train_opts;
 
 static void help_train(void) {
@@ -765,7 +766,9 @@ static void help_train(void) {
          "  --conv-uniform      the memory's conv taps start uniform in +-1/sqrt(K) (default: near identity)\n"
          "  --key-shift         the memory's key conv starts on the previous token, its queries equal to its keys\n"
          "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
-         "Retrieval training (docs/long_context.md):\n"
+         "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n"
+         );
+  printf("Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
@@ -866,6 +869,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--conv-uniform")) o->conv_uniform = 1;
     else if (!strcmp(s, "--key-shift")) o->key_shift = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
+    else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
     else if (!strcmp(s, "--alpha-init")) o->alpha_init = arg_double(&a, s, 1e-9, 0.999999);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
@@ -1082,6 +1086,23 @@ static void shift_memory_keys(titans_model *model) {
   }
 }
 
+/* --attn-identity X: every layer's attention starts by copying its own token: wq = wk = X I (RoPE leaves a
+   token's score with itself unrotated, the largest for normalised inputs), wv = wo = I. In MAC the
+   memory's update stream is the attention output, so with --key-shift the memory then stores, as in LMM,
+   the next byte under the key of the previous one. */
+static void identity_attention(titans_model *model, float scale) {
+  const titans_config *c = &model->cfg;
+  size_t d = (size_t)c->d;
+  for (int l = 0; l < c->n_layers; l++) {
+    titans_layer *L = &model->w.layers[l];
+    float *mats[4] = {L->attn_wq, L->attn_wk, L->attn_wv, L->attn_wo}; /* [d, d] each; NULL without attention */
+    if (!mats[0]) continue;
+    for (int k = 0; k < 4; k++)
+      for (size_t i = 0; i < d; i++)
+        for (size_t j = 0; j < d; j++) mats[k][i * d + j] = i == j ? (k < 2 ? scale : 1.0f) : 0.0f;
+  }
+}
+
 static int cmd_train(int argc, char **argv) {
   train_opts o;
   parse_train(argc, argv, &o);
@@ -1155,6 +1176,7 @@ static int cmd_train(int argc, char **argv) {
     scale_memory_init(&model, (float)o.w0_scale);
     if (o.conv_uniform) uniform_memory_convs(&model, o.seed);
     if (o.key_shift) shift_memory_keys(&model);
+    if (o.attn_identity > 0) identity_attention(&model, (float)o.attn_identity);
     if (o.emb_scale != 1.0) /* tok_emb [V, d]: larger embeddings give a tied head sharp logits from the start */
       for (size_t i = 0; i < (size_t)model.cfg.vocab * (size_t)model.cfg.d; i++) model.w.tok_emb[i] *= (float)o.emb_scale;
     titans_train_config tc = titans_train_config_default();
@@ -2119,7 +2141,7 @@ static int param_part(const char *name, int *layer) {
   rest++;
   if (!strncmp(rest, "attn.", 5)) return PART_ATTENTION;
   if (!strcmp(rest, "persist")) return PART_PERSIST;
-  if (!strncmp(rest, "mem.", 4)) return PART_MEMORY;
+  if (!strncmp(rest, "mem.", 4) || !strncmp(rest, "lm2.", 4)) return PART_MEMORY; /* LM2: its bank */
   if (!strncmp(rest, "ffn.", 4)) return PART_FFN;
   return PART_NORMS; /* norm1, norm2, gate.norm_y, gate.norm_m */
 }
@@ -2197,7 +2219,21 @@ static void info_state(titans_st_reader *r, const char *path) {
   for (int i = 0; i < 3; i++) position |= (uint64_t)code[i] << (21 * i);
   printf("%s: a memory state of a %s model (d = %d, %d layers; weights hash %s), %llu tokens seen\n", path,
          titans_block_name(c.block), c.d, c.n_layers, hash ? hash : "missing", (unsigned long long)position);
-  if (c.block < TITANS_BLOCK_MAC || c.block == TITANS_BLOCK_LM2) return; /* no Titans memory (LM2: a bank) */
+  if (c.block == TITANS_BLOCK_LM2) { /* layers.{l}.lm2.state: the bank [N_s, d], then the write in progress */
+    size_t slots = (size_t)c.lm2_slots, d = (size_t)c.d, n = slots * (2 * d + 2);
+    float *buf = (float *)xmalloc(n * sizeof(float));
+    printf("  %-8s %14s\n", "layer", "|bank|");
+    for (int l = 0; l < c.n_layers; l++) {
+      char name[64];
+      snprintf(name, sizeof name, "layers.%d.lm2.state", l);
+      size_t count = n;
+      if (titans_st_read_f32(r, name, buf, 1, &count) != TITANS_OK) fail("%s: %s", path, r->error);
+      printf("  %-8d %14.4f\n", l, norm2(buf, slots * d));
+    }
+    free(buf);
+    return;
+  }
+  if (c.block < TITANS_BLOCK_MAC) return; /* attention only: no memory */
   titans_mem_state st;
   if (titans_mem_state_init(&st, &c.mem, 1) != TITANS_OK) fail("%s: %s", path, st.error);
   size_t n = titans_mem_state_floats(&st), weights = (size_t)c.mem.heads * st.head_size;

@@ -177,6 +177,19 @@ rc2=$(run "$bin" train $tiny --block mac --steps 1 --sample-len 0 --conv-uniform
 rc3=$(run "$bin" info --model init2/model.safetensors)
 check "the initialisation options train (--key-shift --emb-scale --w0-scale: rc=$rc; --conv-uniform --surprise-bound: rc=$rc2), and info shows the bound" \
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q 'surprise bound 0.5' out.txt"
+rc=$(run "$bin" train $tiny --block mac --steps 1 --sample-len 0 --attn-identity 1.5 --key-shift --out init3)
+check "--attn-identity trains (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" train $tiny --block lm2 --slots 5 --segment 16 --steps 2 --sample-len 0 --out lm2)
+rc2=$(run "$bin" info --model lm2/model.safetensors)
+check "LM2 trains (--block lm2 --slots 5: rc=$rc) and info shows its bank (rc=$rc2)" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && grep -q 'a bank of 5 slots written every 16 tokens' out.txt"
+rc=$(run "$bin" generate --model lm2/model.safetensors --prompt "abc" -n 20 --state lm2/state.safetensors)
+rc2=$(run "$bin" generate --model lm2/model.safetensors -n 20 --state lm2/state.safetensors)
+rc3=$(run "$bin" info --state lm2/state.safetensors)
+check "LM2 generate --state carries the bank across runs (rc=$rc, $rc2) and info shows its norm (rc=$rc3)" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q '44 tokens seen' out.txt && grep -q '|bank|' out.txt"
+rc=$(run "$bin" train $tiny --block mac --slots 4 --steps 1)
+check "--slots without --block lm2: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" --steps 1 --val-every 0 --sample-len 0 --out default1)
 count=$(sed -n 's/.* \([0-9]*\) parameters.*/\1/p' out.txt | awk '{ s = $1; r = ""; while (length(s) > 3) { r = "," substr(s, length(s) - 2) r; s = substr(s, 1, length(s) - 3) } print s r }')
 check "the README's parameter count of the default model is the program's ($count)" \
