@@ -905,9 +905,10 @@ TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t
    tolerance). Windows must be multiples of MAC's segment or LMM's chunk, except a last one: after a
    window of another length the stream has ended and refuses further calls. MAG streams when its
    persistent tokens are a multiple of the memory chunk (0 included), with every row restarting
-   together (the memory reads the persistent tokens at a document's start); MAL and full attention
-   (ATTN) cannot stream in this version: the calls return TITANS_ERR_ARG. Use (one stream per independent set of rows, e.g. one for training, one for
-   validation):
+   together (the memory reads the persistent tokens at a document's start); LM2 streams windows that
+   are multiples of its segment, carrying each row's bank; MAL and full attention (ATTN) cannot stream
+   in this version: the calls return TITANS_ERR_ARG. Use (one stream per independent set of rows, e.g.
+   one for training, one for validation):
        titans_stream st;  titans_stream_init(&st, &model, B);
        for each window w of the documents:  titans_train_step_stream(&tr, &st, tokens_w, T, &loss);
        (titans_stream_restart(&st, row) when row b's document ends)                                   */
@@ -917,6 +918,7 @@ typedef struct titans_stream {
   long long position;        /* tokens read by each row since the stream began (restarts do not reset it) */
   titans_mem_state *mem;     /* [n_layers] the memory state each layer carries (memory kinds), else NULL */
   float *attn_tail;          /* [n_layers, B, window, d] SWA: the last normalised block inputs, oldest first */
+  float *bank;               /* [n_layers, B, N_s, d] LM2: each row's bank after its last complete segment, else NULL */
   size_t *attn_tail_rows;    /* [B] how many of those rows hold text of the row's current document */
   long long *row_position;   /* [B] tokens each row has read of its current document */
   unsigned char *fresh;      /* [B] 1: the row's next window starts a new document */
@@ -6705,7 +6707,7 @@ static titans__backward_fn titans__baseline_backward, titans__mac_backward, tita
 static titans__step_fn titans__baseline_step, titans__mac_step, titans__mag_step, titans__mal_step, titans__lmm_step,
     titans__lm2_step;
 static titans__stream_unit_fn titans__swa_stream_unit, titans__mac_stream_unit, titans__mag_stream_unit,
-    titans__lmm_stream_unit;
+    titans__lmm_stream_unit, titans__lm2_stream_unit;
 
 /* Indexed by titans_block_kind. */
 static const titans__kind titans__kinds[TITANS_BLOCK_COUNT] = {
@@ -6722,9 +6724,8 @@ static const titans__kind titans__kinds[TITANS_BLOCK_COUNT] = {
    titans__mal_step, NULL},
   {"lmm",  TITANS__KEYS_NONE,    1,  0,   0,            0,              0, titans__lmm_forward, titans__lmm_backward,
    titans__lmm_step, titans__lmm_stream_unit},
-  /* LM2 does not stream in this version (a stream would have to carry the bank and the segment's rows) */
   {"lm2",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              1, titans__lm2_forward, titans__lm2_backward,
-   titans__lm2_step, NULL},
+   titans__lm2_step, titans__lm2_stream_unit},
 };
 
 /* The row of a kind; an all-zero row (no sublayer, no function) for a number outside the enum. */
@@ -7294,18 +7295,21 @@ typedef struct titans__mac_seg {
   titans__gate_save gate;
 } titans__mac_seg;
 
-/* LM2's saved activations of a forward over [B, T]: S = ceil(T / C) segments, the first S - 1 write. */
+/* LM2's saved activations of a forward over [B, T]: S = ceil(T / C) segments, the first S - 1 write (and
+   in a stream, the last one too when it is complete: its bank is carried to the next window). */
 typedef struct titans__lm2_save {
   size_t nseg;           /* S */
+  size_t nwrite;         /* S - 1, or S (a stream's complete last segment) */
   float *q;              /* [B, T, d] read queries E wq^T */
   float *a;              /* [B, T, N_s] read attention over the slots */
   float *emem, *g;       /* [B, T, d] E_mem, sigma(E_mem w_out^T) */
   float *ku, *vu;        /* [B, T, d] write keys E uk^T and values E uv^T */
-  float *bank;           /* [S, B, N_s, d] the bank at each segment's start (bank 0 = m0) */
+  float *bank;           /* [nwrite + 1, B, N_s, d] the bank at each segment's start (bank 0: m0 or carried),
+                            then after the last write */
   float *kb, *vb;        /* [S, B, N_s, d] read keys and values of the bank */
-  float *qu;             /* [S - 1, B, N_s, d] write queries of the bank */
-  float *aw;             /* [S - 1, B, N_s, C] write attention over the segment */
-  float *u, *gi, *tu, *gf; /* [S - 1, B, N_s, d] U, sigma(U w_in^T), tanh(U), sigma(U w_f^T + b_f) */
+  float *qu;             /* [nwrite, B, N_s, d] write queries of the bank */
+  float *aw;             /* [nwrite, B, N_s, C] write attention over the segment */
+  float *u, *gi, *tu, *gf; /* [nwrite, B, N_s, d] U, sigma(U w_in^T), tanh(U), sigma(U w_f^T + b_f) */
 } titans__lm2_save;
 
 typedef struct titans__layer_fwd {
@@ -7322,6 +7326,7 @@ typedef struct titans__layer_fwd {
   titans__gate_save gate;
   titans__mac_seg *segs; /* [nseg] (MAC) */
   titans__lm2_save lm2;  /* (LM2) */
+  const float *bank_carry;        /* [B, N_s, d] LM2 in a stream: the bank each row carries (fresh rows: m0) */
   size_t nseg;
   titans_mem_state st;   /* kept between steps */
   int st_ready;
@@ -7943,13 +7948,17 @@ static size_t titans__lmm_stream_unit(const titans_config *c) { return (size_t)c
    the bank and the write on E only, so a forward first runs the chain of writes, then every read; its
    backward adds each segment's read gradient to the bank's and walks the writes in reverse, so a later
    segment's loss reaches earlier writes and m0. A training forward skips the last segment's write
-   (nothing in it reads the result); a session writes whenever a segment completes. */
+   (nothing in it reads the result) except in a stream, which carries the bank to its next window; a
+   session writes whenever a segment completes. */
 
 /* kb, vb [N_s, d] = bank wk^T, bank wv^T: the bank's read keys and values (fixed for a segment). */
 static void titans__lm2_bank_kv(const titans_lm2_weights *W, float *kb, float *vb, const float *bank, size_t Ns, size_t d) {
   titans__linear(kb, bank, W->wk, Ns, d, d);
   titans__linear(vb, bank, W->wv, Ns, d, d);
 }
+
+/* A stream's windows are whole segments, so each starts with a bank a session would have. */
+static size_t titans__lm2_stream_unit(const titans_config *c) { return (size_t)c->segment; }
 
 /* One segment's read for one batch row (training and sessions): a [n, N_s] = softmax(q kb^T / sqrt(d));
    emem [n, d] = a vb; g [n, d] = sigma(emem w_out^T); mix [n, d] = E + g * emem. q [n, d] = E wq^T and
@@ -7998,27 +8007,35 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
   titans__lm2_save *sv = &lf->lm2;
   const titans_lm2_weights *W = &L->lm2;
   sv->nseg = S;
-  /* E = SWA(xn) over persist || xn, into lf->y */
-  TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] */
-  TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d));         /* [B, T, d] E */
-  titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                       titans__window(c)));
+  sv->nwrite = lf->bank_carry && T % C == 0 ? S : S - 1; /* a stream carries the bank after the last write */
+  size_t NW = sv->nwrite;
+  /* E = SWA(xn) over persist || xn (in a stream: || the carried rows), into lf->y */
+  TITANS__NEED(lf->y = titans__arena_alloc(ar, B * T * d)); /* [B, T, d] E */
+  if (lf->attn_tail) {
+    TITANS__TRY(titans__swa_stream_forward(c, L, lf, ar, lf->y, B, T));
+  } else {
+    TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] */
+    titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                         titans__window(c)));
+  }
   float **rows[6] = {&sv->q, &sv->emem, &sv->g, &sv->ku, &sv->vu, &sv->a};
   for (int i = 0; i < 6; i++) TITANS__NEED(*rows[i] = titans__arena_alloc(ar, B * T * (i < 5 ? d : Ns)));
-  TITANS__NEED(sv->bank = titans__arena_alloc(ar, S * slab));
+  TITANS__NEED(sv->bank = titans__arena_alloc(ar, (NW + 1) * slab));
   TITANS__NEED(sv->kb = titans__arena_alloc(ar, S * slab));
   TITANS__NEED(sv->vb = titans__arena_alloc(ar, S * slab));
   float **writes[5] = {&sv->qu, &sv->u, &sv->gi, &sv->tu, &sv->gf};
-  for (int i = 0; i < 5; i++) TITANS__NEED(*writes[i] = titans__arena_alloc(ar, (S - 1) * slab + 1));
-  TITANS__NEED(sv->aw = titans__arena_alloc(ar, (S - 1) * B * Ns * C + 1));
+  for (int i = 0; i < 5; i++) TITANS__NEED(*writes[i] = titans__arena_alloc(ar, NW * slab + 1));
+  TITANS__NEED(sv->aw = titans__arena_alloc(ar, NW * B * Ns * C + 1));
   const float *E = lf->y;
   titans__linear(sv->q, E, W->wq, B * T, d, d);
   titans__linear(sv->ku, E, W->uk, B * T, d, d);
   titans__linear(sv->vu, E, W->uv, B * T, d, d);
   /* the chain of writes: bank s + 1 from bank s and segment s */
-  for (size_t b = 0; b < B; b++) memcpy(sv->bank + b * Ns * d, W->m0, Ns * d * sizeof(float));
-  for (size_t s = 0; s + 1 < S; s++)
+  for (size_t b = 0; b < B; b++) /* a stream's carried bank, or m0 where a row starts a document */
+    memcpy(sv->bank + b * Ns * d, lf->bank_carry && !lf->fresh[b] ? lf->bank_carry + b * Ns * d : W->m0,
+           Ns * d * sizeof(float));
+  for (size_t s = 0; s < NW; s++)
     for (size_t b = 0; b < B; b++) {
       size_t o = s * slab + b * Ns * d, r = (b * T + s * C) * d; /* this row's bank; its segment's first row */
       titans__lm2_write(W, sv->bank + o + slab, sv->qu + o, sv->aw + (s * B + b) * Ns * C, sv->u + o, sv->gi + o,
@@ -8103,8 +8120,7 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   float *dbank = titans__arena_zalloc(ar, S * slab);                                     /* [S, B, N_s, d] */
   float *dkb = titans__arena_alloc(ar, S * slab), *dvb = titans__arena_alloc(ar, S * slab); /* [S, B, N_s, d] */
   float *scratch = titans__arena_alloc(ar, 3 * Ns * d + 2 * Ns * nmax + 2 * nmax * Ns);
-  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
-  TITANS__NEED(dE && demem && dz && dq && dku && dvu && dbank && dkb && dvb && scratch && dsrc);
+  TITANS__NEED(dE && demem && dz && dq && dku && dvu && dbank && dkb && dvb && scratch);
   /* mix = E + g * emem, g = sigma(emem w_out^T) */
   for (size_t j = 0; j < BT * d; j++) {
     float gj = sv->g[j];
@@ -8135,7 +8151,8 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
                                  sv->qu + o, sv->aw + (s * B + b) * Ns * C, sv->u + o, sv->gi + o, sv->tu + o,
                                  sv->gf + o, sv->ku + r, sv->vu + r, C, Ns, d);
     }
-  for (size_t b = 0; b < B; b++) titans__axpy(GW->m0, 1.0f, dbank + b * Ns * d, Ns * d);
+  for (size_t b = 0; b < B; b++) /* rows that started at m0; a carried bank is a constant (truncated BPTT) */
+    if (!lf->bank_carry || lf->fresh[b]) titans__axpy(GW->m0, 1.0f, dbank + b * Ns * d, Ns * d);
   /* q = E wq^T, ku = E uk^T, vu = E uv^T */
   const float *dproj[3] = {dq, dku, dvu};
   float *gproj[3] = {GW->wq, GW->uk, GW->uv};
@@ -8144,7 +8161,10 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
     titans_gemm(1, 0, d, d, BT, 1.0f, dproj[i], d, E, d, 1.0f, gproj[i], d);
     titans_gemm(0, 0, BT, d, d, 1.0f, dproj[i], d, wproj[i], d, 1.0f, dE, d);
   }
-  /* E = SWA(xn; persist || xn) */
+  /* E = SWA(xn; persist || xn), in a stream with the carried rows */
+  if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dE, B, T);
+  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
+  TITANS__NEED(dsrc);
   TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dE, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
                                         titans__window(c)));
   titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
@@ -8324,6 +8344,7 @@ static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B,
     lf->attn_tail = stream && stream->attn_tail ? stream->attn_tail + (size_t)l * B * (size_t)c->window * d : NULL;
     lf->attn_tail_rows = stream ? stream->attn_tail_rows : NULL;
     lf->row_position = stream ? stream->row_position : NULL;
+    lf->bank_carry = stream && stream->bank ? stream->bank + (size_t)l * B * (size_t)c->lm2_slots * d : NULL;
     int rc = titans__block_forward(c, &mo->w.layers[l], lf, ar, f->x[l + 1], f->x[l], f->pos, B, T);
     if (rc) return titans__error(t->error, rc, "forward: layer %d: %s", l, titans_status_string(rc));
   }
@@ -8490,6 +8511,7 @@ TITANSDEF void titans_stream_free(titans_stream *s) {
     for (int l = 0; l < s->model->cfg.n_layers; l++) titans_mem_state_free(&s->mem[l]);
   titans_free(s->mem);
   titans_free(s->attn_tail);
+  titans_free(s->bank);
   titans_free(s->attn_tail_rows);
   titans_free(s->row_position);
   titans_free(s->fresh);
@@ -8497,6 +8519,7 @@ TITANSDEF void titans_stream_free(titans_stream *s) {
   s->staged = NULL;
   s->mem = NULL;
   s->attn_tail = NULL;
+  s->bank = NULL;
   s->attn_tail_rows = NULL;
   s->row_position = NULL;
   s->fresh = NULL;
@@ -8507,7 +8530,7 @@ TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t
   const titans_config *c = &m->cfg;
   if (!titans__stream_unit(c))
     return titans__error(s->error, TITANS_ERR_ARG,
-                         "stream: %s blocks cannot stream in this version (mac, lmm, swa can, and mag when its persistent "
+                         "stream: %s blocks cannot stream in this version (mac, lmm, swa, lm2 can, and mag when its persistent "
                          "tokens are a multiple of the memory chunk)", titans_block_name(c->block));
   if (B == 0 || B > ((size_t)1 << 24)) return titans__error(s->error, TITANS_ERR_ARG, "stream: batch %zu is out of range", B);
   s->model = m;
@@ -8521,6 +8544,11 @@ TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t
     size_t n = 0;
     if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->window, &n) || !titans_size_mul(n, (size_t)c->d, &n)) goto nomem;
     if (!(s->attn_tail = titans_alloc_floats(n))) goto nomem;
+  }
+  if (titans__kind_of(c->block)->bank) { /* LM2: each layer's bank per row */
+    size_t n = 0;
+    if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->lm2_slots, &n) || !titans_size_mul(n, (size_t)c->d, &n)) goto nomem;
+    if (!(s->bank = titans_alloc_floats(n))) goto nomem;
   }
   if (titans__kind_of(c->block)->mem) {
     s->mem = (titans_mem_state *)titans_alloc_bytes((size_t)c->n_layers, sizeof(titans_mem_state));
@@ -8556,7 +8584,7 @@ static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_
                              "persistent tokens first): restart every row or none");
   if (s->ended)
     return titans__error(t->error, TITANS_ERR_STATE, "stream: it ended with a window that was not a multiple of the %s (%zu)",
-                         k->keys == TITANS__KEYS_SEGMENT ? "segment" : "memory chunk", unit);
+                         k->keys == TITANS__KEYS_SEGMENT || k->bank ? "segment" : "memory chunk", unit);
   return TITANS_OK;
 }
 
@@ -8568,6 +8596,9 @@ static void titans__stream_advance(titans_trainer *t, titans_stream *s, size_t T
   for (int l = 0; l < c->n_layers; l++) {
     titans__layer_fwd *lf = &f->layers[l];
     if (s->mem) titans_mem_state_copy(&s->mem[l], &lf->st);
+    if (s->bank && lf->lm2.nwrite == lf->lm2.nseg) /* LM2: the bank after the window's last write */
+      memcpy(s->bank + (size_t)l * B * (size_t)c->lm2_slots * d, lf->lm2.bank + lf->lm2.nwrite * B * (size_t)c->lm2_slots * d,
+             B * (size_t)c->lm2_slots * d * sizeof(float));
     if (!s->attn_tail) continue;
     for (size_t b = 0; b < B; b++) {
       float *tail = s->attn_tail + ((size_t)l * B + b) * Wc * d; /* [Wc, d] */
@@ -10122,7 +10153,7 @@ static void titans__ck_stream_mem_name(char *out, int l) {
 }
 
 /* Floats staged for a writer: "stream.position" [4] (position, ended), "stream.rows" [B, 5] (fresh, SWA
-   tail rows, row position), one "stream.layers.{l}.mem" per memory layer; the SWA tails go as they are. */
+   tail rows, row position), one "stream.layers.{l}.mem" per memory layer; the SWA tails and LM2 banks go as they are. */
 static size_t titans__stream_staged_floats(const titans_stream *s, size_t *mem_floats) {
   *mem_floats = s->mem ? titans_mem_state_floats(&s->mem[0]) : 0;
   return 4 + 5 * s->batch + (size_t)s->model->cfg.n_layers * *mem_floats;
@@ -10131,6 +10162,12 @@ static size_t titans__stream_staged_floats(const titans_stream *s, size_t *mem_f
 static size_t titans__stream_tail_floats(const titans_stream *s) {
   const titans_config *c = &s->model->cfg;
   return s->attn_tail ? (size_t)c->n_layers * s->batch * (size_t)c->window * (size_t)c->d : 0;
+}
+
+/* LM2: floats of the carried banks ("stream.bank" [n_layers, B, N_s, d]); 0 for the other kinds */
+static size_t titans__stream_bank_floats(const titans_stream *s) {
+  const titans_config *c = &s->model->cfg;
+  return s->bank ? (size_t)c->n_layers * s->batch * (size_t)c->lm2_slots * (size_t)c->d : 0;
 }
 
 TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w) {
@@ -10164,6 +10201,8 @@ TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w) {
   }
   shape[0] = titans__stream_tail_floats(s);
   if (!rc && shape[0]) rc = titans_st_writer_add_f32(w, "stream.attn_tail", s->attn_tail, 1, shape);
+  shape[0] = titans__stream_bank_floats(s);
+  if (!rc && shape[0]) rc = titans_st_writer_add_f32(w, "stream.bank", s->bank, 1, shape);
   if (rc) return titans__error(s->error, rc, "stream save: %s", w->error);
   return TITANS_OK;
 }
@@ -10188,7 +10227,7 @@ static int titans__ck_stream_check(titans_stream *s, titans_st_reader *r, char *
   titans__ck_decimal(batch, B);
   if (!fbatch || strcmp(fbatch, batch) != 0)
     return titans__error(err, TITANS_ERR_FORMAT, "the stream has %.20s rows, this one %zu", fbatch ? fbatch : "no", B);
-  size_t want = 2 + (s->mem ? (size_t)c->n_layers : 0) + (s->attn_tail ? 1 : 0);
+  size_t want = 2 + (s->mem ? (size_t)c->n_layers : 0) + (s->attn_tail ? 1 : 0) + (s->bank ? 1 : 0);
   if (r->n_tensors != want) return titans__error(err, TITANS_ERR_FORMAT, "the file has %zu tensors, a stream %zu", r->n_tensors, want);
   titans__stream_staged_floats(s, &mem_floats);
   for (size_t i = 0; i < r->n_tensors; i++) {
@@ -10198,6 +10237,7 @@ static int titans__ck_stream_check(titans_stream *s, titans_st_reader *r, char *
     size_t expect = !strcmp(t->name, "stream.position")    ? 4
                     : !strcmp(t->name, "stream.rows")      ? 5 * B
                     : !strcmp(t->name, "stream.attn_tail") ? titans__stream_tail_floats(s)
+                    : !strcmp(t->name, "stream.bank")      ? titans__stream_bank_floats(s)
                     : !strncmp(t->name, "stream.layers.", 14) ? mem_floats : 0;
     if (t->dtype != TITANS_ST_F32 || expect == 0 || count != expect)
       return titans__error(err, TITANS_ERR_FORMAT, "tensor '%.64s' is not a stream tensor of this model", t->name);
@@ -10209,11 +10249,11 @@ static int titans__ck_stream_check(titans_stream *s, titans_st_reader *r, char *
 static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *err) {
   const titans_config *c = &s->model->cfg;
   size_t mem_floats, n = titans__stream_staged_floats(s, &mem_floats), B = s->batch, shape[2] = {4, 5};
-  size_t tail = titans__stream_tail_floats(s);
+  size_t tail = titans__stream_tail_floats(s), banks = titans__stream_bank_floats(s);
   char name[64];
   int rc = titans__ck_stream_check(s, r, err);
   if (rc) return rc;
-  float *buf = titans_alloc_floats(n + tail); /* [staged layout | SWA tails] */
+  float *buf = titans_alloc_floats(n + tail + banks); /* [staged layout | SWA tails | LM2 banks] */
   if (!buf) return titans__error(err, TITANS_ERR_NOMEM, "out of memory");
   float *pos = buf, *rows = pos + 4, *mem = rows + 5 * B;
   rc = titans_st_read_f32(r, "stream.position", pos, 1, shape);
@@ -10224,6 +10264,7 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
     rc = titans_st_read_f32(r, name, mem + (size_t)l * mem_floats, 1, &mem_floats);
   }
   if (!rc && tail) rc = titans_st_read_f32(r, "stream.attn_tail", buf + n, 1, &tail);
+  if (!rc && banks) rc = titans_st_read_f32(r, "stream.bank", buf + n + tail, 1, &banks);
   if (rc) titans__error(err, rc, "%s", r->error);
   if (!rc && (titans__ck_get_u63(pos) < 0 || (pos[3] != 0.0f && pos[3] != 1.0f)))
     rc = titans__error(err, TITANS_ERR_FORMAT, "bad stream position");
@@ -10232,6 +10273,7 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
         rows[5 * b + 1] != floorf(rows[5 * b + 1]) || titans__ck_get_u63(rows + 5 * b + 2) < 0)
       rc = titans__error(err, TITANS_ERR_FORMAT, "bad stream row %zu", b);
   if (!rc && !titans__ck_finite(buf + n, tail)) rc = titans__error(err, TITANS_ERR_FORMAT, "the SWA tails hold NaN or Inf");
+  if (!rc && !titans__ck_finite(buf + n + tail, banks)) rc = titans__error(err, TITANS_ERR_FORMAT, "the LM2 banks hold NaN or Inf");
   /* each memory state loads into a scratch state first, so a bad one changes nothing */
   titans_mem_state probe;
   int have_probe = !rc && s->mem && titans_mem_state_init(&probe, &c->mem, B) == TITANS_OK;
@@ -10243,6 +10285,7 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
   if (!rc) {
     for (int l = 0; s->mem && l < c->n_layers; l++) titans_mem_state_load(&s->mem[l], mem + (size_t)l * mem_floats, mem_floats);
     if (tail) memcpy(s->attn_tail, buf + n, tail * sizeof(float));
+    if (banks) memcpy(s->bank, buf + n + tail, banks * sizeof(float));
     s->position = titans__ck_get_u63(pos);
     s->ended = pos[3] != 0.0f;
     for (size_t b = 0; b < B; b++) {

@@ -1133,8 +1133,8 @@ static int cmd_train(int argc, char **argv) {
   if (o.task >= 0 && o.task_frac < 1)
     for (size_t i = 0; i < o.n_lens; i++)
       if (ds.n_train < o.lens[i] + 1) fail("%s: the training split is shorter than --lens %zu + 1", ds.name, o.lens[i]);
-  /* long reads by default where the kind can stream (MAL, LM2 and full attention cannot in this version) */
-  int streams = o.block != TITANS_BLOCK_MAL && o.block != TITANS_BLOCK_LM2 && o.block != TITANS_BLOCK_ATTN;
+  /* long reads by default where the kind can stream (MAL and full attention cannot in this version) */
+  int streams = o.block != TITANS_BLOCK_MAL && o.block != TITANS_BLOCK_ATTN;
   if (o.doc_len < 0) o.doc_len = streams && ds.n_train >= 2 * 4096 + T + 1 && 4096 % (long)T == 0 ? 4096 : 0;
   if (o.doc_len > 0 && (size_t)o.doc_len / T * T + 1 > ds.n_train)
     fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train, o.doc_len);
