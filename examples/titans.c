@@ -713,6 +713,7 @@ typedef struct train_opts {
   long doc_len;                  /* > 0: each row reads documents of doc_len tokens window by window (streams) */
   int slots;                     /* LM2 bank slots (0: the library's default) */
   int answer_loss;               /* --task: the loss sees only the answers */
+  int lens_mix;                  /* --lens-mix: stage i draws each step's length from lens[0..i] */
   double theta_init, eta_init, alpha_init; /* where the memory's gates start (0: the library's) */
   double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
   int conv_uniform;                        /* 1: the memory's conv taps start uniform (PyTorch's Conv1d default) */
@@ -774,6 +775,8 @@ static void help_train(void) {
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
          "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
          "                      of them (default: --seq only); validation stays on --seq windows of plain text\n"
+         "  --lens-mix          stage i draws each step's length uniformly from LIST[0..i], so the lengths of\n"
+         "                      earlier stages stay in the mix (default: stage i trains on LIST[i] only)\n"
          "  --answer-loss       the loss sees only the answers of the examples (default: every token)\n");
 }
 
@@ -862,6 +865,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
       if (o->task < 0) usage_fail("train", "--task %s: want passkey, prose or copy", k);
     } else if (!strcmp(s, "--task-frac")) o->task_frac = arg_double(&a, s, 0.0, 1.0);
     else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
+    else if (!strcmp(s, "--lens-mix")) o->lens_mix = 1;
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init")) o->theta_init = arg_double(&a, s, 1e-6, 0.999999);
@@ -892,7 +896,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
-    if (o->task_frac >= 0 || o->n_lens || o->answer_loss) usage_fail("train", "--task-frac, --lens and --answer-loss go with --task");
+    if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix)
+      usage_fail("train", "--task-frac, --lens, --lens-mix and --answer-loss go with --task");
     return;
   }
   if (o->task_frac < 0) o->task_frac = 1;
@@ -927,16 +932,29 @@ static titans_config train_config_of(const train_opts *o) {
 
 /* ---- retrieval training (--task) ---- */
 
+/* The stage of the --lens curriculum that step `step` is in: the steps split into equal stages. */
+static size_t step_stage(const train_opts *o, long step) {
+  size_t stage = (size_t)((double)step * (double)o->n_lens / (double)o->steps);
+  return stage < o->n_lens ? stage : o->n_lens - 1;
+}
+
 /* The shape of the batches of step `step`: stage i of the --lens curriculum (the steps split into equal
    stages) trains on B_i = max(1, B * lens[0] / lens[i]) sequences of T_i = lens[i] tokens, so a step
-   holds about as many tokens in every stage. Without --task: --batch x --seq. */
+   holds about as many tokens in every stage. With --lens-mix, stage i draws the length of each of its
+   steps uniformly from lens[0..i] (from (seed, step) alone, so a resumed run draws the same): a model
+   trained only on its last stage's length forgot the earlier ones (docs/long_context.md). Without
+   --task: --batch x --seq. */
 static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
   if (o->task < 0) {
     *B = (size_t)o->batch, *T = (size_t)o->seq;
     return;
   }
-  size_t stage = (size_t)((double)step * (double)o->n_lens / (double)o->steps);
-  if (stage >= o->n_lens) stage = o->n_lens - 1;
+  size_t stage = step_stage(o, step);
+  if (o->lens_mix) { /* a stream of its own, apart from the examples' (seed, step) stream */
+    titans_rng rng;
+    titans_rng_seed(&rng, longctx_mix64(o->seed ^ 0x4C454E534D495855ull, (uint64_t)step));
+    stage = (size_t)(titans_rng_u64(&rng) % (stage + 1));
+  }
   *T = o->lens[stage];
   size_t b = (size_t)o->batch * o->lens[0] / o->lens[stage];
   *B = b ? b : 1;
@@ -974,7 +992,8 @@ static void sample_task_batch(int *tokens, const dataset *ds, const train_opts *
 static void task_line(char *out, size_t size, const train_opts *o) {
   size_t n = (size_t)snprintf(out, size, "%s frac=%.17g lens=", longctx_kind_name(o->task), o->task_frac);
   for (size_t i = 0; i < o->n_lens && n < size; i++) n += (size_t)snprintf(out + n, size - n, "%s%zu", i ? "," : "", o->lens[i]);
-  if (o->answer_loss && n < size) snprintf(out + n, size - n, " answer-loss");
+  if (o->answer_loss && n < size) n += (size_t)snprintf(out + n, size - n, " answer-loss");
+  if (o->lens_mix && n < size) snprintf(out + n, size - n, " lens-mix");
 }
 
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */
@@ -1224,7 +1243,7 @@ static int cmd_train(int argc, char **argv) {
   }
   double train_time = 0, first_step_time = 0, t_start = now_seconds(), tokens_done = 0;
   long first = tr.step, steps_done = 0;
-  size_t Tprev = 0;
+  size_t Tprev = 0, stage_prev = 0;
   signal(SIGINT, on_stop_signal);
   signal(SIGTERM, on_stop_signal);
   while (tr.step < o.steps) {
@@ -1235,7 +1254,15 @@ static int cmd_train(int argc, char **argv) {
     if (o.doc_len > 0) sample_doc_batch(tokens, &ds, Bs, Ts, (size_t)o.doc_len, o.seed, step);
     else if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
     else sample_task_batch(tokens, &ds, &o, Bs, Ts, step);
-    if (o.task >= 0 && (step == first || Ts != Tprev))
+    if (o.task >= 0 && o.lens_mix) {
+      size_t stage = step_stage(&o, step);
+      if (step == first || stage != stage_prev) {
+        printf("step %5ld/%ld  %s: each step's length drawn from", step, o.steps, longctx_kind_name(o.task));
+        for (size_t i = 0; i <= stage; i++) printf("%s%zu", i ? "," : " ", o.lens[i]);
+        printf(" (max(1, %ld x %zu / length) sequences)\n", o.batch, o.lens[0]);
+      }
+      stage_prev = stage;
+    } else if (o.task >= 0 && (step == first || Ts != Tprev))
       printf("step %5ld/%ld  %s: %zu sequences of %zu tokens per step\n", step, o.steps, longctx_kind_name(o.task), Bs, Ts);
     Tprev = Ts;
     double t0 = now_seconds();

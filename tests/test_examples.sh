@@ -133,6 +133,21 @@ rc=$(run "$bin" train $tiny --task prose --lens 200 --steps 6 --resume --out tas
 check "  --resume with another task is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'task' err.txt"
 rc=$(run "$bin" train $tiny --lens 200 --steps 2 --out nope)
 check "--lens without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+mix="--task passkey --lens 160,320 --lens-mix"
+rc=$(run "$bin" train $tiny $mix --steps 6 --out mix_full)
+check "train --lens-mix exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "  its second stage draws from both lengths" grep -q "each step's length drawn from 160,320" out.txt
+rc=$(run "$bin" train $tiny $mix --steps 6 --stop-at 3 --out mix_split)
+rc2=$(run "$bin" train $tiny $mix --steps 6 --resume --out mix_split)
+check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s mix_full/trainer.safetensors mix_split/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task passkey --lens 160,320 --steps 6 --out nomix)
+check "  it trains otherwise than the same run without --lens-mix (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && ! cmp -s mix_full/trainer.safetensors nomix/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task passkey --lens 160,320 --steps 6 --resume --out mix_split)
+check "  --resume without --lens-mix is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'lens-mix' err.txt"
+rc=$(run "$bin" train $tiny --lens-mix --steps 2 --out nope)
+check "--lens-mix without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 
 echo "== generate"
 gen="--model full/model.safetensors -n 40 --temperature 0.8 --top-k 10 --top-p 0.9 --seed 3"
