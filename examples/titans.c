@@ -718,6 +718,7 @@ typedef struct train_opts {
   double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
   int conv_uniform;                        /* 1: the memory's conv taps start uniform (PyTorch's Conv1d default) */
   int key_shift;                           /* 1: the memory's key conv starts on the previous token */
+  int key_shift_fixed;                     /* 1: ... and stays there: its other taps are zeroed after every step */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
   double attn_identity;                    /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
 } train_opts;
@@ -766,6 +767,8 @@ static void help_train(void) {
          "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
          "  --conv-uniform      the memory's conv taps start uniform in +-1/sqrt(K) (default: near identity)\n"
          "  --key-shift         the memory's key conv starts on the previous token, its queries equal to its keys\n"
+         "  --key-shift-fixed   --key-shift, and the key conv stays a one-tap conv on the previous token: its\n"
+         "                      other taps are set to 0 after every step (keys that cannot drift, docs/long_context.md)\n"
          "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
          "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n"
          );
@@ -872,6 +875,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--w0-scale")) o->w0_scale = arg_double(&a, s, 1e-6, 1e3);
     else if (!strcmp(s, "--conv-uniform")) o->conv_uniform = 1;
     else if (!strcmp(s, "--key-shift")) o->key_shift = 1;
+    else if (!strcmp(s, "--key-shift-fixed")) o->key_shift = o->key_shift_fixed = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
@@ -1004,6 +1008,7 @@ static char *train_meta(const train_opts *o, const dataset *ds, const series *tr
   text_printf(&t, "val_every=%ld\nval_batches=%ld\ndata=%s\ndata_tokens=%zu\ndata_hash=%llu\n", o->val_every,
               o->val_batches, ds->name, ds->n, (unsigned long long)ds->hash);
   if (o->doc_len > 0) text_printf(&t, "doc_len=%ld\n", o->doc_len); /* only then, as task= below */
+  if (o->key_shift_fixed) text_printf(&t, "key_shift_fixed=1\n");
   if (o->task >= 0) { /* only then: a plain run's files stay as they were */
     char task[512];
     task_line(task, sizeof task, o);
@@ -1024,6 +1029,9 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   if (!meta_u64(meta, "seq", &v) || v != (uint64_t)o->seq) fail("--resume: %s was trained with --seq %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "doc_len", &v)) v = 0;
   if (v != (uint64_t)o->doc_len) fail("--resume: %s was trained with --doc-len %llu", path, (unsigned long long)v);
+  if (!meta_u64(meta, "key_shift_fixed", &v)) v = 0;
+  if (v != (uint64_t)o->key_shift_fixed)
+    fail("--resume: %s was trained %s --key-shift-fixed", path, v ? "with" : "without");
   if (!meta_u64(meta, "data_hash", &v) || v != ds->hash)
     fail("--resume: %s was trained on other data (give the same --data)", path);
   size_t len = 0;
@@ -1103,6 +1111,41 @@ static void shift_memory_keys(titans_model *model) {
     for (size_t j = 0; j < dm; j++)
       for (size_t t = 0; t < K; t++) ck[j * K + t] = t == K - 2 ? 1.0f : 0.0f;
   }
+}
+
+/* --key-shift-fixed: the memory's key conv is a one-tap conv on the previous token, k_t from x_{t-1}
+   alone. Called after every optimizer step: the other taps, which training would grow, are set back to 0
+   (a projection onto the constraint; the lag-1 tap itself keeps learning). Why: with small taps on the
+   bytes further back, a repeated text gives nearly parallel keys that must map to different values,
+   and the memory's weights then grow without bound as it reads (docs/long_context.md, "Past the
+   training length"); with keys of the previous byte alone such keys are equal, and a write overwrites. */
+static void fix_memory_keys(titans_model *model) {
+  const titans_config *c = &model->cfg;
+  size_t K = (size_t)c->mem.conv_width, dm = (size_t)c->mem.heads * (size_t)c->mem.head_dim;
+  if (K < 2) return;
+  for (int l = 0; l < c->n_layers; l++) {
+    float *ck = model->w.layers[l].mem.conv_k; /* [d_m, K_c]; NULL without a memory */
+    if (!ck) continue;
+    for (size_t j = 0; j < dm; j++)
+      for (size_t t = 0; t < K; t++)
+        if (t != K - 2) ck[j * K + t] = 0.0f;
+  }
+}
+
+/* 1 when every memory layer's key conv is one tap on the previous token (what --key-shift-fixed keeps). */
+static int memory_keys_one_tap(const titans_model *model) {
+  const titans_config *c = &model->cfg;
+  size_t K = (size_t)c->mem.conv_width, dm = (size_t)c->mem.heads * (size_t)c->mem.head_dim;
+  int any = 0;
+  for (int l = 0; K >= 2 && l < c->n_layers; l++) {
+    const float *ck = model->w.layers[l].mem.conv_k; /* [d_m, K_c]; NULL without a memory */
+    if (!ck) continue;
+    any = 1;
+    for (size_t j = 0; j < dm; j++)
+      for (size_t t = 0; t < K; t++)
+        if (t != K - 2 && ck[j * K + t] != 0.0f) return 0;
+  }
+  return any;
 }
 
 /* --attn-identity X: every layer's attention starts by copying its own token: wq = wk = X I (RoPE leaves a
@@ -1276,6 +1319,7 @@ static int cmd_train(int argc, char **argv) {
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
            "--resume restarts from the last checkpoint.", tr.error);
     if (rc != TITANS_OK) fail("%s", tr.error);
+    if (o.key_shift_fixed) fix_memory_keys(&model);
     train_time += now_seconds() - t0;
     if (steps_done == 0) first_step_time = train_time;
     tokens_done += (double)(Bs * Ts);
@@ -2193,6 +2237,7 @@ static void info_model(titans_st_reader *r, const char *path) {
            c->mem.head_dim, c->mem.depth, c->mem.depth == 1 ? " (a matrix memory)" : "", c->mem.chunk,
            c->mem.conv_width, (double)c->mem.theta_max, (double)c->mem.surprise_bound,
            c->mem.surprise_bound > 0 ? "" : " (off)");
+  if (memory_keys_one_tap(&m)) printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
   printf("config: %s\n", titans_st_meta(r, "config"));
   if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));
 

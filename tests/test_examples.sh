@@ -194,6 +194,21 @@ check "the initialisation options train (--key-shift --emb-scale --w0-scale: rc=
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q 'surprise bound 0.5' out.txt"
 rc=$(run "$bin" train $tiny --block mac --steps 1 --sample-len 0 --attn-identity 1.5 --key-shift --out init3)
 check "--attn-identity trains (rc=$rc)" [ "$rc" = 0 ]
+kf="--block lmm --steps 6 --sample-len 0 --emb-scale 10"
+rc=$(run "$bin" train $tiny $kf --key-shift-fixed --out kfix)
+rc2=$(run "$bin" info --model kfix/model.safetensors)
+check "--key-shift-fixed trains (rc=$rc) and its key convs stay one tap on the previous token after 6 steps (rc=$rc2)" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && grep -q 'memory keys: from the previous token alone' out.txt"
+rc=$(run "$bin" train $tiny $kf --key-shift --out kshift)
+rc2=$(run "$bin" info --model kshift/model.safetensors)
+check "  with --key-shift alone the other taps learn (rc=$rc, $rc2)" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && ! grep -q 'memory keys:' out.txt"
+rc=$(run "$bin" train $tiny $kf --key-shift-fixed --stop-at 3 --out kfix_split)
+rc2=$(run "$bin" train $tiny $kf --key-shift-fixed --resume --out kfix_split)
+check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s kfix/trainer.safetensors kfix_split/trainer.safetensors"
+rc=$(run "$bin" train $tiny $kf --resume --out kfix_split)
+check "  --resume without --key-shift-fixed is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'key-shift-fixed' err.txt"
 rc=$(run "$bin" train $tiny --block lm2 --slots 5 --segment 16 --steps 2 --sample-len 0 --out lm2)
 rc2=$(run "$bin" info --model lm2/model.safetensors)
 check "LM2 trains (--block lm2 --slots 5: rc=$rc) and info shows its bank (rc=$rc2)" \
