@@ -8856,20 +8856,26 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
   return TITANS_OK;
 }
 
-/* A memory (W or S) can overflow at a token whose output stays finite (a head the output gate shuts,
-   a momentum that has not reached W yet): found by fuzzing a loaded state. Checked once per feed call
-   (the chunk-start copies come from W and S, the loaded state was checked on reading), so a state
-   that feed accepted is one that titans_session_write saves. */
-static int titans__session_memory_finite(titans_session *s) {
+/* A state value can be NaN or Inf while every output stays finite: a memory (W or S) that overflowed
+   at a token whose output the gate shuts, or a KV row whose key is -Inf (its softmax weight is 0;
+   both found by fuzzing). Checked once per feed call over every tensor titans_session_state lists,
+   so that a state feed accepted is one titans_session_write saves. */
+static int titans__session_state_finite(titans_session *s) {
   const titans_config *c = &s->model->cfg;
   for (int l = 0; l < c->n_layers; l++) {
-    const titans_mem_state *st = &s->layers[l].mem;
-    if (!s->layers[l].has_mem) continue;
-    size_t n = st->batch * (size_t)st->cfg.heads * st->head_size; /* floats of W, and of S */
-    if (!titans__all_finite(st->w, n) || !titans__all_finite(st->s, n)) {
+    const struct titans__session_layer *sl = &s->layers[l];
+    int ok = 1;
+    if (sl->has_mem) ok = titans__all_finite(sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
+    if (ok && sl->has_committed) ok = titans__all_finite(sl->committed.w_chunk, titans__mem_state_slab_floats(&sl->committed));
+    if (ok && sl->has_kv) {
+      size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d; /* the rows in use, as titans_session_state lists */
+      ok = titans__all_finite(sl->kv.k, rows) && titans__all_finite(sl->kv.v, rows);
+    }
+    if (ok && sl->lm2) ok = titans__all_finite(sl->lm2, titans__lm2_session_saved(c));
+    if (!ok) {
       s->broken = 1;
       return titans__error(s->error, TITANS_ERR_NONFINITE,
-                           "session: layer %d's memory holds NaN or Inf at position %lld (reset or reload the session)",
+                           "session: layer %d's state holds NaN or Inf at position %lld (reset or reload the session)",
                            l, s->position);
     }
   }
@@ -8884,7 +8890,7 @@ TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n
   float r;
   titans__step_work_carve(&w, s->work, c);
   for (size_t i = 0; i < n; i++) TITANS__TRY(titans__session_token(s, tokens[i], &w));
-  TITANS__TRY(titans__session_memory_finite(s));
+  TITANS__TRY(titans__session_state_finite(s));
   if (logits && n > 0) {
     titans_rmsnorm_forward(w.xf, &r, w.x, mo->w.norm_f, 1, d);
     titans__linear(logits, w.xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
