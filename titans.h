@@ -8858,15 +8858,19 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
 
 /* A state value can be NaN or Inf while every output stays finite: a memory (W or S) that overflowed
    at a token whose output the gate shuts, or a KV row whose key is -Inf (its softmax weight is 0;
-   both found by fuzzing). Checked once per feed call over every tensor titans_session_state lists,
-   so that a state feed accepted is one titans_session_write saves. */
+   both found by fuzzing). Checked once per feed call, so that a state feed accepted is one
+   titans_session_write saves: the running W and S (the chunk-start copies and MAC's committed memory
+   are copies of them, so checking them too would double the cost per generated token), the KV rows
+   in use and LM2's bank and sums. */
 static int titans__session_state_finite(titans_session *s) {
   const titans_config *c = &s->model->cfg;
   for (int l = 0; l < c->n_layers; l++) {
     const struct titans__session_layer *sl = &s->layers[l];
     int ok = 1;
-    if (sl->has_mem) ok = titans__all_finite(sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
-    if (ok && sl->has_committed) ok = titans__all_finite(sl->committed.w_chunk, titans__mem_state_slab_floats(&sl->committed));
+    if (sl->has_mem) {
+      size_t n = sl->mem.batch * (size_t)sl->mem.cfg.heads * sl->mem.head_size; /* floats of W, and of S */
+      ok = titans__all_finite(sl->mem.w, n) && titans__all_finite(sl->mem.s, n);
+    }
     if (ok && sl->has_kv) {
       size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d; /* the rows in use, as titans_session_state lists */
       ok = titans__all_finite(sl->kv.k, rows) && titans__all_finite(sl->kv.v, rows);
