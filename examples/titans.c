@@ -714,6 +714,7 @@ typedef struct train_opts {
   int slots;                     /* LM2 bank slots (0: the library's default) */
   int answer_loss;               /* --task: the loss sees only the answers */
   int lens_mix;                  /* --lens-mix: stage i draws each step's length from lens[0..i] */
+  size_t end_jitter;             /* --end-jitter: an example ends 0..end_jitter-1 tokens before its row's end */
   double theta_init, eta_init, alpha_init; /* where the memory's gates start (0: the library's) */
   double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
   int conv_uniform;                        /* 1: the memory's conv taps start uniform (PyTorch's Conv1d default) */
@@ -780,6 +781,10 @@ static void help_train(void) {
          "                      of them (default: --seq only); validation stays on --seq windows of plain text\n"
          "  --lens-mix          stage i draws each step's length uniformly from LIST[0..i], so the lengths of\n"
          "                      earlier stages stay in the mix (default: stage i trains on LIST[i] only)\n"
+         "  --end-jitter N      each example ends 0..N-1 tokens (uniform) before its row's end, filler outside\n"
+         "                      the loss after the answer: the question ends at every position of a segment\n"
+         "                      (default 0: rows end with the answer; needle lengths like 4K then end the\n"
+         "                      question at a position of a segment training never showed)\n"
          "  --answer-loss       the loss sees only the answers of the examples (default: every token)\n");
 }
 
@@ -869,6 +874,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     } else if (!strcmp(s, "--task-frac")) o->task_frac = arg_double(&a, s, 0.0, 1.0);
     else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
     else if (!strcmp(s, "--lens-mix")) o->lens_mix = 1;
+    else if (!strcmp(s, "--end-jitter")) o->end_jitter = (size_t)arg_long(&a, s, 0, 1L << 20);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init")) o->theta_init = arg_double(&a, s, 1e-6, 0.999999);
@@ -900,8 +906,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
-    if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix)
-      usage_fail("train", "--task-frac, --lens, --lens-mix and --answer-loss go with --task");
+    if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter)
+      usage_fail("train", "--task-frac, --lens, --lens-mix, --end-jitter and --answer-loss go with --task");
     return;
   }
   if (o->task_frac < 0) o->task_frac = 1;
@@ -969,13 +975,20 @@ static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
    This is the one place that decides which targets of an example the loss sees: all of them (the row is
    the input and, shifted by one, the targets), or with answer_only just the answer's (every earlier
    token marked TITANS_NO_LOSS: still read as input, left out of the loss). */
-static void retrieval_row(int *row, size_t T, int kind, uint64_t seed, const dataset *ds, int answer_only) {
+static void retrieval_row(int *row, size_t T, int kind, uint64_t seed, const dataset *ds, int answer_only,
+                          size_t end_jitter) {
   longctx_example ex;
   char why[200];
   size_t answer_len = longctx_answer_len(kind);
-  if (longctx_example_init(&ex, kind, T + 1 - answer_len, -1.0, seed, ds->ids, ds->n_train, why) != 0) fail("%s", why);
-  longctx_tokens(&ex, 0, row, T + 1);
-  for (size_t i = 1; answer_only && i < T + 1 - answer_len; i++) row[i] = TITANS_NO_LOSS(row[i]);
+  size_t length = T + 1 - answer_len, room = length - longctx_min_length(kind);
+  size_t early = end_jitter ? (size_t)(longctx_mix64(seed, 0x454E444A49545452ull) % end_jitter) : 0;
+  if (early > room) early = room;
+  length -= early;
+  if (longctx_example_init(&ex, kind, length, -1.0, seed, ds->ids, ds->n_train, why) != 0) fail("%s", why);
+  longctx_tokens(&ex, 0, row, length + answer_len);
+  for (size_t i = 1; answer_only && i < length; i++) row[i] = TITANS_NO_LOSS(row[i]);
+  /* after the answer: filler the loss leaves out (nothing before it reads it) */
+  for (size_t i = 0; i < early; i++) row[length + answer_len + i] = TITANS_NO_LOSS(longctx_filler_byte(&ex, i));
 }
 
 /* tokens [B, T + 1] of a --task run, drawn from (seed, step) alone like sample_batch: per row an example
@@ -987,7 +1000,7 @@ static void sample_task_batch(int *tokens, const dataset *ds, const train_opts *
   for (size_t b = 0; b < B; b++) {
     uint64_t example_seed = titans_rng_u64(&rng);
     int *row = tokens + b * (T + 1);
-    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, o->task, example_seed, ds, o->answer_loss);
+    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, o->task, example_seed, ds, o->answer_loss, o->end_jitter);
     else memcpy(row, ds->ids + example_seed % (ds->n_train - T), (T + 1) * sizeof(int));
   }
 }
@@ -997,7 +1010,8 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   size_t n = (size_t)snprintf(out, size, "%s frac=%.17g lens=", longctx_kind_name(o->task), o->task_frac);
   for (size_t i = 0; i < o->n_lens && n < size; i++) n += (size_t)snprintf(out + n, size - n, "%s%zu", i ? "," : "", o->lens[i]);
   if (o->answer_loss && n < size) n += (size_t)snprintf(out + n, size - n, " answer-loss");
-  if (o->lens_mix && n < size) snprintf(out + n, size - n, " lens-mix");
+  if (o->lens_mix && n < size) n += (size_t)snprintf(out + n, size - n, " lens-mix");
+  if (o->end_jitter && n < size) snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
 }
 
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */

@@ -148,6 +148,20 @@ rc=$(run "$bin" train $tiny --task passkey --lens 160,320 --steps 6 --resume --o
 check "  --resume without --lens-mix is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'lens-mix' err.txt"
 rc=$(run "$bin" train $tiny --lens-mix --steps 2 --out nope)
 check "--lens-mix without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+jit="--task passkey --lens 160 --end-jitter 64"
+rc=$(run "$bin" train $tiny $jit --steps 4 --out jit_full)
+check "train --end-jitter exits 0 (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" train $tiny $jit --steps 4 --stop-at 2 --out jit_split)
+rc2=$(run "$bin" train $tiny $jit --steps 4 --resume --out jit_split)
+check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s jit_full/trainer.safetensors jit_split/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 4 --out nojit)
+check "  it trains otherwise than the same run without it (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && ! cmp -s jit_full/trainer.safetensors nojit/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 4 --resume --out jit_split)
+check "  --resume without --end-jitter is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'end-jitter' err.txt"
+rc=$(run "$bin" train $tiny --end-jitter 8 --steps 2 --out nope)
+check "--end-jitter without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 
 echo "== generate"
 gen="--model full/model.safetensors -n 40 --temperature 0.8 --top-k 10 --top-p 0.9 --seed 3"
