@@ -975,9 +975,10 @@ static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
    tokens of filler outside the loss, e uniform in [0, end_jitter) from the example's seed (0 without
    --end-jitter; never so large that the example gets shorter than its minimum). Without e the question
    of every row of a length that is a multiple of MAC's segment ends at one position of a segment, and
-   MAC learned to answer there only (docs/long_context.md). This is the one place that decides which targets of an example the loss sees: all of them (the row is
-   the input and, shifted by one, the targets), or with answer_only just the answer's (every earlier
-   token marked TITANS_NO_LOSS: still read as input, left out of the loss). */
+   MAC learned to answer there only (docs/long_context.md). This is the one place that decides which
+   targets of an example the loss sees: all of them (the row is the input and, shifted by one, the
+   targets), or with answer_only just the answer's (every earlier token marked TITANS_NO_LOSS: still
+   read as input, left out of the loss). */
 static void retrieval_row(int *row, size_t T, int kind, uint64_t seed, const dataset *ds, int answer_only,
                           size_t end_jitter) {
   longctx_example ex;
