@@ -771,7 +771,18 @@ typedef struct titans_config {
   int max_context;  /* ATTN sessions keep at most this many keys (then the oldest are dropped) */
   titans_mem_config mem; /* the memory layer (MAC, MAG, MAL, LMM); mem.d == d */
   int lm2_slots;    /* N_s, the LM2 bank's slots (LM2 only; 0 for the other kinds) */
+  int mac_learns_from; /* titans_mac_learns_from (MAC only; 0 for the other kinds) */
 } titans_config;
+
+/* What MAC's memory learns from (step 3 of docs/model.md 3.1). The paper writes the attention output y
+   into the memory; y carries what the memory itself retrieved into the segment, so the memory also
+   learns its own reads. TITANS_MAC_LEARNS_INPUT writes the segment's normalised block input X instead
+   (the keys MAG's memory learns from); retrieval, attention and the gate are unchanged. A departure
+   from the paper, off by default: docs/long_context.md shows what it does at 1M tokens. */
+typedef enum titans_mac_learns_from {
+  TITANS_MAC_LEARNS_ATTN_OUTPUT = 0, /* the paper: M_t = M_{t-1}(y_t) */
+  TITANS_MAC_LEARNS_INPUT = 1        /* M_t = M_{t-1}(X_t) */
+} titans_mac_learns_from;
 
 /* Documented defaults for a kind, vocabulary and width: H_a = max(1, d / 64), d_ff = 4 d rounded to a
    multiple of 8 (2/3 of that for the SwiGLU's three matrices would also be reasonable; we keep 4 d as
@@ -6802,6 +6813,10 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   } else if (c->lm2_slots != 0) {
     return titans__error(err, TITANS_ERR_ARG, "config: lm2_slots = %d, but only an LM2 block has a bank", c->lm2_slots);
   }
+  if (c->mac_learns_from != TITANS_MAC_LEARNS_ATTN_OUTPUT &&
+      (c->block != TITANS_BLOCK_MAC || c->mac_learns_from != TITANS_MAC_LEARNS_INPUT))
+    return titans__error(err, TITANS_ERR_ARG, "config: mac_learns_from = %d, want 0 (or 1 for a MAC block)",
+                         c->mac_learns_from);
   return TITANS_OK;
 }
 
@@ -7642,6 +7657,11 @@ static size_t titans__swa_stream_unit(const titans_config *c) {
    The memory state (and the conv tails of both its input streams) flows from segment to segment; the
    backward walks the segments in reverse, carrying d(state) and d(tails) back (docs/model.md 3.1). */
 
+/* The rows step 3 writes into the memory: y [B, n, d] (the paper) or X [B, n, d]. */
+static const float *titans__mac_learn_rows(const titans_config *c, const titans__mac_seg *sg) {
+  return c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? sg->xs : sg->y;
+}
+
 static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
                                const int64_t *pos, size_t B, size_t T) {
   (void)pos; /* MAC's attention reads local positions 0..n-1 within each segment */
@@ -7676,8 +7696,8 @@ static int titans__mac_forward(const titans_config *c, const titans_layer *L, ti
       memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
     }
     TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0));
-    /* 3. the memory learns from the attention output */
-    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, sg->y, n, cu));
+    /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
+    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg), n, cu));
     /* 4. gate */
     float *out = titans__arena_alloc(ar, B * n * d);
     TITANS__NEED(out);
@@ -7711,7 +7731,9 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
       memcpy(cu->dstate_final, dnext_state, dstate * sizeof(float));
       memcpy(cu->dtails_final, dnext_tail_u, dtail * sizeof(float));
     }
-    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, dy, dmm, sg->y, cu, 0));
+    /* the update's input gradient joins dy before the attention's backward reads it, or dX */
+    int learns_x = c->mac_learns_from == TITANS_MAC_LEARNS_INPUT;
+    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, learns_x ? dxs : dy, dmm, titans__mac_learn_rows(c, sg), cu, 0));
     TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B,
                                           n, P, 2 * n, 0));
     for (size_t b = 0; b < B; b++) {
@@ -7749,7 +7771,8 @@ static int titans__mac_step(titans_session *s, int l, float *mix, const float *x
   TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, w->pair, xn, 1, NULL)); /* Hm_i */
   memcpy(w->pair + d, xn, d * sizeof(float));                                                 /* X_i */
   TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, w->pair, 2, i, i, w));
-  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, w->y, 1, NULL));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? xn : w->y,
+                                 1, NULL));
   titans__session_gate(L, mix, w->y, w->m, w, d);
   return TITANS_OK;
 }
@@ -9368,6 +9391,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add(top, "max_context", TITANS__CK_INT, &c->max_context);
   titans__ck_add(top, "mem", TITANS__CK_OBJECT, mem);
   titans__ck_add_optional(top, "lm2_slots", TITANS__CK_INT, &c->lm2_slots); /* 0: not LM2 */
+  titans__ck_add_optional(top, "mac_learns_from", TITANS__CK_INT, &c->mac_learns_from); /* 0: the paper's y */
   titans__ck_add(mem, "d", TITANS__CK_INT, &c->mem.d);
   titans__ck_add(mem, "heads", TITANS__CK_INT, &c->mem.heads);
   titans__ck_add(mem, "head_dim", TITANS__CK_INT, &c->mem.head_dim);

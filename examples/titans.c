@@ -712,6 +712,7 @@ typedef struct train_opts {
   size_t lens[MAX_STAGES], n_lens; /* the length curriculum (--lens), one stage per entry */
   long doc_len;                  /* > 0: each row reads documents of doc_len tokens window by window (streams) */
   int slots;                     /* LM2 bank slots (0: the library's default) */
+  int mac_learns_input;          /* --mac-learns-input: MAC's memory learns from the block input X, not y */
   int answer_loss;               /* --task: the loss sees only the answers */
   int lens_mix;                  /* --lens-mix: stage i draws each step's length from lens[0..i] */
   size_t end_jitter;             /* --end-jitter: an example ends 0..end_jitter-1 tokens before its row's end */
@@ -736,6 +737,8 @@ static void help_train(void) {
          "  --mem-heads N       memory heads (4); --mem-depth N memory MLP depth (2; 1: a matrix memory)\n"
          "  --chunk N           memory chunk size b (16); --segment N MAC segment C, LM2 tokens per write (64)\n"
          "  --slots N           LM2 memory bank slots (16)\n"
+         "  --mac-learns-input  MAC's memory learns from the block's input X instead of the attention output y\n"
+         "                      (the paper's); a departure that keeps it stationary on filler (docs/long_context.md)\n"
          "  --window N          sliding window w (64); --persist N persistent tokens (mag: one chunk, 16;\n"
          "                      mac, mal: 4; the baselines: 0)\n"
          "  --ffn N             FFN hidden width (4 d)\n"
@@ -847,6 +850,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--chunk")) o->chunk = (int)arg_long(&a, s, 1, 4096);
     else if (!strcmp(s, "--segment")) o->segment = (int)arg_long(&a, s, 1, 65536);
     else if (!strcmp(s, "--slots")) o->slots = (int)arg_long(&a, s, 1, 65536);
+    else if (!strcmp(s, "--mac-learns-input")) o->mac_learns_input = 1;
     else if (!strcmp(s, "--window")) o->window = (int)arg_long(&a, s, 1, 1 << 24);
     else if (!strcmp(s, "--persist")) o->persist = (int)arg_long(&a, s, 0, 4096);
     else if (!strcmp(s, "--ffn")) o->ffn = (int)arg_long(&a, s, 1, 1 << 20);
@@ -902,6 +906,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
   if (o->slots && o->block != TITANS_BLOCK_LM2) usage_fail("train", "--slots goes with --block lm2");
+  if (o->mac_learns_input && o->block != TITANS_BLOCK_MAC) usage_fail("train", "--mac-learns-input goes with --block mac");
   if (o->doc_len > 0 && o->task >= 0) usage_fail("train", "--doc-len reads plain text: it does not go with --task");
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
@@ -937,6 +942,7 @@ static titans_config train_config_of(const train_opts *o) {
      them to be a multiple of the chunk) */
   if (o->persist < 0 && o->block == TITANS_BLOCK_MAG) c.n_persist = c.mem.chunk;
   if (o->slots) c.lm2_slots = o->slots;
+  if (o->mac_learns_input) c.mac_learns_from = TITANS_MAC_LEARNS_INPUT; /* refused by the check for other kinds */
   return c;
 }
 
@@ -2247,7 +2253,8 @@ static void info_model(titans_st_reader *r, const char *path) {
   printf("\nmodel: %s, vocabulary %d (%s), d = %d, %d layers", titans_block_name(c->block), c->vocab,
          tok.kind == TITANS_TOKENIZER_BYTE ? "bytes" : "other tokens", c->d, c->n_layers);
   if (c->block != TITANS_BLOCK_LMM) printf(", %d attention heads, window %d", c->attn_heads, c->window);
-  if (c->block == TITANS_BLOCK_MAC) printf(", segment %d", c->segment);
+  if (c->block == TITANS_BLOCK_MAC)
+    printf(", segment %d%s", c->segment, c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? ", memory learns from X" : "");
   if (c->block == TITANS_BLOCK_LM2) printf(", a bank of %d slots written every %d tokens", c->lm2_slots, c->segment);
   printf(", %d persistent tokens, FFN %d, %s embedding\n", c->n_persist, c->ffn_hidden, c->tied ? "tied" : "untied");
   if (c->block >= TITANS_BLOCK_MAC && c->block != TITANS_BLOCK_LM2)

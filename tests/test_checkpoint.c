@@ -104,6 +104,7 @@ static void test_json(void) {
     titans_config c = tiny_config(kinds[k]), back;
     c.mem.theta_max = 0.0123456789f;
     c.mem.surprise_bound = 0.75f;
+    if (kinds[k] == TITANS_BLOCK_MAC) c.mac_learns_from = TITANS_MAC_LEARNS_INPUT;
     memset(&back, 0, sizeof back);
     if (titans_config_to_json(&c, json, sizeof json) || titans_config_from_json(&back, json, err)) {
       ok = 0;
@@ -114,7 +115,8 @@ static void test_json(void) {
     titans_config_to_json(&back, again, sizeof again);
     ok &= strcmp(json, again) == 0 && back.mem.theta_max == c.mem.theta_max &&
           back.mem.surprise_bound == c.mem.surprise_bound && back.block == c.block &&
-          back.tied == c.tied && back.segment == c.segment && back.mem.chunk == c.mem.chunk;
+          back.tied == c.tied && back.segment == c.segment && back.mem.chunk == c.mem.chunk &&
+          back.mac_learns_from == c.mac_learns_from;
   }
   th_check(ok, "config -> JSON -> config is the identity for every kind, e.g. %s", json);
 
@@ -133,6 +135,18 @@ static void test_json(void) {
     int rc = key ? titans_config_from_json(&back, old, err) : -1;
     th_check(rc == 0 && back.mem.surprise_bound == 0.0f && back.mem.theta_max == def.mem.theta_max,
              "a config without \"surprise_bound\" (older files) loads with the bound off: %s", key ? old : json);
+  }
+  {
+    /* nor the choice of what MAC's memory learns from: such a file loads with the paper's y */
+    char old[1024];
+    titans_config back;
+    titans_config_to_json(&def, json, sizeof json);
+    const char *key = strstr(json, ",\"mac_learns_from\":0}");
+    snprintf(old, sizeof old, "%.*s}", key ? (int)(key - json) : 0, json);
+    back.mac_learns_from = 7;
+    int rc = key ? titans_config_from_json(&back, old, err) : -1;
+    th_check(rc == 0 && back.mac_learns_from == TITANS_MAC_LEARNS_ATTN_OUTPUT,
+             "a config without \"mac_learns_from\" (older files) loads as the paper's MAC: %s", key ? old : json);
   }
   th_check(titans_config_to_json(&def, json, 40) == TITANS_ERR_ARG && json[0] == 0, "a too small buffer is refused");
 
@@ -158,7 +172,7 @@ static void test_json(void) {
   struct {
     const char *what, *from, *to;
   } bad[] = {
-      {"truncated", "\"lm2_slots\":0}", "\"lm2_slots\":0"},
+      {"truncated", "\"mac_learns_from\":0}", "\"mac_learns_from\":0"},
       {"missing key", "\"vocab\":256,", ""},
       {"unknown key", "\"vocab\":256,", "\"vocab\":256,\"colour\":1,"},
       {"repeated key", "\"vocab\":256,", "\"vocab\":256,\"vocab\":256,"},
@@ -174,7 +188,8 @@ static void test_json(void) {
       {"theta_max overflow", "\"theta_max\":0.1,", "\"theta_max\":1e39,"},
       {"negative surprise_bound", "\"surprise_bound\":1}", "\"surprise_bound\":-1}"},
       {"zero theta_max", "\"theta_max\":0.1,", "\"theta_max\":0,"},
-      {"trailing text", "\"lm2_slots\":0}", "\"lm2_slots\":0} x"},
+      {"trailing text", "\"mac_learns_from\":0}", "\"mac_learns_from\":0} x"},
+      {"an unknown mac_learns_from", "\"mac_learns_from\":0", "\"mac_learns_from\":2"},
       {"leading zero", "\"vocab\":256", "\"vocab\":0256"},
       {"escape in a key", "\"vocab\"", "\"voc\\u0061b\""},
       {"mem.d differs", "\"mem\":{\"d\":128", "\"mem\":{\"d\":64"},
@@ -196,6 +211,17 @@ static void test_json(void) {
     else printf("  NOT refused: %s: %s\n", bad[i].what, mut);
   }
   th_check(n_refused == n_bad, "%d of %d malformed configuration texts refused with a message", n_refused, n_bad);
+  {
+    titans_config x = def, back;
+    x.mac_learns_from = TITANS_MAC_LEARNS_INPUT;
+    char mut[1200];
+    titans_config_to_json(&x, mut, sizeof mut);
+    char *at = strstr(mut, "\"block\":\"mac\"");
+    if (at) at[11] = 'g'; /* "mac" -> "mag" */
+    err[0] = 0;
+    th_check(at && titans_config_from_json(&back, mut, err) == TITANS_ERR_ARG && err[0],
+             "mac_learns_from on a block other than MAC is refused: %s", err);
+  }
   titans_config c;
   th_check(titans_config_from_json(&c, NULL, err) != TITANS_OK && titans_config_from_json(&c, "", err) != TITANS_OK &&
                titans_config_from_json(&c, "[]", err) != TITANS_OK,

@@ -162,6 +162,13 @@ rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 4 --resume --out j
 check "  --resume without --end-jitter is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'end-jitter' err.txt"
 rc=$(run "$bin" train $tiny --end-jitter 8 --steps 2 --out nope)
 check "--end-jitter without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train $tiny --block mac --mac-learns-input --steps 2 --out learnx)
+check "train --block mac --mac-learns-input exits 0 (rc=$rc)" [ "$rc" = 0 ]
+"$bin" info --model learnx/model.safetensors >out.txt 2>&1
+check "  info shows that its memory learns from X, and the config saves it" \
+  sh -c 'grep -q "memory learns from X" out.txt && grep -q "\"mac_learns_from\":1" out.txt'
+rc=$(run "$bin" train $tiny --block mag --mac-learns-input --steps 2 --out nope)
+check "--mac-learns-input with another block: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'block mac' err.txt"
 
 echo "== generate"
 gen="--model full/model.safetensors -n 40 --temperature 0.8 --top-k 10 --top-p 0.9 --seed 3"

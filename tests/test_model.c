@@ -11,6 +11,9 @@ static const int kinds[] = {TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA, TITANS_BLOCK_MA
                             TITANS_BLOCK_LMM, TITANS_BLOCK_LM2};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
+/* What the MAC of tiny_config learns from: main runs MAC's checks once with each. */
+static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+
 /* A tiny configuration that exercises every option: 2 layers, persistent tokens, a window and
    segments shorter than the sequence, a 2-layer memory with conv and chunks that do not divide T. */
 static titans_config tiny_config(int kind) {
@@ -29,7 +32,14 @@ static titans_config tiny_config(int kind) {
   c.mem.conv_width = 3;
   c.mem.theta_max = 0.1f;
   if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3; /* segments 4, 4, 2 of T = 10: two writes, a partial read */
+  if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
   return c;
+}
+
+/* The kind's name in the checks' messages, MAC's with what its memory learns from when not the paper's y. */
+static const char *kind_label(int kind) {
+  if (kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT) return "mac (memory learns from X)";
+  return titans_block_name(kind);
 }
 
 static double loss_at(titans_trainer *t, const int *tokens, size_t B, size_t T) {
@@ -50,7 +60,7 @@ static void test_gradients(int kind) {
   titans_model m;
   titans_trainer t;
   int rc = titans_model_init(&m, &c);
-  if (rc) { th_check(0, "model init (%s): %s", titans_block_name(kind), m.error); return; }
+  if (rc) { th_check(0, "model init (%s): %s", kind_label(kind), m.error); return; }
   lively_weights(&m, 11 + (uint64_t)kind);
   titans_trainer_init(&t, &m, NULL);
   size_t B = 2, T = 10;
@@ -103,7 +113,7 @@ static void test_gradients(int kind) {
   }
   titans_free(dir);
   th_check(rc == 0 && bad == 0, "%s: every parameter's gradient matches central differences (%zu tensors; worst %s, "
-                                "error %.3g of its gradient norm; tol 5e-3)", titans_block_name(kind), m.n_params,
+                                "error %.3g of its gradient norm; tol 5e-3)", kind_label(kind), m.n_params,
            worst_name, worst);
   titans_trainer_free(&t);
   titans_model_free(&m);
@@ -130,7 +140,7 @@ static void test_causality_and_sessions(int kind) {
     if (th_max_abs_diff(a + j * V, b + j * V, V) == 0.0) moved = 0;
   }
   th_check(rc == 0 && causal && moved, "%s: causality: changing token j changes no logit before j (bit for bit) and "
-                                       "changes position j", titans_block_name(kind));
+                                       "changes position j", kind_label(kind));
   /* a session fed one token at a time gives the logits of the full forward */
   titans_session ss;
   rc = titans_session_init(&ss, &m);
@@ -139,13 +149,13 @@ static void test_causality_and_sessions(int kind) {
   for (size_t i = 0; i < T * V; i++) scale = fmax(scale, fabs(a[i]));
   char what[200];
   snprintf(what, sizeof what, "%s: session fed token by token == full forward logits (relative to max |logit| %.3g)",
-           titans_block_name(kind), scale);
+           kind_label(kind), scale);
   th_close(what, rc ? INFINITY : th_max_abs_diff(s, a, T * V) / scale, 2e-5);
   /* fork: a copy continues like the original; reset starts over */
   titans_session fork;
   titans_session_init(&fork, &m);
   rc = titans_session_reset(&ss);
-  th_check(rc == TITANS_OK, "%s: session reset returns TITANS_OK", titans_block_name(kind));
+  th_check(rc == TITANS_OK, "%s: session reset returns TITANS_OK", kind_label(kind));
   titans_session_feed(&ss, tok, 7, NULL);
   titans_session_copy(&fork, &ss);
   titans_session_feed(&ss, tok + 7, T - 7, a);
@@ -154,7 +164,7 @@ static void test_causality_and_sessions(int kind) {
   rc = titans_session_reset(&fork);
   rc = rc ? rc : titans_session_feed(&fork, tok, T, b);
   th_check(rc == TITANS_OK && same_fork && memcmp(a, b, V * sizeof(float)) == 0,
-           "%s: a forked session continues bit-identically; a reset one starts over", titans_block_name(kind));
+           "%s: a forked session continues bit-identically; a reset one starts over", kind_label(kind));
   /* the state as named tensors: copy them into a fresh session, continue identically */
   titans_session other;
   titans_session_init(&other, &m);
@@ -173,11 +183,34 @@ static void test_causality_and_sessions(int kind) {
   titans_session_feed(&other, tok + 9, T - 9, b);
   th_check(rc == 0 && memcmp(a, b, V * sizeof(float)) == 0,
            "%s: a session state saved as %zu named tensors and restored continues bit-identically (%s)",
-           titans_block_name(kind), n1, other.error);
+           kind_label(kind), n1, other.error);
   titans_session_free(&other);
   titans_session_free(&fork);
   titans_session_free(&ss);
   titans_free(a); titans_free(b); titans_free(s);
+  titans_trainer_free(&t);
+  titans_model_free(&m);
+}
+
+/* The choice is real: the same weights give other logits when MAC's memory learns from X (step 3's
+   output m is M(X) instead of M(y), and every later segment retrieves from another memory). */
+static void test_mac_learns_from_changes_the_model(void) {
+  titans_config c = tiny_config(TITANS_BLOCK_MAC);
+  titans_model m;
+  titans_trainer t;
+  titans_model_init(&m, &c);
+  lively_weights(&m, 31);
+  titans_trainer_init(&t, &m, NULL);
+  size_t T = 12, V = (size_t)c.vocab;
+  int tok[12];
+  random_tokens(tok, T, c.vocab, 4);
+  float *paper = titans_alloc_floats(T * V), *from_x = titans_alloc_floats(T * V);
+  int rc = titans_forward_logits(&t, tok, 1, T, paper);
+  m.cfg.mac_learns_from = TITANS_MAC_LEARNS_INPUT;
+  rc = rc ? rc : titans_forward_logits(&t, tok, 1, T, from_x);
+  double moved = th_max_abs_diff(paper, from_x, T * V);
+  th_check(rc == 0 && moved > 1e-3, "mac: learning from X instead of y changes the logits (max difference %.3g)", moved);
+  titans_free(paper); titans_free(from_x);
   titans_trainer_free(&t);
   titans_model_free(&m);
 }
@@ -188,6 +221,7 @@ static void test_overfit(int kind) {
   c.window = 8;
   c.segment = 16;
   c.mem.chunk = 8;
+  if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
   titans_model m;
   titans_trainer t;
   titans_model_init(&m, &c);
@@ -209,7 +243,7 @@ static void test_overfit(int kind) {
     if (step == 0) first = loss;
   }
   th_check(rc == 0 && loss < 0.2f, "%s: overfits a fixed batch of 64 random tokens: loss %.3f -> %.4f after 150 steps "
-                                   "(threshold 0.2)", titans_block_name(kind), first, loss);
+                                   "(threshold 0.2)", kind_label(kind), first, loss);
   titans_trainer_free(&t);
   titans_model_free(&m);
 }
@@ -375,6 +409,13 @@ int main(void) {
   for (int k = 0; k < NKINDS; k++) test_gradients(kinds[k]);
   printf("models: causality, sessions, forks, saved states\n");
   for (int k = 0; k < NKINDS; k++) test_causality_and_sessions(kinds[k]);
+  printf("models: MAC whose memory learns from its block input X (titans_mac_learns_from)\n");
+  test_mac_learns_from_changes_the_model();
+  tiny_mac_learns_from = TITANS_MAC_LEARNS_INPUT;
+  test_gradients(TITANS_BLOCK_MAC);
+  test_causality_and_sessions(TITANS_BLOCK_MAC);
+  test_overfit(TITANS_BLOCK_MAC);
+  tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
   printf("models: training\n");
   for (int k = 0; k < NKINDS; k++) test_overfit(kinds[k]);
   test_adamw_step();

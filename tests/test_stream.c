@@ -12,6 +12,9 @@
 static const int kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_LMM, TITANS_BLOCK_SWA, TITANS_BLOCK_MAG, TITANS_BLOCK_LM2};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
+/* What the MAC of tiny_config learns from: main runs MAC's checks once with each. */
+static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+
 /* Tiny, every option on: persistent tokens, a window shorter than a stream window, a 2-layer memory with
    conv, chunks of 2 and segments of 4 (windows are multiples of 4). */
 static titans_config tiny_config(int kind) {
@@ -29,7 +32,13 @@ static titans_config tiny_config(int kind) {
   c.mem.conv_width = 3;
   c.mem.theta_max = 0.1f;
   if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3;
+  if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
   return c;
+}
+
+static const char *kind_label(int kind) {
+  if (kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT) return "mac (memory learns from X)";
+  return titans_block_name(kind);
 }
 
 /* rows [B, n_windows * T] -> the window w as tokens [B, T] (with_target: [B, T + 1], the next token too) */
@@ -45,7 +54,7 @@ static void test_stream_equals_session(int kind) {
   titans_model m;
   titans_trainer t;
   titans_stream st;
-  const char *name = titans_block_name(kind);
+  const char *name = kind_label(kind);
   if (titans_model_init(&m, &c)) { th_check(0, "%s: model init: %s", name, m.error); return; }
   lively_weights(&m, 31 + (uint64_t)kind);
   titans_trainer_init(&t, &m, NULL);
@@ -135,7 +144,7 @@ static void test_stream_gradients(int kind, size_t restart_row) {
   titans_config c = tiny_config(kind);
   titans_model m;
   titans_trainer t;
-  const char *name = titans_block_name(kind);
+  const char *name = kind_label(kind);
   if (titans_model_init(&m, &c)) { th_check(0, "%s: model init: %s", name, m.error); return; }
   lively_weights(&m, 41 + (uint64_t)kind);
   titans_trainer_init(&t, &m, NULL);
@@ -267,7 +276,7 @@ static void test_stream_checkpoint(int kind) {
   titans_model m;
   titans_trainer t;
   titans_stream a, b, other;
-  const char *name = titans_block_name(kind);
+  const char *name = kind_label(kind);
   titans_model_init(&m, &c);
   lively_weights(&m, 51 + (uint64_t)kind);
   titans_trainer_init(&t, &m, NULL);
@@ -314,6 +323,11 @@ int main(void) {
     test_stream_gradients(kinds[k], 99);
     test_stream_gradients(kinds[k], 1);
   }
+  printf("streams: MAC whose memory learns from its block input X\n");
+  tiny_mac_learns_from = TITANS_MAC_LEARNS_INPUT;
+  test_stream_equals_session(TITANS_BLOCK_MAC);
+  test_stream_gradients(TITANS_BLOCK_MAC, 99);
+  tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
   printf("streams: checkpoints\n");
   for (int k = 0; k < NKINDS; k++) test_stream_checkpoint(kinds[k]);
   printf("streams: refusals, ignored targets\n");
