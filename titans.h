@@ -7473,6 +7473,13 @@ static int64_t titans__window(const titans_config *c) {
   return titans__kind_of(c->block)->keys == TITANS__KEYS_WINDOW ? (int64_t)c->window : 0;
 }
 
+/* 1 when x [n] holds no NaN or Inf */
+static int titans__all_finite(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) return 0;
+  return 1;
+}
+
 /* What a session keeps per layer between tokens. */
 struct titans__session_layer {
   titans_kv_cache kv;          /* attention kinds: prefix rows + a ring of keys/values */
@@ -7481,6 +7488,7 @@ struct titans__session_layer {
   titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
   int has_mem, has_committed;
   float *lm2;                  /* LM2: the bank and its write in progress (titans__lm2_session) */
+  int kv_nonfinite;            /* a key or value row with NaN or Inf entered the cache since the last check */
 };
 
 /* One token's scratch in a session, named slices of s->work (titans__step_work_carve). */
@@ -7551,6 +7559,9 @@ static int titans__session_attend(const titans_config *c, const titans_layer *L,
   titans__linear(w->v, k_src, L->attn_wv, nk, d, d);
   titans_rope_forward(w->q, &qp, 1, H, da);
   titans_rope_forward(w->k, kpos, nk, H, da);
+  /* the rows are checked as they enter (cheap), not the whole cache after every feed (a 4K-row ATTN
+     cache is as many floats as the attention itself reads) */
+  if (!titans__all_finite(w->k, nk * d) || !titans__all_finite(w->v, nk * d)) sl->kv_nonfinite = 1;
   TITANS__TRY(titans_kv_cache_append(&sl->kv, w->k, w->v, kpos, nk));
   TITANS__TRY(titans_kv_cache_attend(&sl->kv, w->att, NULL, w->q, qp));
   titans__linear(out, w->att, L->attn_wo, 1, d, d);
@@ -7652,7 +7663,8 @@ static size_t titans__swa_stream_unit(const titans_config *c) {
    The sequence is cut into segments of C tokens. For segment S with normalised input X:
      1. Hm = M*(X): retrieve from the memory as it was at the segment's start (no update),
      2. y = Attn over persist || Hm || X (positions local to the segment, causal, no window),
-     3. the memory learns from y: m = M(y) (the update runs through the segment, chunk by chunk),
+     3. the memory learns from y: m = M(y) (the update runs through the segment, chunk by chunk;
+        with TITANS_MAC_LEARNS_INPUT from X instead: m = M(X)),
      4. mix = Gate(y, m).
    The memory state (and the conv tails of both its input streams) flows from segment to segment; the
    backward walks the segments in reverse, carrying d(state) and d(tails) back (docs/model.md 3.1). */
@@ -8697,13 +8709,6 @@ static size_t titans__kv_capacity(const titans_config *c) {
   }
 }
 
-/* 1 when x [n] holds no NaN or Inf */
-static int titans__all_finite(const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!isfinite(x[i])) return 0;
-  return 1;
-}
-
 TITANSDEF void titans_session_free(titans_session *s) {
   if (s->layers && s->model) {
     for (int l = 0; l < s->model->cfg.n_layers; l++) {
@@ -8790,6 +8795,7 @@ TITANSDEF int titans_session_reset(titans_session *s) {
     }
     if (!sl->has_kv) continue;
     titans_kv_cache_reset(&sl->kv);
+    sl->kv_nonfinite = 0;
     if (P == 0) continue;
     /* Prefix rows: the persistent tokens (MAL: the memory's outputs for them), projected, no RoPE.
        MAG and MAL feed the persistent tokens to the memory first, as the training forward does. */
@@ -8810,6 +8816,7 @@ TITANSDEF int titans_session_reset(titans_session *s) {
     }
     titans__linear(pk, src, L->attn_wk, P, d, d);
     titans__linear(pv, src, L->attn_wv, P, d, d);
+    sl->kv_nonfinite = !titans__all_finite(pk, P * d) || !titans__all_finite(pv, P * d);
     titans_kv_cache_set_prefix(&sl->kv, pk, pv);
     titans_free(pk);
   }
@@ -8826,6 +8833,7 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
     const struct titans__session_layer *b = &src->layers[l];
     int rc = TITANS_OK;
     if (a->has_kv) rc = titans_kv_cache_copy(&a->kv, &b->kv);
+    a->kv_nonfinite = b->kv_nonfinite;
     if (!rc && a->has_mem) rc = titans_mem_state_copy(&a->mem, &b->mem);
     if (!rc && a->has_committed) rc = titans_mem_state_copy(&a->committed, &b->committed);
     if (!rc && a->lm2) { /* same model, so the same shapes */
@@ -8894,10 +8902,7 @@ static int titans__session_state_finite(titans_session *s) {
       size_t n = sl->mem.batch * (size_t)sl->mem.cfg.heads * sl->mem.head_size; /* floats of W, and of S */
       ok = titans__all_finite(sl->mem.w, n) && titans__all_finite(sl->mem.s, n);
     }
-    if (ok && sl->has_kv) {
-      size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d; /* the rows in use, as titans_session_state lists */
-      ok = titans__all_finite(sl->kv.k, rows) && titans__all_finite(sl->kv.v, rows);
-    }
+    if (ok && sl->has_kv) ok = !sl->kv_nonfinite; /* every row was checked as it entered the cache */
     if (ok && sl->lm2) ok = titans__all_finite(sl->lm2, titans__lm2_session_saved(c));
     if (!ok) {
       s->broken = 1;
@@ -9065,6 +9070,7 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
       for (size_t j = 0; j < rows; j++)
         if (!isfinite(sl->kv.k[j]) || !isfinite(sl->kv.v[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's KV cache holds a non-finite value", l);
+      sl->kv_nonfinite = 0;
       titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), k->keys == TITANS__KEYS_SEGMENT);
       if (k->keys == TITANS__KEYS_SEGMENT) sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
     }

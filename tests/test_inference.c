@@ -248,6 +248,28 @@ static void test_nonfinite(int kind) {
   rc = rc ? rc : titans_session_feed(&s, toks, 5, logits);
   th_check(rc == TITANS_OK && th_all_finite(logits, V), "%s: after a reset (weights repaired) it runs again", kn);
 
+  /* a NaN in layer 0's value projection, or in a persistent token: the cache's rows are checked as they
+     enter it (the persistent ones at reset), and feed names layer 0 */
+  if (kind != TITANS_BLOCK_LMM) {
+    float *wv = m.w.layers[0].attn_wv, keep_wv = wv[3];
+    wv[3] = NAN;
+    titans_session_reset(&s);
+    rc = titans_session_feed(&s, toks, 3, logits);
+    wv[3] = keep_wv;
+    int rcp = TITANS_ERR_NONFINITE, named = strstr(s.error, "layer 0") != NULL;
+    if (c.n_persist > 0) {
+      float *pt = m.w.layers[0].persist, keep_p = pt[1];
+      pt[1] = NAN;
+      titans_session_reset(&s);
+      pt[1] = keep_p;
+      rcp = titans_session_feed(&s, toks, 1, logits);
+      named = named && strstr(s.error, "layer 0") != NULL;
+    }
+    th_check(rc == TITANS_ERR_NONFINITE && rcp == TITANS_ERR_NONFINITE && named,
+             "%s: a NaN in layer 0's keys or values (projection; persistent tokens: %d) is TITANS_ERR_NONFINITE naming "
+             "layer 0 (%s)", kn, c.n_persist, s.error);
+    titans_session_reset(&s);
+  }
   /* a memory near the float range (finite: legal in a state file) overflows at the next token */
   if (kind != TITANS_BLOCK_ATTN && kind != TITANS_BLOCK_SWA) {
     titans_tensor_ref refs[32];
