@@ -7488,7 +7488,7 @@ struct titans__session_layer {
   titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
   int has_mem, has_committed;
   float *lm2;                  /* LM2: the bank and its write in progress (titans__lm2_session) */
-  int kv_nonfinite;            /* a key or value row with NaN or Inf entered the cache since the last check */
+  int kv_nonfinite;            /* a key or value row with NaN or Inf entered the cache since the last reset */
 };
 
 /* One token's scratch in a session, named slices of s->work (titans__step_work_carve). */
@@ -7669,9 +7669,10 @@ static size_t titans__swa_stream_unit(const titans_config *c) {
    The memory state (and the conv tails of both its input streams) flows from segment to segment; the
    backward walks the segments in reverse, carrying d(state) and d(tails) back (docs/model.md 3.1). */
 
-/* The rows step 3 writes into the memory: y [B, n, d] (the paper) or X [B, n, d]. */
-static const float *titans__mac_learn_rows(const titans_config *c, const titans__mac_seg *sg) {
-  return c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? sg->xs : sg->y;
+/* The rows step 3 writes into the memory: the attention output y (the paper) or the block input x,
+   each [rows, d] (a segment in training, one token in a session). */
+static const float *titans__mac_learn_rows(const titans_config *c, const float *y, const float *x) {
+  return c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? x : y;
 }
 
 static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
@@ -7709,7 +7710,7 @@ static int titans__mac_forward(const titans_config *c, const titans_layer *L, ti
     }
     TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0));
     /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
-    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg), n, cu));
+    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg->y, sg->xs), n, cu));
     /* 4. gate */
     float *out = titans__arena_alloc(ar, B * n * d);
     TITANS__NEED(out);
@@ -7745,7 +7746,8 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
     }
     /* the update's input gradient joins dy before the attention's backward reads it, or dX */
     int learns_x = c->mac_learns_from == TITANS_MAC_LEARNS_INPUT;
-    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, learns_x ? dxs : dy, dmm, titans__mac_learn_rows(c, sg), cu, 0));
+    TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, learns_x ? dxs : dy, dmm,
+                                    titans__mac_learn_rows(c, sg->y, sg->xs), cu, 0));
     TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B,
                                           n, P, 2 * n, 0));
     for (size_t b = 0; b < B; b++) {
@@ -7783,8 +7785,7 @@ static int titans__mac_step(titans_session *s, int l, float *mix, const float *x
   TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, w->pair, xn, 1, NULL)); /* Hm_i */
   memcpy(w->pair + d, xn, d * sizeof(float));                                                 /* X_i */
   TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, w->pair, 2, i, i, w));
-  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? xn : w->y,
-                                 1, NULL));
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, titans__mac_learn_rows(c, w->y, xn), 1, NULL));
   titans__session_gate(L, mix, w->y, w->m, w, d);
   return TITANS_OK;
 }

@@ -738,7 +738,7 @@ static void help_train(void) {
          "  --chunk N           memory chunk size b (16); --segment N MAC segment C, LM2 tokens per write (64)\n"
          "  --slots N           LM2 memory bank slots (16)\n"
          "  --mac-learns-input  MAC's memory learns from the block's input X instead of the attention output y\n"
-         "                      (the paper's); a departure that keeps it stationary on filler (docs/long_context.md)\n"
+         "                      (the paper's); a departure, measured in docs/long_context.md\n"
          "  --window N          sliding window w (64); --persist N persistent tokens (mag: one chunk, 16;\n"
          "                      mac, mal: 4; the baselines: 0)\n"
          "  --ffn N             FFN hidden width (4 d)\n"

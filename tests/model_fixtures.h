@@ -26,4 +26,14 @@ static void lively_weights(titans_model *m, uint64_t seed) {
   }
 }
 
+/* What the MAC of a test's tiny_config learns from (titans_mac_learns_from): test_model and test_stream
+   run MAC's checks once with each. */
+static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+
+/* The kind's name in the checks' messages, MAC's with what its memory learns from when not the paper's y. */
+static const char *kind_label(int kind) {
+  if (kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT) return "mac (memory learns from X)";
+  return titans_block_name(kind);
+}
+
 #endif

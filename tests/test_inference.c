@@ -248,8 +248,9 @@ static void test_nonfinite(int kind) {
   rc = rc ? rc : titans_session_feed(&s, toks, 5, logits);
   th_check(rc == TITANS_OK && th_all_finite(logits, V), "%s: after a reset (weights repaired) it runs again", kn);
 
-  /* a NaN in layer 0's value projection, or in a persistent token: the cache's rows are checked as they
-     enter it (the persistent ones at reset), and feed names layer 0 */
+  /* a NaN in layer 0's value projection, or in a persistent token: feed names layer 0. Either check
+     may see it first: the layer's output (every token), or the cache's rows as they enter it (the
+     persistent ones at reset); attention reads every row it holds, so the output check alone would too. */
   if (kind != TITANS_BLOCK_LMM) {
     float *wv = m.w.layers[0].attn_wv, keep_wv = wv[3];
     wv[3] = NAN;

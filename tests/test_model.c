@@ -11,9 +11,6 @@ static const int kinds[] = {TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA, TITANS_BLOCK_MA
                             TITANS_BLOCK_LMM, TITANS_BLOCK_LM2};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
-/* What the MAC of tiny_config learns from: main runs MAC's checks once with each. */
-static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
-
 /* A tiny configuration that exercises every option: 2 layers, persistent tokens, a window and
    segments shorter than the sequence, a 2-layer memory with conv and chunks that do not divide T. */
 static titans_config tiny_config(int kind) {
@@ -34,12 +31,6 @@ static titans_config tiny_config(int kind) {
   if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3; /* segments 4, 4, 2 of T = 10: two writes, a partial read */
   if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
   return c;
-}
-
-/* The kind's name in the checks' messages, MAC's with what its memory learns from when not the paper's y. */
-static const char *kind_label(int kind) {
-  if (kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT) return "mac (memory learns from X)";
-  return titans_block_name(kind);
 }
 
 static double loss_at(titans_trainer *t, const int *tokens, size_t B, size_t T) {

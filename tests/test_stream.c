@@ -12,9 +12,6 @@
 static const int kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_LMM, TITANS_BLOCK_SWA, TITANS_BLOCK_MAG, TITANS_BLOCK_LM2};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
-/* What the MAC of tiny_config learns from: main runs MAC's checks once with each. */
-static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
-
 /* Tiny, every option on: persistent tokens, a window shorter than a stream window, a 2-layer memory with
    conv, chunks of 2 and segments of 4 (windows are multiples of 4). */
 static titans_config tiny_config(int kind) {
@@ -34,11 +31,6 @@ static titans_config tiny_config(int kind) {
   if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3;
   if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
   return c;
-}
-
-static const char *kind_label(int kind) {
-  if (kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT) return "mac (memory learns from X)";
-  return titans_block_name(kind);
 }
 
 /* rows [B, n_windows * T] -> the window w as tokens [B, T] (with_target: [B, T + 1], the next token too) */
