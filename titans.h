@@ -3553,55 +3553,57 @@ typedef struct titans__mem_work {
   float *dW, *dS, *dWend, *dSend;            /* [head_size] */
 } titans__mem_work;
 
+/* Takes count floats from base at *used (base NULL: only counts). */
+static float *titans__take(float *base, size_t *used, size_t count) {
+  float *p = base ? base + *used : NULL;
+  *used += count;
+  return p;
+}
+
 /* Carves a work struct out of buf (NULL: only counts). Returns the number of floats used. */
 static size_t titans__mem_work_carve(titans__mem_work *wk, float *buf, const titans__mem_dims *m, int backward) {
   size_t used = 0, b = m->b;
-#define TITANS__TAKE(ptr, count)        \
-  do {                                  \
-    if (buf) (ptr) = buf + used;        \
-    used += (count);                    \
-  } while (0)
   titans__mem_work dummy;
   if (!wk) wk = &dummy;
   memset(wk, 0, sizeof *wk); /* every field is set below when buf is given; this keeps compilers sure */
-  TITANS__TAKE(wk->cA, b); TITANS__TAKE(wk->cB, b); TITANS__TAKE(wk->cE, b);
-  TITANS__TAKE(wk->cC, b * b); TITANS__TAKE(wk->cD, b * b);
-  TITANS__TAKE(wk->th, b); TITANS__TAKE(wk->et, b); TITANS__TAKE(wk->al, b);
-  TITANS__TAKE(wk->sc, b);
-  TITANS__TAKE(wk->vv, b * m->dh);
+  wk->cA = titans__take(buf, &used, b); wk->cB = titans__take(buf, &used, b); wk->cE = titans__take(buf, &used, b);
+  wk->cC = titans__take(buf, &used, b * b); wk->cD = titans__take(buf, &used, b * b);
+  wk->th = titans__take(buf, &used, b); wk->et = titans__take(buf, &used, b); wk->al = titans__take(buf, &used, b);
+  wk->sc = titans__take(buf, &used, b);
+  wk->vv = titans__take(buf, &used, b * m->dh);
   for (size_t i = 0; i < m->L; i++) {
-    TITANS__TAKE(wk->ak[i], b * m->n[i]);
-    TITANS__TAKE(wk->zk[i], b * m->n[i + 1]);
-    TITANS__TAKE(wk->sk[i], b * m->n[i + 1]);
-    TITANS__TAKE(wk->sq[i], b * m->n[i + 1]);
-    TITANS__TAKE(wk->gk[i], b * m->n[i + 1]);
-    TITANS__TAKE(wk->delta[i], b * m->n[i + 1]);
-    TITANS__TAKE(wk->aq[i], b * m->n[i]);
-    TITANS__TAKE(wk->zq[i], b * m->n[i + 1]);
-    TITANS__TAKE(wk->p1[i], b * m->n[i + 1]);
-    TITANS__TAKE(wk->p2[i], b * m->n[i + 1]);
-    TITANS__TAKE(wk->mx[i], b * b);
+    wk->ak[i] = titans__take(buf, &used, b * m->n[i]);
+    wk->zk[i] = titans__take(buf, &used, b * m->n[i + 1]);
+    wk->sk[i] = titans__take(buf, &used, b * m->n[i + 1]);
+    wk->sq[i] = titans__take(buf, &used, b * m->n[i + 1]);
+    wk->gk[i] = titans__take(buf, &used, b * m->n[i + 1]);
+    wk->delta[i] = titans__take(buf, &used, b * m->n[i + 1]);
+    wk->aq[i] = titans__take(buf, &used, b * m->n[i]);
+    wk->zq[i] = titans__take(buf, &used, b * m->n[i + 1]);
+    wk->p1[i] = titans__take(buf, &used, b * m->n[i + 1]);
+    wk->p2[i] = titans__take(buf, &used, b * m->n[i + 1]);
+    wk->mx[i] = titans__take(buf, &used, b * b);
   }
-  TITANS__TAKE(wk->cm, b * b);
-  TITANS__TAKE(wk->tmp, b * m->nmax);
-  TITANS__TAKE(wk->tmp2, b * m->nmax);
+  wk->cm = titans__take(buf, &used, b * b);
+  wk->tmp = titans__take(buf, &used, b * m->nmax);
+  wk->tmp2 = titans__take(buf, &used, b * m->nmax);
   if (backward) {
-    TITANS__TAKE(wk->dA, b); TITANS__TAKE(wk->dB, b); TITANS__TAKE(wk->dE, b);
-    TITANS__TAKE(wk->dth, b); TITANS__TAKE(wk->det, b); TITANS__TAKE(wk->dal, b);
-    TITANS__TAKE(wk->dC, b * b); TITANS__TAKE(wk->dD, b * b);
-    TITANS__TAKE(wk->t1, b * b); TITANS__TAKE(wk->dmx, b * b);
+    wk->dA = titans__take(buf, &used, b); wk->dB = titans__take(buf, &used, b); wk->dE = titans__take(buf, &used, b);
+    wk->dth = titans__take(buf, &used, b); wk->det = titans__take(buf, &used, b);
+    wk->dal = titans__take(buf, &used, b);
+    wk->dC = titans__take(buf, &used, b * b); wk->dD = titans__take(buf, &used, b * b);
+    wk->t1 = titans__take(buf, &used, b * b); wk->dmx = titans__take(buf, &used, b * b);
     for (size_t i = 0; i < m->L; i++) {
-      TITANS__TAKE(wk->ddelta[i], b * m->n[i + 1]);
-      TITANS__TAKE(wk->dzk[i], b * m->n[i + 1]);
-      TITANS__TAKE(wk->dak[i], b * m->n[i]);
+      wk->ddelta[i] = titans__take(buf, &used, b * m->n[i + 1]);
+      wk->dzk[i] = titans__take(buf, &used, b * m->n[i + 1]);
+      wk->dak[i] = titans__take(buf, &used, b * m->n[i]);
     }
-    TITANS__TAKE(wk->dz, b * m->nmax); TITANS__TAKE(wk->dp1, b * m->nmax);
-    TITANS__TAKE(wk->dp2, b * m->nmax); TITANS__TAKE(wk->daq, b * m->nmax);
-    TITANS__TAKE(wk->dq, b * m->dh); TITANS__TAKE(wk->dv, b * m->dh);
-    TITANS__TAKE(wk->dW, m->head_size); TITANS__TAKE(wk->dS, m->head_size);
-    TITANS__TAKE(wk->dWend, m->head_size); TITANS__TAKE(wk->dSend, m->head_size);
+    wk->dz = titans__take(buf, &used, b * m->nmax); wk->dp1 = titans__take(buf, &used, b * m->nmax);
+    wk->dp2 = titans__take(buf, &used, b * m->nmax); wk->daq = titans__take(buf, &used, b * m->nmax);
+    wk->dq = titans__take(buf, &used, b * m->dh); wk->dv = titans__take(buf, &used, b * m->dh);
+    wk->dW = titans__take(buf, &used, m->head_size); wk->dS = titans__take(buf, &used, m->head_size);
+    wk->dWend = titans__take(buf, &used, m->head_size); wk->dSend = titans__take(buf, &used, m->head_size);
   }
-#undef TITANS__TAKE
   return used;
 }
 
@@ -4032,13 +4034,6 @@ typedef struct titans__mem_bufs {
   float *y, *yn, *g, *gated; /* [B, T, d_m] */
   float *rstd;     /* [B, T, H] */
 } titans__mem_bufs;
-
-/* Takes count floats from base at *used (base NULL: only counts). */
-static float *titans__take(float *base, size_t *used, size_t count) {
-  float *p = base ? base + *used : NULL;
-  *used += count;
-  return p;
-}
 
 static size_t titans__mem_bufs_carve(titans__mem_bufs *bf, float *base, const titans__mem_dims *m, size_t bt) {
   size_t used = 0, v = bt * m->dm, s = bt * m->H;
