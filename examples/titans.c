@@ -760,12 +760,14 @@ static void help_train(void) {
          "  --stop-at N         stop (and save) after step N, as if interrupted; --resume goes on from there\n"
          "  --prompt TEXT       start of the sample printed at the end (\"The \"); --sample-len N bytes (400)\n"
          "  --temperature X     of the sample (0.8)\n"
-         "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
-         "Long reads (docs/long_context.md):\n"
+         "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n");
+  printf("Long reads (docs/long_context.md):\n"
          "  --doc-len N         each batch row reads a stretch of N tokens of the text as --seq windows in order,\n"
          "                      its memory (and SWA's window) carried from one window to the next: truncated\n"
          "                      backpropagation through time (default 4096 when the training split holds two\n"
-         "                      such stretches; 0 = off: every window starts afresh)\n"
+         "                      such stretches, 0 with --task; 0 = off: every window starts afresh). With --task:\n"
+         "                      each row's memory carries from one example to the next (one stream per --lens\n"
+         "                      length) until it has read N tokens, so training sees the memory of long reads\n"
          "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
          "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.01)\n"
          "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
@@ -907,9 +909,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
                o->d);
   if (o->slots && o->block != TITANS_BLOCK_LM2) usage_fail("train", "--slots goes with --block lm2");
   if (o->mac_learns_input && o->block != TITANS_BLOCK_MAC) usage_fail("train", "--mac-learns-input goes with --block mac");
-  if (o->doc_len > 0 && o->task >= 0) usage_fail("train", "--doc-len reads plain text: it does not go with --task");
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
-  if (o->doc_len > 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
+  if (o->doc_len > 0 && o->task < 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter)
       usage_fail("train", "--task-frac, --lens, --lens-mix, --end-jitter and --answer-loss go with --task");
@@ -923,6 +924,9 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     if (o->lens[i] < shortest)
       usage_fail("train", "a %s example needs sequences of at least %zu tokens (--seq or --lens)", longctx_kind_name(o->task),
                  shortest);
+  for (size_t i = 0; i < o->n_lens && o->doc_len > 0; i++)
+    if ((size_t)o->doc_len < o->lens[i])
+      usage_fail("train", "--doc-len %ld is shorter than one example (--lens %zu)", o->doc_len, o->lens[i]);
 }
 
 static titans_config train_config_of(const train_opts *o) {
@@ -960,20 +964,30 @@ static size_t step_stage(const train_opts *o, long step) {
    steps uniformly from lens[0..i] (from (seed, step) alone, so a resumed run draws the same): a model
    trained only on its last stage's length forgot the earlier ones (docs/long_context.md). Without
    --task: --batch x --seq. */
-static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
-  if (o->task < 0) {
-    *B = (size_t)o->batch, *T = (size_t)o->seq;
-    return;
-  }
+static size_t step_length_index(const train_opts *o, long step) {
   size_t stage = step_stage(o, step);
   if (o->lens_mix) { /* a stream of its own, apart from the examples' (seed, step) stream */
     titans_rng rng;
     titans_rng_seed(&rng, longctx_mix64(o->seed ^ 0x4C454E534D495855ull, (uint64_t)step));
     stage = (size_t)(titans_rng_u64(&rng) % (stage + 1));
   }
-  *T = o->lens[stage];
-  size_t b = (size_t)o->batch * o->lens[0] / o->lens[stage];
-  *B = b ? b : 1;
+  return stage;
+}
+
+/* B_i sequences of lens[i] tokens: about as many tokens per step in every stage */
+static size_t stage_batch(const train_opts *o, size_t i) {
+  size_t b = (size_t)o->batch * o->lens[0] / o->lens[i];
+  return b ? b : 1;
+}
+
+static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
+  if (o->task < 0) {
+    *B = (size_t)o->batch, *T = (size_t)o->seq;
+    return;
+  }
+  size_t i = step_length_index(o, step);
+  *T = o->lens[i];
+  *B = stage_batch(o, i);
 }
 
 /* One training row [T + 1] of a retrieval task: the example (context + question, T + 1 - answer_len - e
@@ -1222,7 +1236,7 @@ static int cmd_train(int argc, char **argv) {
   /* long reads by default where the kind can stream (MAL and full attention cannot in this version) */
   int streams = o.block != TITANS_BLOCK_MAL && o.block != TITANS_BLOCK_ATTN;
   if (o.doc_len < 0) o.doc_len = streams && ds.n_train >= 2 * 4096 + T + 1 && 4096 % (long)T == 0 ? 4096 : 0;
-  if (o.doc_len > 0 && (size_t)o.doc_len / T * T + 1 > ds.n_train)
+  if (o.doc_len > 0 && o.task < 0 && (size_t)o.doc_len / T * T + 1 > ds.n_train)
     fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train, o.doc_len);
   int have_val = ds.n - ds.n_train >= T + 1;
   if (!have_val) fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
@@ -1299,7 +1313,35 @@ static int cmd_train(int argc, char **argv) {
   }
   int *tokens = (int *)xmalloc(capacity * sizeof(int)); /* [B, T + 1] of the current step */
   titans_stream stream; /* --doc-len: what each row carries from one window to the next */
-  if (o.doc_len > 0) {
+  /* --doc-len with --task: one stream per length of the curriculum (B_i rows each), whose rows carry
+     their memory from one example to the next until they have read doc_len tokens */
+  titans_stream task_streams[MAX_STAGES];
+  long stage_calls[MAX_STAGES] = {0}; /* steps so far that drew each length: when its rows restart */
+  if (o.doc_len > 0 && o.task >= 0) {
+    /* a stream goes on only after windows of whole segments (MAC, LM2) or memory chunks (LMM, MAG) */
+    const titans_config *c = &model.cfg;
+    int by_segment = c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_LM2;
+    int by_chunk = c->block == TITANS_BLOCK_LMM || c->block == TITANS_BLOCK_MAG;
+    int unit = by_segment ? c->segment : by_chunk ? c->mem.chunk : 1;
+    for (size_t i = 0; i < o.n_lens; i++)
+      if (o.lens[i] % (size_t)unit != 0)
+        fail("--doc-len with --task: every --lens must be a multiple of the %s (%d), not %zu",
+             by_segment ? "segment" : "memory chunk", unit, o.lens[i]);
+    for (long step = 0; step < tr.step; step++) stage_calls[step_length_index(&o, step)]++;
+    for (size_t i = 0; i < o.n_lens; i++) {
+      if (titans_stream_init(&task_streams[i], &model, stage_batch(&o, i)) != TITANS_OK)
+        fail("--doc-len: %s", task_streams[i].error);
+      char name[64];
+      snprintf(name, sizeof name, "stream.%zu.safetensors", o.lens[i]);
+      char *path = path_join(o.out, name);
+      if (o.resume && stage_calls[i] % (o.doc_len / (long)o.lens[i]) != 0) {
+        if (titans_stream_load(&task_streams[i], path) != TITANS_OK) fail("--resume: %s", task_streams[i].error);
+      }
+      free(path);
+    }
+    printf("long reads: each row's memory carries from one example to the next until it has read %ld tokens\n",
+           o.doc_len);
+  } else if (o.doc_len > 0) {
     if (titans_stream_init(&stream, &model, B) != TITANS_OK) fail("--doc-len: %s", stream.error);
     printf("long reads: each row reads %ld-token stretches as %ld windows of %zu, memory carried between windows\n",
            o.doc_len, o.doc_len / (long)T, T);
@@ -1318,7 +1360,7 @@ static int cmd_train(int argc, char **argv) {
     float loss;
     size_t Bs, Ts; /* this step's batch shape (the curriculum's stage with --task) */
     step_shape(&o, step, &Bs, &Ts);
-    if (o.doc_len > 0) sample_doc_batch(tokens, &ds, Bs, Ts, (size_t)o.doc_len, o.seed, step);
+    if (o.doc_len > 0 && o.task < 0) sample_doc_batch(tokens, &ds, Bs, Ts, (size_t)o.doc_len, o.seed, step);
     else if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
     else sample_task_batch(tokens, &ds, &o, Bs, Ts, step);
     if (o.task >= 0 && o.lens_mix) {
@@ -1334,7 +1376,13 @@ static int cmd_train(int argc, char **argv) {
     Tprev = Ts;
     double t0 = now_seconds();
     int rc;
-    if (o.doc_len > 0) {
+    if (o.doc_len > 0 && o.task >= 0) {
+      size_t i = step_length_index(&o, step);
+      if (stage_calls[i] % (o.doc_len / (long)Ts) == 0) /* every row of this length starts afresh */
+        for (size_t b = 0; b < Bs; b++) titans_stream_restart(&task_streams[i], b);
+      rc = titans_train_step_stream(&tr, &task_streams[i], tokens, Ts, &loss);
+      if (rc == TITANS_OK) stage_calls[i]++;
+    } else if (o.doc_len > 0) {
       if (step % (o.doc_len / (long)T) == 0) /* a new document for every row */
         for (size_t b = 0; b < Bs; b++) titans_stream_restart(&stream, b);
       rc = titans_train_step_stream(&tr, &stream, tokens, Ts, &loss);
@@ -1368,9 +1416,18 @@ static int cmd_train(int argc, char **argv) {
     }
     /* an interruption (--stop-at) saves but adds no validation point, so the resumed run's history
        and files are the uninterrupted run's */
-    if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled)
-      save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, o.doc_len > 0 ? &stream : NULL,
+    if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled) {
+      for (size_t i = 0; o.doc_len > 0 && o.task >= 0 && i < o.n_lens; i++) { /* before the trainer, as below */
+        char name[64];
+        snprintf(name, sizeof name, "stream.%zu.safetensors", o.lens[i]);
+        char *path = path_join(o.out, name);
+        if (titans_stream_save(&task_streams[i], path) != TITANS_OK)
+          fail("%s\n(%s of the save before, if any, is unchanged)", task_streams[i].error, path);
+        free(path);
+      }
+      save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, o.doc_len > 0 && o.task < 0 ? &stream : NULL,
                       stream_path);
+    }
     if (stop) {
       printf("stopped at step %ld (--stop-at); continue with\n", tr.step);
       print_resume_command(stdout, argc, argv);
@@ -1407,7 +1464,8 @@ static int cmd_train(int argc, char **argv) {
     free(prompt);
     titans_session_free(&s);
   }
-  if (o.doc_len > 0) titans_stream_free(&stream);
+  if (o.doc_len > 0 && o.task < 0) titans_stream_free(&stream);
+  for (size_t i = 0; o.doc_len > 0 && o.task >= 0 && i < o.n_lens; i++) titans_stream_free(&task_streams[i]);
   free(tokens);
   free(ds.ids);
   free(ds.name);

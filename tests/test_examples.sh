@@ -162,6 +162,21 @@ rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 4 --resume --out j
 check "  --resume without --end-jitter is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'end-jitter' err.txt"
 rc=$(run "$bin" train $tiny --end-jitter 8 --steps 2 --out nope)
 check "--end-jitter without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+carry="$mix --doc-len 640"
+rc=$(run "$bin" train $tiny $carry --steps 6 --out carry_full)
+check "train --task --doc-len (memory carried across examples) exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "  it says so, and saves one stream per length" \
+  sh -c 'grep -q "carries from one example to the next" out.txt && [ -s carry_full/stream.160.safetensors ] && [ -s carry_full/stream.320.safetensors ]'
+check "  it trains otherwise than the same run without --doc-len" sh -c "! cmp -s mix_full/trainer.safetensors carry_full/trainer.safetensors"
+rc=$(run "$bin" train $tiny $carry --steps 6 --stop-at 3 --out carry_split)
+rc2=$(run "$bin" train $tiny $carry --steps 6 --resume --out carry_split)
+check "  interrupted inside a document and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s carry_full/trainer.safetensors carry_split/trainer.safetensors"
+rc=$(run "$bin" train $tiny $mix --doc-len 200 --steps 2 --out nope)
+check "  --doc-len shorter than a --lens length: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'shorter than one example' err.txt"
+rc=$(run "$bin" train $tiny --task passkey --lens 164 --doc-len 656 --steps 2 --out nope)
+check "  a length that is not a multiple of the memory chunk: exit 1 (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'multiple of the memory chunk' err.txt"
 rc=$(run "$bin" train $tiny --block mac --mac-learns-input --steps 2 --out learnx)
 check "train --block mac --mac-learns-input exits 0 (rc=$rc)" [ "$rc" = 0 ]
 "$bin" info --model learnx/model.safetensors >out.txt 2>&1
