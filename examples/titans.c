@@ -974,6 +974,13 @@ static size_t step_length_index(const train_opts *o, long step) {
   return stage;
 }
 
+/* --doc-len with --task: where length i's stream is checkpointed (by index: --lens may repeat a length) */
+static char *task_stream_path(const train_opts *o, size_t i) {
+  char name[64];
+  snprintf(name, sizeof name, "stream.stage%zu.safetensors", i);
+  return path_join(o->out, name);
+}
+
 /* B_i sequences of lens[i] tokens: about as many tokens per step in every stage */
 static size_t stage_batch(const train_opts *o, size_t i) {
   size_t b = (size_t)o->batch * o->lens[0] / o->lens[i];
@@ -1331,9 +1338,7 @@ static int cmd_train(int argc, char **argv) {
     for (size_t i = 0; i < o.n_lens; i++) {
       if (titans_stream_init(&task_streams[i], &model, stage_batch(&o, i)) != TITANS_OK)
         fail("--doc-len: %s", task_streams[i].error);
-      char name[64];
-      snprintf(name, sizeof name, "stream.%zu.safetensors", o.lens[i]);
-      char *path = path_join(o.out, name);
+      char *path = task_stream_path(&o, i);
       if (o.resume && stage_calls[i] % (o.doc_len / (long)o.lens[i]) != 0) {
         if (titans_stream_load(&task_streams[i], path) != TITANS_OK) fail("--resume: %s", task_streams[i].error);
       }
@@ -1418,9 +1423,7 @@ static int cmd_train(int argc, char **argv) {
        and files are the uninterrupted run's */
     if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled) {
       for (size_t i = 0; o.doc_len > 0 && o.task >= 0 && i < o.n_lens; i++) { /* before the trainer, as below */
-        char name[64];
-        snprintf(name, sizeof name, "stream.%zu.safetensors", o.lens[i]);
-        char *path = path_join(o.out, name);
+        char *path = task_stream_path(&o, i);
         if (titans_stream_save(&task_streams[i], path) != TITANS_OK)
           fail("%s\n(%s of the save before, if any, is unchanged)", task_streams[i].error, path);
         free(path);

@@ -166,7 +166,7 @@ carry="$mix --doc-len 640"
 rc=$(run "$bin" train $tiny $carry --steps 6 --out carry_full)
 check "train --task --doc-len (memory carried across examples) exits 0 (rc=$rc)" [ "$rc" = 0 ]
 check "  it says so, and saves one stream per length" \
-  sh -c 'grep -q "carries from one example to the next" out.txt && [ -s carry_full/stream.160.safetensors ] && [ -s carry_full/stream.320.safetensors ]'
+  sh -c 'grep -q "carries from one example to the next" out.txt && [ -s carry_full/stream.stage0.safetensors ] && [ -s carry_full/stream.stage1.safetensors ]'
 check "  it trains otherwise than the same run without --doc-len" sh -c "! cmp -s mix_full/trainer.safetensors carry_full/trainer.safetensors"
 rc=$(run "$bin" train $tiny $carry --steps 6 --stop-at 3 --out carry_split)
 rc2=$(run "$bin" train $tiny $carry --steps 6 --resume --out carry_split)
