@@ -1090,13 +1090,14 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
 
 static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const train_opts *o, const dataset *ds,
                             const series *train, const series *val, const char *model_path, const char *trainer_path,
-                            const char *svg_path, titans_stream *stream, const char *stream_path) {
+                            const char *svg_path, titans_stream *streams, size_t n_streams, char *const *stream_paths) {
   char *meta = train_meta(o, ds, train, val), small[256], title[256];
   snprintf(small, sizeof small, "program=titans train\nstep=%ld\ndata=%s\n", t->step, ds->name);
-  /* the stream first: a trainer checkpoint on disk always has the stream state of its step beside it;
+  /* the streams first: a trainer checkpoint on disk always has the streams' state of its step beside it;
      a failed save leaves the file of the save before untouched (temporary file, then rename) */
-  if (stream && titans_stream_save(stream, stream_path) != TITANS_OK)
-    fail("%s\n(%s of the save before, if any, is unchanged)", stream->error, stream_path);
+  for (size_t i = 0; i < n_streams; i++)
+    if (titans_stream_save(&streams[i], stream_paths[i]) != TITANS_OK)
+      fail("%s\n(%s of the save before, if any, is unchanged)", streams[i].error, stream_paths[i]);
   /* a failed save leaves the file of the save before untouched (temporary file, then rename) */
   if (titans_trainer_save(t, tok, meta, trainer_path) != TITANS_OK)
     fail("%s\n(%s of the save before, if any, is unchanged)", t->error, trainer_path);
@@ -1241,16 +1242,16 @@ static int cmd_train(int argc, char **argv) {
     for (size_t i = 0; i < o.n_lens; i++)
       if (ds.n_train < o.lens[i] + 1) fail("%s: the training split is shorter than --lens %zu + 1", ds.name, o.lens[i]);
   /* long reads by default where the kind can stream (MAL and full attention cannot in this version) */
-  int streams = o.block != TITANS_BLOCK_MAL && o.block != TITANS_BLOCK_ATTN;
-  if (o.doc_len < 0) o.doc_len = streams && ds.n_train >= 2 * 4096 + T + 1 && 4096 % (long)T == 0 ? 4096 : 0;
-  if (o.doc_len > 0 && o.task < 0 && (size_t)o.doc_len / T * T + 1 > ds.n_train)
+  int can_stream = o.block != TITANS_BLOCK_MAL && o.block != TITANS_BLOCK_ATTN;
+  if (o.doc_len < 0) o.doc_len = can_stream && ds.n_train >= 2 * 4096 + T + 1 && 4096 % (long)T == 0 ? 4096 : 0;
+  int carry_text = o.doc_len > 0 && o.task < 0, carry_examples = o.doc_len > 0 && o.task >= 0; /* --doc-len */
+  if (carry_text && (size_t)o.doc_len / T * T + 1 > ds.n_train)
     fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train, o.doc_len);
   int have_val = ds.n - ds.n_train >= T + 1;
   if (!have_val) fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
 
   char *model_path = path_join(o.out, "model.safetensors"), *trainer_path = path_join(o.out, "trainer.safetensors");
   char *svg_path = path_join(o.out, "loss.svg");
-  char *stream_path = path_join(o.out, "stream.safetensors"); /* --doc-len: the rows' carried state */
 
   titans_model model;
   titans_trainer tr;
@@ -1319,12 +1320,14 @@ static int cmd_train(int argc, char **argv) {
     if (Bs * (Ts + 1) > capacity) capacity = Bs * (Ts + 1);
   }
   int *tokens = (int *)xmalloc(capacity * sizeof(int)); /* [B, T + 1] of the current step */
-  titans_stream stream; /* --doc-len: what each row carries from one window to the next */
-  /* --doc-len with --task: one stream per length of the curriculum (B_i rows each), whose rows carry
-     their memory from one example to the next until they have read doc_len tokens */
-  titans_stream task_streams[MAX_STAGES];
-  long stage_calls[MAX_STAGES] = {0}; /* steps so far that drew each length: when its rows restart */
-  if (o.doc_len > 0 && o.task >= 0) {
+  /* --doc-len: what the rows carry from one window to the next. Plain text: one stream of B rows, all
+     moving to new stretches together. --task: one stream per length of the curriculum (B_i rows each),
+     whose rows carry their memory from one example to the next until they have read doc_len tokens. */
+  titans_stream streams[MAX_STAGES];
+  char *stream_paths[MAX_STAGES];     /* where each stream is checkpointed */
+  long stream_calls[MAX_STAGES] = {0}; /* steps so far that used each stream: when its rows restart */
+  size_t n_streams = carry_text ? 1 : carry_examples ? o.n_lens : 0;
+  if (carry_examples) {
     /* a stream goes on only after windows of whole segments (MAC, LM2) or memory chunks (LMM, MAG) */
     const titans_config *c = &model.cfg;
     int by_segment = c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_LM2;
@@ -1334,25 +1337,21 @@ static int cmd_train(int argc, char **argv) {
       if (o.lens[i] % (size_t)unit != 0)
         fail("--doc-len with --task: every --lens must be a multiple of the %s (%d), not %zu",
              by_segment ? "segment" : "memory chunk", unit, o.lens[i]);
-    for (long step = 0; step < tr.step; step++) stage_calls[step_length_index(&o, step)]++;
-    for (size_t i = 0; i < o.n_lens; i++) {
-      if (titans_stream_init(&task_streams[i], &model, stage_batch(&o, i)) != TITANS_OK)
-        fail("--doc-len: %s", task_streams[i].error);
-      char *path = task_stream_path(&o, i);
-      if (o.resume && stage_calls[i] % (o.doc_len / (long)o.lens[i]) != 0) {
-        if (titans_stream_load(&task_streams[i], path) != TITANS_OK) fail("--resume: %s", task_streams[i].error);
-      }
-      free(path);
-    }
+    for (long step = 0; step < tr.step; step++) stream_calls[step_length_index(&o, step)]++;
     printf("long reads: each row's memory carries from one example to the next until it has read %ld tokens\n",
            o.doc_len);
-  } else if (o.doc_len > 0) {
-    if (titans_stream_init(&stream, &model, B) != TITANS_OK) fail("--doc-len: %s", stream.error);
+  } else if (carry_text) {
+    stream_calls[0] = tr.step;
     printf("long reads: each row reads %ld-token stretches as %ld windows of %zu, memory carried between windows\n",
            o.doc_len, o.doc_len / (long)T, T);
-    if (o.resume && tr.step % (o.doc_len / (long)T) != 0) { /* inside a document: what the rows carried */
-      if (titans_stream_load(&stream, stream_path) != TITANS_OK) fail("--resume: %s", stream.error);
-      printf("resumed the rows' memory from %s\n", stream_path);
+  }
+  for (size_t i = 0; i < n_streams; i++) {
+    size_t rows = carry_text ? B : stage_batch(&o, i), window = carry_text ? T : o.lens[i];
+    if (titans_stream_init(&streams[i], &model, rows) != TITANS_OK) fail("--doc-len: %s", streams[i].error);
+    stream_paths[i] = carry_text ? path_join(o.out, "stream.safetensors") : task_stream_path(&o, i);
+    if (o.resume && stream_calls[i] % (o.doc_len / (long)window) != 0) { /* inside a document: what the rows carried */
+      if (titans_stream_load(&streams[i], stream_paths[i]) != TITANS_OK) fail("--resume: %s", streams[i].error);
+      printf("resumed the rows' memory from %s\n", stream_paths[i]);
     }
   }
   double train_time = 0, first_step_time = 0, t_start = now_seconds(), tokens_done = 0;
@@ -1365,7 +1364,7 @@ static int cmd_train(int argc, char **argv) {
     float loss;
     size_t Bs, Ts; /* this step's batch shape (the curriculum's stage with --task) */
     step_shape(&o, step, &Bs, &Ts);
-    if (o.doc_len > 0 && o.task < 0) sample_doc_batch(tokens, &ds, Bs, Ts, (size_t)o.doc_len, o.seed, step);
+    if (carry_text) sample_doc_batch(tokens, &ds, Bs, Ts, (size_t)o.doc_len, o.seed, step);
     else if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
     else sample_task_batch(tokens, &ds, &o, Bs, Ts, step);
     if (o.task >= 0 && o.lens_mix) {
@@ -1381,16 +1380,12 @@ static int cmd_train(int argc, char **argv) {
     Tprev = Ts;
     double t0 = now_seconds();
     int rc;
-    if (o.doc_len > 0 && o.task >= 0) {
-      size_t i = step_length_index(&o, step);
-      if (stage_calls[i] % (o.doc_len / (long)Ts) == 0) /* every row of this length starts afresh */
-        for (size_t b = 0; b < Bs; b++) titans_stream_restart(&task_streams[i], b);
-      rc = titans_train_step_stream(&tr, &task_streams[i], tokens, Ts, &loss);
-      if (rc == TITANS_OK) stage_calls[i]++;
-    } else if (o.doc_len > 0) {
-      if (step % (o.doc_len / (long)T) == 0) /* a new document for every row */
-        for (size_t b = 0; b < Bs; b++) titans_stream_restart(&stream, b);
-      rc = titans_train_step_stream(&tr, &stream, tokens, Ts, &loss);
+    if (n_streams) {
+      size_t i = carry_text ? 0 : step_length_index(&o, step);
+      if (stream_calls[i] % (o.doc_len / (long)Ts) == 0) /* a new document for every row of the stream */
+        for (size_t b = 0; b < Bs; b++) titans_stream_restart(&streams[i], b);
+      rc = titans_train_step_stream(&tr, &streams[i], tokens, Ts, &loss);
+      if (rc == TITANS_OK) stream_calls[i]++;
     } else rc = titans_train_step(&tr, tokens, 1, Bs, Ts, &loss);
     if (rc == TITANS_ERR_NONFINITE)
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
@@ -1421,16 +1416,9 @@ static int cmd_train(int argc, char **argv) {
     }
     /* an interruption (--stop-at) saves but adds no validation point, so the resumed run's history
        and files are the uninterrupted run's */
-    if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled) {
-      for (size_t i = 0; o.doc_len > 0 && o.task >= 0 && i < o.n_lens; i++) { /* before the trainer, as below */
-        char *path = task_stream_path(&o, i);
-        if (titans_stream_save(&task_streams[i], path) != TITANS_OK)
-          fail("%s\n(%s of the save before, if any, is unchanged)", task_streams[i].error, path);
-        free(path);
-      }
-      save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, o.doc_len > 0 && o.task < 0 ? &stream : NULL,
-                      stream_path);
-    }
+    if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled)
+      save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, streams, n_streams,
+                      stream_paths);
     if (stop) {
       printf("stopped at step %ld (--stop-at); continue with\n", tr.step);
       print_resume_command(stdout, argc, argv);
@@ -1467,8 +1455,10 @@ static int cmd_train(int argc, char **argv) {
     free(prompt);
     titans_session_free(&s);
   }
-  if (o.doc_len > 0 && o.task < 0) titans_stream_free(&stream);
-  for (size_t i = 0; o.doc_len > 0 && o.task >= 0 && i < o.n_lens; i++) titans_stream_free(&task_streams[i]);
+  for (size_t i = 0; i < n_streams; i++) {
+    titans_stream_free(&streams[i]);
+    free(stream_paths[i]);
+  }
   free(tokens);
   free(ds.ids);
   free(ds.name);
@@ -1477,7 +1467,6 @@ static int cmd_train(int argc, char **argv) {
   free(model_path);
   free(trainer_path);
   free(svg_path);
-  free(stream_path);
   titans_trainer_free(&tr);
   titans_model_free(&model);
   titans_tokenizer_free(&tok);
