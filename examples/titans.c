@@ -2052,7 +2052,8 @@ static void help_needle(void) {
          "  --data FILE         prose: the text whose held-out last 10%% is the filler (default: built-in)\n"
          "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
          "  --svg FILE          heat map of exact match, one panel per model (needle.svg)\n"
-         "  --threads N         OpenMP threads; trials run in parallel, one per thread\n", MAX_MODELS);
+         "  --threads N         OpenMP threads; cells (model, length, depth) run in parallel, one per thread\n"
+         "A cell's passkey and copy trials read their common filler (up to the needle) once.\n", MAX_MODELS);
 }
 
 typedef struct needle_opts {
@@ -2100,19 +2101,17 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
                  longctx_min_length(o->kind));
 }
 
-/* Streams example ex (context + question) through s in pieces of a small buffer, then decodes the answer
-   greedily, feeding each decoded token back. Returns the number of answer digits right (all of them =
-   exact match) in *correct. */
-static int needle_trial(titans_session *s, const longctx_example *ex, size_t *correct, long long *done, progress *prog) {
+/* Streams tokens [from, to) of example ex through s in pieces of a small buffer; with logits [V], the
+   prediction after the last token lands there. Counts the tokens into *done for the progress line. */
+static int needle_feed(titans_session *s, const longctx_example *ex, size_t from, size_t to, float *logits,
+                       long long *done, progress *prog) {
   enum { PIECE = 4096 };
-  size_t V = (size_t)s->model->cfg.vocab;
-  int piece[PIECE];                                    /* [PIECE] the next tokens of the context */
-  float *logits = (float *)xmalloc(V * sizeof(float)); /* [V] */
+  int piece[PIECE]; /* [PIECE] the next tokens of the example */
   int rc = TITANS_OK;
-  for (size_t from = 0; from < ex->length && rc == TITANS_OK; from += PIECE) {
-    size_t n = ex->length - from < PIECE ? ex->length - from : PIECE;
-    longctx_tokens(ex, from, piece, n);
-    rc = titans_session_feed(s, piece, n, from + n == ex->length ? logits : NULL);
+  for (size_t at = from; at < to && rc == TITANS_OK; at += PIECE) {
+    size_t n = to - at < PIECE ? to - at : PIECE;
+    longctx_tokens(ex, at, piece, n);
+    rc = titans_session_feed(s, piece, n, at + n == to ? logits : NULL);
     long long now_done;
 #ifdef _OPENMP
 #pragma omp atomic capture
@@ -2120,6 +2119,17 @@ static int needle_trial(titans_session *s, const longctx_example *ex, size_t *co
     now_done = *done += (long long)n;
     progress_report(prog, now_done, 0);
   }
+  return rc;
+}
+
+/* Streams example ex from token `from` (s has read the tokens before it) to the end of the question,
+   then decodes the answer greedily, feeding each decoded token back. Returns the number of answer
+   symbols right (all of them = exact match) in *correct. */
+static int needle_trial(titans_session *s, const longctx_example *ex, size_t from, size_t *correct, long long *done,
+                        progress *prog) {
+  size_t V = (size_t)s->model->cfg.vocab;
+  float *logits = (float *)xmalloc(V * sizeof(float)); /* [V] */
+  int rc = needle_feed(s, ex, from, ex->length, logits, done, prog);
   *correct = 0;
   for (size_t i = 0; i < ex->answer_len && rc == TITANS_OK; i++) {
     int guess = argmax(logits, V);
@@ -2128,6 +2138,70 @@ static int needle_trial(titans_session *s, const longctx_example *ex, size_t *co
   }
   free(logits);
   return rc;
+}
+
+/* Sets up the example of trial `trial` of the cell (length, depth). Returns 0, or -1 with the reason in
+   why [200]. */
+static int needle_example(const needle_opts *o, size_t length, double depth, size_t trial, const dataset *ds,
+                          longctx_example *ex, char *why) {
+  return longctx_example_init(ex, o->kind, length, depth, longctx_eval_seed(o->seed, length, depth, trial),
+                              ds->ids ? ds->ids + ds->n_train : NULL, ds->n - ds->n_train, why);
+}
+
+/* The tokens every trial of the cell (length, depth) reads alike before its needle: the passkey's and
+   copy's filler is a fixed text, so they are read once per cell, and each trial continues from a copy of
+   that session (the same result as reading every trial from its first token: a session's state depends
+   on its tokens, not on how they were split among calls). Prose reads its filler from a random place per
+   trial: 0. Returns SIZE_MAX with the reason in why [200] when an example cannot be set up. */
+static size_t needle_shared_prefix(const needle_opts *o, size_t length, double depth, const dataset *ds, char *why) {
+  size_t shared = o->kind == LONGCTX_PROSE ? 0 : length;
+  longctx_example ex;
+  for (size_t trial = 0; trial < o->trials; trial++) {
+    if (needle_example(o, length, depth, trial, ds, &ex, why) != 0) return SIZE_MAX;
+    if (ex.needle_at < shared) shared = ex.needle_at;
+  }
+  return shared;
+}
+
+/* The trials of one cell (model, length, depth), adding their right symbols and exact matches to
+   *digits and *exact; the shared prefix (needle_shared_prefix) is read once. Returns 0, or -1 with the
+   reason in err. */
+static int needle_cell(const needle_opts *o, const titans_model *model, const char *model_path, size_t length,
+                       double depth, const dataset *ds, size_t *digits, size_t *exact, long long *done, progress *prog,
+                       job_error *err) {
+  size_t answer_len = longctx_answer_len(o->kind);
+  longctx_example ex;
+  char why[200];
+  titans_session prefix, sess;
+  size_t shared = needle_shared_prefix(o, length, depth, ds, why);
+  if (shared == SIZE_MAX || needle_example(o, length, depth, 0, ds, &ex, why) != 0) {
+    job_error_set(err, "example", why);
+    return -1;
+  }
+  if (titans_session_init(&prefix, model) != TITANS_OK) {
+    job_error_set(err, model_path, prefix.error);
+    return -1;
+  }
+  if (titans_session_init(&sess, model) != TITANS_OK) {
+    job_error_set(err, model_path, sess.error);
+    titans_session_free(&prefix);
+    return -1;
+  }
+  int rc = needle_feed(&prefix, &ex, 0, shared, NULL, done, prog); /* every trial's tokens alike up to shared */
+  const char *failed = prefix.error;
+  for (size_t trial = 0; trial < o->trials && rc == TITANS_OK; trial++) {
+    size_t correct = 0;
+    needle_example(o, length, depth, trial, ds, &ex, why); /* succeeded in needle_shared_prefix */
+    rc = titans_session_copy(&sess, &prefix);
+    if (rc == TITANS_OK) rc = needle_trial(&sess, &ex, shared, &correct, done, prog);
+    failed = sess.error;
+    *digits += correct;
+    *exact += correct == answer_len;
+  }
+  if (rc != TITANS_OK) job_error_set(err, model_path, failed);
+  titans_session_free(&sess);
+  titans_session_free(&prefix);
+  return rc == TITANS_OK ? 0 : -1;
 }
 
 /* Per model: a table of lengths x depths, each cell "exact % (exact/trials) per-digit accuracy". */
@@ -2180,50 +2254,40 @@ static int cmd_needle(int argc, char **argv) {
   size_t *exact = (size_t *)calloc(n_models * cells, sizeof(size_t));  /* [n_models, n_lens, n_depths] */
   size_t *digits = (size_t *)calloc(n_models * cells, sizeof(size_t)); /* [n_models, n_lens, n_depths] */
   if (!exact || !digits) fail("out of memory");
-  long long total = 0;
-  for (size_t r = 0; r < o.n_lens; r++) total += (long long)(o.lens[r] * o.n_depths * o.trials * n_models);
+  long long total = 0, context_tokens = 0; /* tokens read (shared prefixes once); tokens of all the examples */
+  for (size_t r = 0; r < o.n_lens; r++)
+    for (size_t c = 0; c < o.n_depths; c++) {
+      char why[200];
+      size_t shared = needle_shared_prefix(&o, o.lens[r], (double)o.depth_pct[c] / 100.0, &ds, why);
+      if (shared == SIZE_MAX) fail("needle: %s", why);
+      total += (long long)((shared + o.trials * (o.lens[r] - shared)) * n_models);
+      context_tokens += (long long)(o.lens[r] * o.trials * n_models);
+    }
   progress prog = {"needle", now_seconds(), now_seconds(), total};
   long long done = 0;
   job_error err = {0, ""};
-  long jobs = (long)(n_models * cells * o.trials);
+  long jobs = (long)(n_models * cells);
   fflush(stdout);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
   for (long j = 0; j < jobs; j++) {
-    /* the longest lengths first, so no thread is left with a long trial at the end */
-    size_t trial = (size_t)j % o.trials, c = (size_t)j / o.trials % o.n_depths;
-    size_t m = (size_t)j / (o.trials * o.n_depths) % n_models, r = o.n_lens - 1 - (size_t)j / (o.trials * o.n_depths * n_models);
-    size_t cell = (m * o.n_lens + r) * o.n_depths + c, correct = 0;
-    double depth = (double)o.depth_pct[c] / 100.0;
-    longctx_example ex;
-    char why[200];
-    titans_session sess;
+    /* the longest lengths first, so no thread is left with a long cell at the end */
+    size_t c = (size_t)j % o.n_depths, m = (size_t)j / o.n_depths % n_models;
+    size_t r = o.n_lens - 1 - (size_t)j / (o.n_depths * n_models);
+    size_t cell = (m * o.n_lens + r) * o.n_depths + c, cell_digits = 0, cell_exact = 0;
     if (err.set) continue;
-    if (longctx_example_init(&ex, o.kind, o.lens[r], depth, longctx_eval_seed(o.seed, o.lens[r], depth, trial),
-                             ds.ids ? ds.ids + ds.n_train : NULL, ds.n - ds.n_train, why) != 0) { /* passkey reads no text */
-      job_error_set(&err, "example", why);
-      continue;
-    }
-    if (titans_session_init(&sess, &o.models.model[m]) != TITANS_OK) {
-      job_error_set(&err, o.models.path[m], sess.error);
-      continue;
-    }
-    if (needle_trial(&sess, &ex, &correct, &done, &prog) != TITANS_OK) job_error_set(&err, o.models.path[m], sess.error);
-    titans_session_free(&sess);
-#ifdef _OPENMP
-#pragma omp critical(titans_needle_score)
-#endif
-    {
-      digits[cell] += correct;
-      exact[cell] += correct == answer_len;
-    }
+    needle_cell(&o, &o.models.model[m], o.models.path[m], o.lens[r], (double)o.depth_pct[c] / 100.0, &ds, &cell_digits,
+                &cell_exact, &done, &prog, &err);
+    digits[cell] = cell_digits; /* one job per cell: no other thread writes it */
+    exact[cell] = cell_exact;
   }
   if (err.set) fail("needle: %s", err.msg);
   double took = now_seconds() - prog.t_start;
 
   needle_print(&o, exact, digits, answer_len);
-  printf("%lld context tokens in %.1f s: %.0f tok/s (%d thread%s); peak RSS %.1f MB\n", total, took, (double)total / took,
+  printf("%lld context tokens, %lld read (a cell's trials read their common filler once) in %.1f s: %.0f tok/s read "
+         "(%d thread%s); peak RSS %.1f MB\n", context_tokens, total, took, (double)total / took,
          titans_threads(), titans_threads() == 1 ? "" : "s", peak_rss_mb());
 
   double *frac = (double *)xmalloc(n_models * cells * sizeof(double)); /* [n_models, n_lens, n_depths] */
