@@ -331,6 +331,28 @@ static size_t arg_size_list(args *a, const char *opt, size_t *out, size_t max, s
   return n;
 }
 
+/* A comma-separated list of numbers in lo..hi (e.g. 0.0001,0.0000001) into out [max]; returns the count
+   (at least 1). */
+static size_t arg_double_list(args *a, const char *opt, double *out, size_t max, double lo, double hi) {
+  const char *s = arg_value(a, opt);
+  size_t n = 0;
+  for (const char *p = s;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char piece[64], *end;
+    if (n == max || len == 0 || len >= sizeof piece) usage_fail(a->cmd, "%s %s: want a list of at most %zu numbers", opt, s, max);
+    memcpy(piece, p, len);
+    piece[len] = 0;
+    errno = 0;
+    double v = strtod(piece, &end);
+    if (errno || end == piece || *end || !(v >= lo && v <= hi)) usage_fail(a->cmd, "%s %s: '%s' is not a number in %g..%g", opt, s, piece, lo, hi);
+    out[n++] = v;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return n;
+}
+
 /* 16384 -> "16K", 1048576 -> "1M", 1000 -> "1000". */
 static void fmt_size(char *out, size_t size, size_t v) {
   if (v >= (1u << 20) && v % (1u << 20) == 0) snprintf(out, size, "%zuM", v >> 20);
@@ -698,6 +720,7 @@ static void print_resume_command(FILE *f, int argc, char **argv) {
 }
 
 #define MAX_STAGES 32 /* of a --lens curriculum */
+#define MAX_ALPHA_LAYERS 64 /* layers an --alpha-init list can name one by one */
 
 typedef struct train_opts {
   const char *data, *out, *prompt;
@@ -716,7 +739,9 @@ typedef struct train_opts {
   int answer_loss;               /* --task: the loss sees only the answers */
   int lens_mix;                  /* --lens-mix: stage i draws each step's length from lens[0..i] */
   size_t end_jitter;             /* --end-jitter: an example ends 0..end_jitter-1 tokens before its row's end */
-  double theta_init, eta_init, alpha_init; /* where the memory's gates start (0: the library's) */
+  double theta_init, eta_init;             /* where the memory's gates start (0: the library's) */
+  double alpha_init[MAX_ALPHA_LAYERS];     /* where its forgetting gate starts, per layer (--alpha-init X or X,Y,...) */
+  size_t n_alpha_init;                     /* 1: alpha_init[0] for every layer; else one per layer */
   double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
   int conv_uniform;                        /* 1: the memory's conv taps start uniform (PyTorch's Conv1d default) */
   int key_shift;                           /* 1: the memory's key conv starts on the previous token */
@@ -769,7 +794,8 @@ static void help_train(void) {
          "                      each row's memory carries from one example to the next (one stream per --lens\n"
          "                      length) until it has read N tokens, so training sees the memory of long reads\n"
          "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
-         "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.01)\n"
+         "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.01;\n"
+         "                      a list X,Y,... gives each layer its own, lowest first)\n"
          "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
          "  --conv-uniform      the memory's conv taps start uniform in +-1/sqrt(K) (default: near identity)\n"
          "  --key-shift         the memory's key conv starts on the previous token, its queries equal to its keys\n"
@@ -815,7 +841,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->surprise_bound = -1; /* the library's default */
   o->w0_scale = 1.0;
   o->emb_scale = 1.0;
-  o->alpha_init = 0.01; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
+  o->alpha_init[0] = 0.01, o->n_alpha_init = 1; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
   o->chunk = 16;
   o->segment = 64;
   o->window = 64;
@@ -891,7 +917,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
-    else if (!strcmp(s, "--alpha-init")) o->alpha_init = arg_double(&a, s, 1e-9, 0.999999);
+    else if (!strcmp(s, "--alpha-init")) o->n_alpha_init = arg_double_list(&a, s, o->alpha_init, MAX_ALPHA_LAYERS, 1e-9, 0.999999);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
       help_train();
       exit(0);
@@ -907,6 +933,9 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (has_mem && o->d % o->mem_heads != 0)
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
+  if (o->n_alpha_init > 1 && o->n_alpha_init != (size_t)o->layers)
+    usage_fail("train", "--alpha-init lists %zu values for %d layers (give one value, or one per layer)", o->n_alpha_init,
+               o->layers);
   if (o->slots && o->block != TITANS_BLOCK_LM2) usage_fail("train", "--slots goes with --block lm2");
   if (o->mac_learns_input && o->block != TITANS_BLOCK_MAC) usage_fail("train", "--mac-learns-input goes with --block mac");
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
@@ -1109,6 +1138,18 @@ static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const trai
   free(meta);
 }
 
+/* --alpha-init X,Y,...: layer l's forgetting gate starts at alpha[l] (its bias logit(alpha[l]) for every
+   head). Why per layer: a lower layer that forgets faster reaches a steady state within the training
+   length, so a read far past it looks like training to the layers above (docs/long_context.md). */
+static void set_layer_forgetting(titans_model *model, const double *alpha) {
+  const titans_config *c = &model->cfg;
+  for (int l = 0; l < c->n_layers; l++) {
+    float *decay_b = model->w.layers[l].mem.decay_b; /* [H]; NULL without a memory */
+    float a = (float)alpha[l]; /* the library's logit, in float, so X,X equals a single X bit for bit */
+    for (int h = 0; decay_b && h < c->mem.heads; h++) decay_b[h] = logf(a / (1.0f - a));
+  }
+}
+
 /* Scales every memory layer's initial weights w0 (--w0-scale): a smaller w0 leaves less of the
    initial map in what a fresh memory returns, so what the memory wrote stands out sooner. */
 static void scale_memory_init(titans_model *model, float scale) {
@@ -1280,7 +1321,8 @@ static int cmd_train(int argc, char **argv) {
     titans_config cfg = train_config_of(&o);
     if (titans_model_init(&model, &cfg) != TITANS_OK) fail("%s", model.error);
     titans_model_init_weights(&model, o.seed);
-    titans_model_set_gates(&model, (float)o.theta_init, (float)o.eta_init, (float)o.alpha_init);
+    titans_model_set_gates(&model, (float)o.theta_init, (float)o.eta_init, (float)o.alpha_init[0]);
+    if (o.n_alpha_init > 1) set_layer_forgetting(&model, o.alpha_init);
     scale_memory_init(&model, (float)o.w0_scale);
     if (o.conv_uniform) uniform_memory_convs(&model, o.seed);
     if (o.key_shift) shift_memory_keys(&model);
@@ -2355,6 +2397,26 @@ static int param_part(const char *name, int *layer) {
   return PART_NORMS; /* norm1, norm2, gate.norm_y, gate.norm_m */
 }
 
+static double sigmoid_of(float x) { return 1.0 / (1.0 + exp(-(double)x)); }
+
+/* Each memory layer's gates where the input leaves them (sigmoid of the bias, mean over heads): where
+   training started them (--theta-init, --eta-init, --alpha-init) and where it moved them. theta is
+   printed as a fraction of theta_max, as --theta-init takes it. */
+static void print_gate_biases(const titans_model *m) {
+  const titans_config *c = &m->cfg;
+  for (int l = 0; l < c->n_layers; l++) {
+    const titans_mem_weights *w = &m->w.layers[l].mem;
+    if (!w->decay_b) continue; /* no memory in this kind */
+    double g[3] = {0, 0, 0};
+    const float *bias[3] = {w->lr_b, w->mom_b, w->decay_b}; /* [H] each */
+    for (int k = 0; k < 3; k++) {
+      for (int h = 0; h < c->mem.heads; h++) g[k] += sigmoid_of(bias[k][h]);
+      g[k] /= c->mem.heads;
+    }
+    printf("layer %d memory gates at zero input: theta %.3g theta_max, eta %.3g, alpha %.3g\n", l, g[0], g[1], g[2]);
+  }
+}
+
 static void info_model(titans_st_reader *r, const char *path) {
   titans_model m;
   titans_tokenizer tok;
@@ -2377,6 +2439,7 @@ static void info_model(titans_st_reader *r, const char *path) {
            c->mem.conv_width, (double)c->mem.theta_max, (double)c->mem.surprise_bound,
            c->mem.surprise_bound > 0 ? "" : " (off)");
   if (memory_keys_one_tap(&m)) printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
+  print_gate_biases(&m);
   printf("config: %s\n", titans_st_meta(r, "config"));
   if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));
 

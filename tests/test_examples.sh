@@ -245,6 +245,19 @@ check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrup
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s kfix/trainer.safetensors kfix_split/trainer.safetensors"
 rc=$(run "$bin" train $tiny $kf --resume --out kfix_split)
 check "  --resume without --key-shift-fixed is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'key-shift-fixed' err.txt"
+af="--block mac --layers 2 --steps 1 --lr 0 --sample-len 0" # lr 0: the gates stay where they started
+rc=$(run "$bin" train $tiny $af --alpha-init 0.001,0.00001 --out alpha2)
+rc2=$(run "$bin" info --model alpha2/model.safetensors)
+check "--alpha-init X,Y starts each layer's forgetting gate at its own value (rc=$rc, $rc2)" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && grep -q 'layer 0 memory gates at zero input: .*alpha 0.001\$' out.txt &&
+         grep -q 'layer 1 memory gates at zero input: .*alpha 1e-05\$' out.txt"
+rc=$(run "$bin" train $tiny $af --alpha-init 0.001 --out alpha1)
+rc2=$(run "$bin" train $tiny $af --alpha-init 0.001,0.001 --out alpha11)
+check "  a list of one value per layer trains the bytes of the single value (rc=$rc, $rc2)" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s alpha1/model.safetensors alpha11/model.safetensors"
+rc=$(run "$bin" train $tiny $af --alpha-init 0.001,0.01,0.1 --out alpha3)
+check "  a list whose length is not --layers: exit 2 naming both (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'lists 3 values for 2 layers' err.txt && [ ! -e alpha3 ]"
 rc=$(run "$bin" train $tiny --block lm2 --slots 5 --segment 16 --steps 2 --sample-len 0 --out lm2)
 rc2=$(run "$bin" info --model lm2/model.safetensors)
 check "LM2 trains (--block lm2 --slots 5: rc=$rc) and info shows its bank (rc=$rc2)" \
