@@ -839,6 +839,8 @@ TITANSDEF void titans_model_free(titans_model *m);
    fraction of theta_max, eta (momentum) and alpha (forgetting), each in (0, 1); a value outside (0, 1)
    leaves that gate as it is. titans_model_init_weights starts them at 0.5, 0.9 and 0.02. */
 TITANSDEF void titans_model_set_gates(titans_model *m, float theta_frac, float eta, float alpha);
+/* The same for layer `layer` alone (0-based; out of range: nothing), e.g. a forgetting rate per layer. */
+TITANSDEF void titans_model_set_layer_gates(titans_model *m, int layer, float theta_frac, float eta, float alpha);
 /* Points w (with its own layers array of n_layers entries, caller-provided) into any slab of the model's
    layout, e.g. a gradient slab. */
 TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab);
@@ -6958,16 +6960,19 @@ static void titans__lm2_init(const titans_lm2_weights *w, const titans_config *c
   titans__fill_const(w->b_f, d, titans__logit(0.9f));
 }
 
-TITANSDEF void titans_model_set_gates(titans_model *m, float theta_frac, float eta, float alpha) {
+TITANSDEF void titans_model_set_layer_gates(titans_model *m, int layer, float theta_frac, float eta, float alpha) {
   const titans_config *c = &m->cfg;
+  if (layer < 0 || layer >= c->n_layers) return;
   float start[3] = {theta_frac, eta, alpha};
-  for (int l = 0; l < c->n_layers; l++) {
-    titans_mem_weights *w = &m->w.layers[l].mem;
-    float *bias[3] = {w->lr_b, w->mom_b, w->decay_b}; /* [H] each; NULL without a memory */
-    for (int g = 0; g < 3; g++)
-      if (bias[g] && start[g] > 0.0f && start[g] < 1.0f)
-        for (int h = 0; h < c->mem.heads; h++) bias[g][h] = titans__logit(start[g]);
-  }
+  titans_mem_weights *w = &m->w.layers[layer].mem;
+  float *bias[3] = {w->lr_b, w->mom_b, w->decay_b}; /* [H] each; NULL without a memory */
+  for (int g = 0; g < 3; g++)
+    if (bias[g] && start[g] > 0.0f && start[g] < 1.0f)
+      for (int h = 0; h < c->mem.heads; h++) bias[g][h] = titans__logit(start[g]);
+}
+
+TITANSDEF void titans_model_set_gates(titans_model *m, float theta_frac, float eta, float alpha) {
+  for (int l = 0; l < m->cfg.n_layers; l++) titans_model_set_layer_gates(m, l, theta_frac, eta, alpha);
 }
 
 TITANSDEF void titans_model_free(titans_model *m) {

@@ -311,44 +311,49 @@ static size_t arg_size(args *a, const char *opt, size_t lo, size_t hi) {
   return v;
 }
 
-/* A comma-separated list of sizes in lo..hi (e.g. 1K,4K,16K or 10,50,90) into out [max]; returns the
-   count (at least 1). */
-static size_t arg_size_list(args *a, const char *opt, size_t *out, size_t max, size_t lo, size_t hi) {
+#define MAX_LIST 64 /* values a comma-separated option may list */
+
+/* Splits option opt's value, a comma-separated list, into at most max pieces of under 64 bytes each;
+   returns the count (at least 1). The value itself is *value, for messages. */
+static size_t arg_list_pieces(args *a, const char *opt, char (*pieces)[64], size_t max, const char **value) {
   const char *s = arg_value(a, opt);
   size_t n = 0;
+  *value = s;
   for (const char *p = s;;) {
     const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p), v;
-    char piece[64];
-    if (n == max || len == 0 || len >= sizeof piece) usage_fail(a->cmd, "%s %s: want a list of at most %zu values like 1K,4K", opt, s, max);
-    memcpy(piece, p, len);
-    piece[len] = 0;
-    if (!parse_size(piece, &v) || v < lo || v > hi) usage_fail(a->cmd, "%s %s: '%s' is not in %zu..%zu (K = 1024)", opt, s, piece, lo, hi);
-    out[n++] = v;
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (n == max || len == 0 || len >= 64) usage_fail(a->cmd, "%s %s: want a list of at most %zu values", opt, s, max);
+    memcpy(pieces[n], p, len);
+    pieces[n++][len] = 0;
     if (!comma) break;
     p = comma + 1;
   }
   return n;
 }
 
+/* A comma-separated list of sizes in lo..hi (e.g. 1K,4K,16K or 10,50,90) into out [max]; returns the
+   count (at least 1). */
+static size_t arg_size_list(args *a, const char *opt, size_t *out, size_t max, size_t lo, size_t hi) {
+  char pieces[MAX_LIST][64];
+  const char *s;
+  size_t n = arg_list_pieces(a, opt, pieces, max < MAX_LIST ? max : MAX_LIST, &s);
+  for (size_t i = 0; i < n; i++)
+    if (!parse_size(pieces[i], &out[i]) || out[i] < lo || out[i] > hi)
+      usage_fail(a->cmd, "%s %s: '%s' is not in %zu..%zu (K = 1024)", opt, s, pieces[i], lo, hi);
+  return n;
+}
+
 /* A comma-separated list of numbers in lo..hi (e.g. 0.0001,0.0000001) into out [max]; returns the count
    (at least 1). */
 static size_t arg_double_list(args *a, const char *opt, double *out, size_t max, double lo, double hi) {
-  const char *s = arg_value(a, opt);
-  size_t n = 0;
-  for (const char *p = s;;) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    char piece[64], *end;
-    if (n == max || len == 0 || len >= sizeof piece) usage_fail(a->cmd, "%s %s: want a list of at most %zu numbers", opt, s, max);
-    memcpy(piece, p, len);
-    piece[len] = 0;
+  char pieces[MAX_LIST][64], *end;
+  const char *s;
+  size_t n = arg_list_pieces(a, opt, pieces, max < MAX_LIST ? max : MAX_LIST, &s);
+  for (size_t i = 0; i < n; i++) {
     errno = 0;
-    double v = strtod(piece, &end);
-    if (errno || end == piece || *end || !(v >= lo && v <= hi)) usage_fail(a->cmd, "%s %s: '%s' is not a number in %g..%g", opt, s, piece, lo, hi);
-    out[n++] = v;
-    if (!comma) break;
-    p = comma + 1;
+    out[i] = strtod(pieces[i], &end);
+    if (errno || end == pieces[i] || *end || !(out[i] >= lo && out[i] <= hi))
+      usage_fail(a->cmd, "%s %s: '%s' is not a number in %g..%g", opt, s, pieces[i], lo, hi);
   }
   return n;
 }
@@ -1138,18 +1143,6 @@ static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const trai
   free(meta);
 }
 
-/* --alpha-init X,Y,...: layer l's forgetting gate starts at alpha[l] (its bias logit(alpha[l]) for every
-   head). Why per layer: a lower layer that forgets faster reaches a steady state within the training
-   length, so a read far past it looks like training to the layers above (docs/long_context.md). */
-static void set_layer_forgetting(titans_model *model, const double *alpha) {
-  const titans_config *c = &model->cfg;
-  for (int l = 0; l < c->n_layers; l++) {
-    float *decay_b = model->w.layers[l].mem.decay_b; /* [H]; NULL without a memory */
-    float a = (float)alpha[l]; /* the library's logit, in float, so X,X equals a single X bit for bit */
-    for (int h = 0; decay_b && h < c->mem.heads; h++) decay_b[h] = logf(a / (1.0f - a));
-  }
-}
-
 /* Scales every memory layer's initial weights w0 (--w0-scale): a smaller w0 leaves less of the
    initial map in what a fresh memory returns, so what the memory wrote stands out sooner. */
 static void scale_memory_init(titans_model *model, float scale) {
@@ -1321,8 +1314,9 @@ static int cmd_train(int argc, char **argv) {
     titans_config cfg = train_config_of(&o);
     if (titans_model_init(&model, &cfg) != TITANS_OK) fail("%s", model.error);
     titans_model_init_weights(&model, o.seed);
-    titans_model_set_gates(&model, (float)o.theta_init, (float)o.eta_init, (float)o.alpha_init[0]);
-    if (o.n_alpha_init > 1) set_layer_forgetting(&model, o.alpha_init);
+    for (int l = 0; l < model.cfg.n_layers; l++) /* --alpha-init: one value for every layer, or one per layer */
+      titans_model_set_layer_gates(&model, l, (float)o.theta_init, (float)o.eta_init,
+                                   (float)o.alpha_init[o.n_alpha_init > 1 ? l : 0]);
     scale_memory_init(&model, (float)o.w0_scale);
     if (o.conv_uniform) uniform_memory_convs(&model, o.seed);
     if (o.key_shift) shift_memory_keys(&model);
