@@ -39,7 +39,7 @@ $(BUILD)/test_%: tests/test_%.c tests/harness.h tests/model_fixtures.h $(HEADER)
 # the long-context test also reads the example's task generator and text
 $(BUILD)/test_longctx: examples/longctx.h examples/default_text.h
 
-$(BUILD)/bench_%: bench/bench_%.c $(HEADER)
+$(BUILD)/bench_%: bench/bench_%.c bench/bench_common.h $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(BENCH_LIBS)
 

@@ -442,8 +442,9 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
    in the blocks) outputs zeros and has lse = -INFINITY. The forward saves the log-sum-exp of each
    (row, head); the backward recomputes the scores from it.
 
-   Speed (one AVX-512 core, d_a = 64, causal T = 2048): forward and backward each about 30-40 GFLOP/s
-   (4 and 10 flops per visible (query, key) pair and head dimension). */
+   Speed: the scores are 4 x 4 blocks of dot products whose sixteen lane sums are reduced together, the
+   weighted sums (p v, and dq, dk, dv in the backward) 4 x 64 register blocks; `bench_attn` (make bench)
+   prints GFLOP/s and the fraction of the machine's FMA peak (docs/model.md section 2 has the figures). */
 
 #define TITANS_ROPE_BASE 10000.0 /* docs/model.md section 0: RoPE base */
 #define TITANS_ATTN_TILE 64      /* keys per online-softmax tile */
@@ -4638,9 +4639,10 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
 
 /* Bit-exactness between the code paths (fused and two-pass backward, batched forward and KV cache,
    any thread count) rests on the private helpers below: a dot product is one vector accumulator,
-   reduced, then a scalar tail, whether computed alone or four at a time; a sum of scaled rows adds one
-   fma per element and term (multiply-add in the scalar tail) in term order, however the terms are
-   grouped into calls; exp is one function. They are private copies (not titans__dot / titans__axpy) so
+   reduced by one fixed tree (titans__attn_hsum), then a scalar tail, whether computed alone, four at a
+   time or in 4 x 4 blocks; a sum of scaled rows adds one fma per element and term (multiply-add in the
+   scalar tail) in term order, however the terms are grouped into calls or register blocks; exp is one
+   function. They are private copies (not titans__dot / titans__axpy) so
    the guarantee does not depend on how the core implements those. */
 
 /* Multiply-adds with one rounding rule for the whole part, so a scalar tail element gets the bits of a
@@ -4663,11 +4665,25 @@ static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__v
 static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__vf c) { return titans__vfma(a, b, c); }
 #endif
 
+/* The sum of a vector's lanes by one fixed tree (lane i with i + VW/2, then i + VW/4, ...), spelt out
+   for AVX-512 so that titans__attn_dots, which reduces sixteen accumulators at once by the same tree,
+   gives the same bits whatever the compiler's reduction intrinsic does. */
+static inline float titans__attn_hsum(titans__vf v) {
+#ifdef TITANS__AVX512
+  __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+  __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+#else
+  return titans__vsum(v);
+#endif
+}
+
 static inline float titans__attn_dot(const float *a, const float *b, size_t n) {
   titans__vf acc = titans__vset1(0.0f);
   size_t i = 0;
   for (; i + TITANS__VW <= n; i += TITANS__VW) acc = titans__attn_vfma(titans__vload(a + i), titans__vload(b + i), acc);
-  float s = titans__vsum(acc);
+  float s = titans__attn_hsum(acc);
   for (; i < n; i++) s = titans__attn_fma(a[i], b[i], s);
   return s;
 }
@@ -4685,7 +4701,7 @@ static inline void titans__attn_dot4(float *s, const float *a, const float *b0, 
     c2 = titans__attn_vfma(va, titans__vload(b2 + i), c2);
     c3 = titans__attn_vfma(va, titans__vload(b3 + i), c3);
   }
-  float s0 = titans__vsum(c0), s1 = titans__vsum(c1), s2 = titans__vsum(c2), s3 = titans__vsum(c3);
+  float s0 = titans__attn_hsum(c0), s1 = titans__attn_hsum(c1), s2 = titans__attn_hsum(c2), s3 = titans__attn_hsum(c3);
   for (; i < n; i++) {
     s0 = titans__attn_fma(a[i], b0[i], s0);
     s1 = titans__attn_fma(a[i], b1[i], s1);
@@ -4693,6 +4709,90 @@ static inline void titans__attn_dot4(float *s, const float *a, const float *b0, 
     s3 = titans__attn_fma(a[i], b3[i], s3);
   }
   s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+
+#ifdef TITANS__AVX512
+/* S[r lds + t] = a_r . b_t for r < 4 and t < 4 (a 4 x 4 block), each bit-identical to titans__attn_dot:
+   sixteen accumulators fed by eight loads a chunk, then the sixteen lane sums at once by
+   titans__attn_hsum's tree in transposed form (15 adds instead of 60), then the scalar tails. */
+TITANS__GEMM_INLINE void titans__attn_dots4x4(float *S, size_t lds, const float *a0p, const float *a1p,
+                                              const float *a2p, const float *a3p, const float *const *b, size_t n) {
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+  __m512 c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+  const float *b0p = b[0], *b1p = b[1], *b2p = b[2], *b3p = b[3];
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 a0 = _mm512_loadu_ps(a0p + i), a1 = _mm512_loadu_ps(a1p + i);
+    __m512 a2 = _mm512_loadu_ps(a2p + i), a3 = _mm512_loadu_ps(a3p + i);
+    __m512 b0 = _mm512_loadu_ps(b0p + i), b1 = _mm512_loadu_ps(b1p + i);
+    __m512 b2 = _mm512_loadu_ps(b2p + i), b3 = _mm512_loadu_ps(b3p + i);
+#if defined(__GNUC__) || defined(__clang__)
+    /* keep the eight rows in registers: folded into the fmas as memory operands they would be loaded
+       four times each, and loads, not fmas, would set the pace */
+    __asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
+#endif
+    c0 = _mm512_fmadd_ps(a0, b0, c0), c1 = _mm512_fmadd_ps(a0, b1, c1);
+    c2 = _mm512_fmadd_ps(a0, b2, c2), c3 = _mm512_fmadd_ps(a0, b3, c3);
+    c4 = _mm512_fmadd_ps(a1, b0, c4), c5 = _mm512_fmadd_ps(a1, b1, c5);
+    c6 = _mm512_fmadd_ps(a1, b2, c6), c7 = _mm512_fmadd_ps(a1, b3, c7);
+    c8 = _mm512_fmadd_ps(a2, b0, c8), c9 = _mm512_fmadd_ps(a2, b1, c9);
+    c10 = _mm512_fmadd_ps(a2, b2, c10), c11 = _mm512_fmadd_ps(a2, b3, c11);
+    c12 = _mm512_fmadd_ps(a3, b0, c12), c13 = _mm512_fmadd_ps(a3, b1, c13);
+    c14 = _mm512_fmadd_ps(a3, b2, c14), c15 = _mm512_fmadd_ps(a3, b3, c15);
+  }
+  /* lanes i and i + 8: two accumulators a vector, [c_2u half sums | c_2u+1 half sums] */
+#define TITANS__H8(x, y) _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE))
+  /* lanes i and i + 4: each 128-bit quarter then holds the four partial sums of one accumulator */
+#define TITANS__H4(x, y) _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD))
+  /* lanes i and i + 2, then i and i + 1, inside each quarter */
+#define TITANS__H2(x, y) _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xEE))
+#define TITANS__H1(x, y) _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xDD))
+  __m512 lo = TITANS__H2(TITANS__H4(TITANS__H8(c0, c1), TITANS__H8(c2, c3)),
+                         TITANS__H4(TITANS__H8(c4, c5), TITANS__H8(c6, c7)));
+  __m512 hi = TITANS__H2(TITANS__H4(TITANS__H8(c8, c9), TITANS__H8(c10, c11)),
+                         TITANS__H4(TITANS__H8(c12, c13), TITANS__H8(c14, c15)));
+  __m512 sum = TITANS__H1(lo, hi); /* lane 4 t + r holds accumulator 4 r + t, a_r . b_t */
+#undef TITANS__H8
+#undef TITANS__H4
+#undef TITANS__H2
+#undef TITANS__H1
+  sum = _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), sum);
+  _mm_storeu_ps(S, _mm512_extractf32x4_ps(sum, 0)); /* now lane 4 r + t */
+  _mm_storeu_ps(S + lds, _mm512_extractf32x4_ps(sum, 1));
+  _mm_storeu_ps(S + 2 * lds, _mm512_extractf32x4_ps(sum, 2));
+  _mm_storeu_ps(S + 3 * lds, _mm512_extractf32x4_ps(sum, 3));
+  if (i < n) {
+    const float *ar[4] = {a0p, a1p, a2p, a3p};
+    for (size_t r = 0; r < 4; r++)
+      for (size_t t = 0; t < 4; t++) {
+        float v = S[r * lds + t];
+        for (size_t e = i; e < n; e++) v = titans__attn_fma(ar[r][e], b[t][e], v);
+        S[r * lds + t] = v;
+      }
+  }
+}
+#endif
+
+/* S[r * lds + t] = a_r . b_t (titans__attn_dot's bits) for r < na, t < nb: 4 x 4 blocks where the
+   vector layer has them, rows against four columns at a time otherwise. */
+static void titans__attn_dots(float *S, size_t lds, const float *const *a, size_t na, const float *const *b, size_t nb,
+                              size_t n) {
+  size_t r = 0;
+#ifdef TITANS__AVX512
+  if (n >= 16) {
+    for (; r + 4 <= na; r += 4) {
+      size_t t = 0;
+      for (; t + 4 <= nb; t += 4) titans__attn_dots4x4(S + r * lds + t, lds, a[r], a[r + 1], a[r + 2], a[r + 3], b + t, n);
+      for (; t < nb; t++)
+        for (size_t g = 0; g < 4; g++) S[(r + g) * lds + t] = titans__attn_dot(a[r + g], b[t], n);
+    }
+  }
+#endif
+  for (; r < na; r++) {
+    size_t t = 0;
+    for (; t + 4 <= nb; t += 4) titans__attn_dot4(S + r * lds + t, a[r], b[t], b[t + 1], b[t + 2], b[t + 3], n);
+    for (; t < nb; t++) S[r * lds + t] = titans__attn_dot(a[r], b[t], n);
+  }
 }
 
 /* y += alpha[0] x_0 + ... + alpha[m-1] x_{m-1}, added in that order, one fma per element and term
@@ -4728,6 +4828,70 @@ static void titans__attn_axpy_many(float *y, const float *alpha, const float *co
     y[i] = acc;
   }
 }
+
+/* y_r += sum_t coef(r, t) x_t over the visible terms t < nt, for NR <= 4 rows and the NC <= 4 vector
+   chunks from offset i, where coef(r, t) = coef[r cy + t ct] and visible means vis[r vy + t vt] != 0
+   (masked == 0: every term). Each row is a chain of fmas over t in order, so the bits are
+   titans__attn_axpy_many's; the NR x NC accumulators stay in registers and every x_t chunk is loaded
+   once for the NR rows. */
+TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *coef, size_t cy, size_t ct,
+                                                  const unsigned char *vis, size_t vy, size_t vt,
+                                                  const float *const *x, size_t nt, size_t i, int NR, int NC,
+                                                  int masked) {
+  titans__vf acc[4][4];
+  for (int r = 0; r < NR; r++)
+    for (int u = 0; u < NC; u++) acc[r][u] = titans__vload(y[r] + i + (size_t)u * TITANS__VW);
+  for (size_t t = 0; t < nt; t++) {
+    titans__vf xv[4];
+    for (int u = 0; u < NC; u++) xv[u] = titans__vload(x[t] + i + (size_t)u * TITANS__VW);
+    for (int r = 0; r < NR; r++) {
+      if (masked && !vis[(size_t)r * vy + t * vt]) continue;
+      titans__vf a = titans__vset1(coef[(size_t)r * cy + t * ct]);
+      for (int u = 0; u < NC; u++) acc[r][u] = titans__attn_vfma(a, xv[u], acc[r][u]);
+    }
+  }
+  for (int r = 0; r < NR; r++)
+    for (int u = 0; u < NC; u++) titans__vstore(y[r] + i + (size_t)u * TITANS__VW, acc[r][u]);
+}
+
+#define TITANS__ATTN_MADD_CASE(NR, NC)                                                                      \
+  do {                                                                                                      \
+    if (vis) titans__attn_madd_kernel(y + r, cr, cy, ct, vr, vy, vt, x, nt, i, NR, NC, 1);                  \
+    else titans__attn_madd_kernel(y + r, cr, cy, ct, NULL, 0, 0, x, nt, i, NR, NC, 0);                     \
+  } while (0)
+
+/* y_r += sum_t coef(r, t) x_t (titans__attn_madd_kernel's terms and bits) for r < ny over n floats. */
+static void titans__attn_madd(float *const *y, size_t ny, const float *coef, size_t cy, size_t ct,
+                              const unsigned char *vis, size_t vy, size_t vt, const float *const *x, size_t nt,
+                              size_t n) {
+  size_t nv = n - n % TITANS__VW;
+  for (size_t r = 0; r < ny; r += 4) {
+    size_t nr = ny - r < 4 ? ny - r : 4;
+    const float *cr = coef + r * cy;
+    const unsigned char *vr = vis ? vis + r * vy : NULL;
+    size_t i = 0;
+    for (; i + 4 * TITANS__VW <= nv; i += 4 * TITANS__VW) {
+      if (nr == 4) TITANS__ATTN_MADD_CASE(4, 4);
+      else if (nr == 3) TITANS__ATTN_MADD_CASE(3, 4);
+      else if (nr == 2) TITANS__ATTN_MADD_CASE(2, 4);
+      else TITANS__ATTN_MADD_CASE(1, 4);
+    }
+    for (; i < nv; i += TITANS__VW) {
+      if (nr == 4) TITANS__ATTN_MADD_CASE(4, 1);
+      else if (nr == 3) TITANS__ATTN_MADD_CASE(3, 1);
+      else if (nr == 2) TITANS__ATTN_MADD_CASE(2, 1);
+      else TITANS__ATTN_MADD_CASE(1, 1);
+    }
+    for (size_t g = 0; g < nr; g++)
+      for (size_t e = nv; e < n; e++) {
+        float acc = y[r + g][e];
+        for (size_t t = 0; t < nt; t++)
+          if (!vr || vr[g * vy + t * vt]) acc = titans__attn_fma(cr[g * cy + t * ct], x[t][e], acc);
+        y[r + g][e] = acc;
+      }
+  }
+}
+#undef TITANS__ATTN_MADD_CASE
 
 /* exp(x) in float from plain arithmetic that compilers vectorise (the softmax evaluates it once per
    pair, and a libm call per pair costs a third of the forward): Cody-Waite reduction x = n ln2 + r,
@@ -4904,57 +5068,40 @@ static void titans__attn_rows_add(titans__attn_rows *R, float *o, const float *q
   titans__attn_key_bounds(qpos, window, &R->lo[r], &R->hi[r]);
 }
 
-/* o_r += sum_t p_r[t] v_t over the visible t of four rows (p and vis rows TITANS_ATTN_TILE apart; vis
-   NULL: all visible): each value row is loaded once for the four. Bit-identical to
-   titans__attn_axpy_many on each row's visible terms. */
-static void titans__attn_pv4(float *const *o, const float *p, const unsigned char *vis, const float *const *v,
-                             size_t nt, size_t d_a) {
-  const size_t W = TITANS_ATTN_TILE;
-  size_t i = 0;
-  for (; i + TITANS__VW <= d_a; i += TITANS__VW) {
-    titans__vf a0 = titans__vload(o[0] + i), a1 = titans__vload(o[1] + i);
-    titans__vf a2 = titans__vload(o[2] + i), a3 = titans__vload(o[3] + i);
-    if (!vis) {
-      for (size_t t = 0; t < nt; t++) {
-        titans__vf vv = titans__vload(v[t] + i);
-        a0 = titans__attn_vfma(titans__vset1(p[t]), vv, a0);
-        a1 = titans__attn_vfma(titans__vset1(p[W + t]), vv, a1);
-        a2 = titans__attn_vfma(titans__vset1(p[2 * W + t]), vv, a2);
-        a3 = titans__attn_vfma(titans__vset1(p[3 * W + t]), vv, a3);
-      }
-    } else {
-      for (size_t t = 0; t < nt; t++) {
-        titans__vf vv = titans__vload(v[t] + i);
-        if (vis[t]) a0 = titans__attn_vfma(titans__vset1(p[t]), vv, a0);
-        if (vis[W + t]) a1 = titans__attn_vfma(titans__vset1(p[W + t]), vv, a1);
-        if (vis[2 * W + t]) a2 = titans__attn_vfma(titans__vset1(p[2 * W + t]), vv, a2);
-        if (vis[3 * W + t]) a3 = titans__attn_vfma(titans__vset1(p[3 * W + t]), vv, a3);
-      }
+/* The maximum of s[0..n-1] (n >= 1) as the loop "m = s[0]; m = s[t] > m ? s[t] : m" finds it: NaN
+   when s[0] is NaN, other NaNs ignored, and of two zeros the first. Sixteen lanes at a time where the
+   vector layer has them; the zeros' order is only known to the loop, which decides when the maximum is
+   a zero. */
+static float titans__attn_row_max(const float *s, size_t n) {
+  float m = s[0];
+  size_t t = 1;
+#ifdef TITANS__AVX512
+  if (n >= 17) {
+    __m512 mv = _mm512_set1_ps(m);
+    for (; t + 16 <= n; t += 16) {
+      __m512 v = _mm512_loadu_ps(s + t);
+      mv = _mm512_mask_mov_ps(mv, _mm512_cmp_ps_mask(v, mv, _CMP_GT_OQ), v);
     }
-    titans__vstore(o[0] + i, a0);
-    titans__vstore(o[1] + i, a1);
-    titans__vstore(o[2] + i, a2);
-    titans__vstore(o[3] + i, a3);
+    float lane[16];
+    _mm512_storeu_ps(lane, mv);
+    for (int u = 0; u < 16; u++) m = lane[u] > m ? lane[u] : m;
+    for (; t < n; t++) m = s[t] > m ? s[t] : m;
+    if (m != 0.0f) return m;
+    m = s[0], t = 1;
   }
-  for (; i < d_a; i++) {
-    float a[4];
-    for (size_t r = 0; r < 4; r++) a[r] = o[r][i];
-    for (size_t t = 0; t < nt; t++)
-      for (size_t r = 0; r < 4; r++)
-        if (!vis || vis[r * W + t]) a[r] = titans__attn_fma(p[r * W + t], v[t][i], a[r]);
-    for (size_t r = 0; r < 4; r++) o[r][i] = a[r];
-  }
+#endif
+  for (; t < n; t++) m = s[t] > m ? s[t] : m;
+  return m;
 }
 
 /* Fold the pending tile into every row of the block. */
 static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
   const size_t W = TITANS_ATTN_TILE;
   size_t nt = T->n, n = R->n, d_a = R->d_a;
-  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE], s4[4];
-  unsigned char vis_buf[TITANS__ATTN_QB * TITANS_ATTN_TILE];
+  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE];             /* [n, W] scores, then weights */
+  unsigned char vis_buf[TITANS__ATTN_QB * TITANS_ATTN_TILE]; /* [n, W] */
   const unsigned char *vis = NULL; /* NULL: every row sees every key of the tile (the common case) */
-  const float *qr[TITANS__ATTN_QB];
-  size_t ri[TITANS__ATTN_QB];
+  size_t tb = 0, te = nt;          /* the keys some row sees lie in [tb, te) */
   if (nt == 0) return;
   if (T->positioned) {
     int64_t pmin = T->pos[0], pmax = T->pos[0];
@@ -4965,58 +5112,67 @@ static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
     for (size_t r = 0; r < n && !vis; r++)
       if (pmin < R->lo[r] || pmax > R->hi[r]) vis = vis_buf;
   }
-  /* scores q.k * scale of the visible pairs; a key row is loaded once for four query rows */
-  for (size_t t = 0; t < nt; t++) {
-    size_t m = 0, u = 0;
-    for (size_t r = 0; r < n; r++) {
-      int vr = !vis || (T->pos[t] >= R->lo[r] && T->pos[t] <= R->hi[r]);
-      if (vis) {
-        vis_buf[r * W + t] = (unsigned char)vr;
-        S[r * W + t] = 0.0f; /* defined values where no score is computed: the exp loop reads them */
+  if (vis) {
+    tb = nt, te = 0;
+    for (size_t r = 0; r < n; r++)
+      for (size_t t = 0; t < nt; t++) {
+        int v = T->pos[t] >= R->lo[r] && T->pos[t] <= R->hi[r];
+        vis_buf[r * W + t] = (unsigned char)v;
+        if (v) tb = t < tb ? t : tb, te = t + 1 > te ? t + 1 : te;
       }
-      if (vr) ri[m] = r, qr[m++] = R->q[r];
+    if (tb >= te) {
+      T->n = 0;
+      return;
     }
-    for (; u + 4 <= m; u += 4) {
-      titans__attn_dot4(s4, T->k[t], qr[u], qr[u + 1], qr[u + 2], qr[u + 3], d_a);
-      for (size_t w = 0; w < 4; w++) S[ri[u + w] * W + t] = s4[w] * R->scale;
-    }
-    for (; u < m; u++) S[ri[u] * W + t] = titans__attn_dot(T->k[t], qr[u], d_a) * R->scale;
   }
-  /* per row: the tile's maximum, rescale if it grew, weights exp(s - m), their sum in key order */
+  /* scores q.k * scale over [tb, te) (pairs no row sees are computed and never used) */
+  titans__attn_dots(S + tb, W, R->q, n, T->k + tb, te - tb, d_a);
+  for (size_t r = 0; r < n; r++)
+    for (size_t t = tb; t < te; t++) S[r * W + t] *= R->scale;
+  /* per row: the tile's maximum (the rows interleaved, so that their compare chains overlap) */
+  size_t t0[TITANS__ATTN_QB]; /* the row's first visible key, te if none */
+  float mt[TITANS__ATTN_QB];
   for (size_t r = 0; r < n; r++) {
-    float *s = S + r * W;
     const unsigned char *vr = vis ? vis + r * W : NULL;
-    size_t t0 = 0;
-    while (t0 < nt && vr && !vr[t0]) t0++;
-    if (t0 == nt) continue;
-    float mt = s[t0];
-    for (size_t t = t0 + 1; t < nt; t++)
-      if ((!vr || vr[t]) && s[t] > mt) mt = s[t];
-    if (mt > R->m[r]) {
+    t0[r] = tb;
+    while (t0[r] < te && vr && !vr[t0[r]]) t0[r]++;
+    mt[r] = t0[r] < te ? S[r * W + t0[r]] : -INFINITY;
+  }
+  if (vis)
+    for (size_t t = tb; t < te; t++)
+      for (size_t r = 0; r < n; r++) {
+        float s = S[r * W + t];
+        if (t > t0[r] && vis[r * W + t] && s > mt[r]) mt[r] = s;
+      }
+  else
+    for (size_t r = 0; r < n; r++) mt[r] = titans__attn_row_max(S + r * W + tb, te - tb);
+  /* rescale where the maximum grew; weights exp(s - m) */
+  for (size_t r = 0; r < n; r++) {
+    if (t0[r] == te) continue;
+    if (mt[r] > R->m[r]) {
       if (R->m[r] != -INFINITY) { /* nothing to rescale before the first key */
-        float c = titans__attn_exp(R->m[r] - mt);
+        float c = titans__attn_exp(R->m[r] - mt[r]);
         R->l[r] *= c;
         for (size_t i = 0; i < d_a; i++) R->o[r][i] *= c;
       }
-      R->m[r] = mt;
+      R->m[r] = mt[r];
     }
-    float l = R->l[r], mr = R->m[r];
-    for (size_t t = 0; t < nt; t++) s[t] = titans__attn_exp(s[t] - mr); /* all t: vectorises */
-    for (size_t t = t0; t < nt; t++)
-      if (!vr || vr[t]) l += s[t];
-    R->l[r] = l;
+    float *s = S + r * W, mr = R->m[r];
+    for (size_t t = tb; t < te; t++) s[t] = titans__attn_exp(s[t] - mr); /* all t: vectorises */
   }
-  /* o += p v: four rows at a time share the value loads; the rest row by row */
-  size_t r = 0;
-  for (; r + 4 <= n; r += 4) titans__attn_pv4(R->o + r, S + r * W, vis ? vis + r * W : NULL, T->v, nt, d_a);
-  for (; r < n; r++) {
-    float p[TITANS_ATTN_TILE];
-    const float *vl[TITANS_ATTN_TILE];
-    size_t m = 0;
-    for (size_t t = 0; t < nt; t++)
-      if (!vis || vis[r * W + t]) p[m] = S[r * W + t], vl[m++] = T->v[t];
-    titans__attn_axpy_many(R->o[r], p, vl, m, d_a);
-  }
+  /* the sums of the weights, each in key order; the rows interleaved so that their add chains overlap.
+     An invisible term adds +0, which leaves the sum (never -0) as skipping it would. */
+  if (vis)
+    for (size_t t = tb; t < te; t++)
+      for (size_t r = 0; r < n; r++) {
+        float w = S[r * W + t];
+        R->l[r] += (t >= t0[r] && vis[r * W + t]) ? w : 0.0f;
+      }
+  else
+    for (size_t t = tb; t < te; t++)
+      for (size_t r = 0; r < n; r++) R->l[r] += S[r * W + t];
+  /* o += p v over the visible terms, in key order */
+  titans__attn_madd(R->o, n, S + tb, W, 1, vis ? vis + tb : NULL, W, 1, T->v + tb, te - tb, d_a);
   T->n = 0;
 }
 
@@ -5121,7 +5277,7 @@ TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size
 
 /* ---- forward --------------------------------------------------------------------------------- */
 
-#define TITANS__ATTN_QTILE 16 /* query rows per task */
+#define TITANS__ATTN_QTILE 32 /* query rows per task */
 #define TITANS__ATTN_KTILE 16 /* key rows per task (two-pass backward) */
 #define TITANS__ATTN_PAR_WORK 65536 /* multiply-adds below which a call runs on one thread */
 
@@ -5232,48 +5388,48 @@ typedef struct titans__attn_qtile {
   int64_t lo[TITANS__ATTN_QTILE], hi[TITANS__ATTN_QTILE]; /* positions of the keys each row sees */
 } titans__attn_qtile;
 
-#define TITANS__ATTN_KGROUP 8 /* keys whose dq terms are added in one pass over dq */
+#define TITANS__ATTN_KGROUP 32 /* keys whose pairs with a query tile are computed together */
 
-/* Keys b..e-1 (rows of k, v) against the rows of a query tile: dq_r += sum_j g k_j (keys in order);
-   when dkdv, dk_j += sum_r g q_r and dv_j += sum_r p dout_r (rows in order). Each key row is read
-   and written once per tile instead of once per query row. */
+/* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time: the pairs of
+   titans__attn_bwd_pairs (the same arithmetic, as block products), then dq_r += sum_j g k_j (keys in
+   order) and, when dkdv, dk_j += sum_r g q_r and dv_j += sum_r p dout_r (rows in order). Each key row is
+   read and written once per tile instead of once per query row. */
 static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans__attn_qtile *qt, size_t h, size_t b,
                                         size_t e, int dkdv) {
-  size_t ld = c->ld, d_a = c->d_a, ho = h * d_a;
-  float G[TITANS__ATTN_KGROUP][TITANS__ATTN_QTILE], p[TITANS__ATTN_QTILE], g[TITANS__ATTN_QTILE];
-  float lq[TITANS__ATTN_QTILE], Dq[TITANS__ATTN_QTILE];
-  unsigned char vis[TITANS__ATTN_KGROUP][TITANS__ATTN_QTILE];
-  const float *qr[TITANS__ATTN_QTILE], *dr[TITANS__ATTN_QTILE], *kl[TITANS__ATTN_KGROUP];
-  for (size_t j0 = b; j0 < e; j0 += TITANS__ATTN_KGROUP) {
-    size_t nk = e - j0 < TITANS__ATTN_KGROUP ? e - j0 : TITANS__ATTN_KGROUP;
+  const size_t KG = TITANS__ATTN_KGROUP;
+  size_t ld = c->ld, d_a = c->d_a, ho = h * d_a, n = qt->n;
+  float P[TITANS__ATTN_QTILE * TITANS__ATTN_KGROUP]; /* [n, KG] q.k, then p */
+  float G[TITANS__ATTN_QTILE * TITANS__ATTN_KGROUP]; /* [n, KG] dout.v, then g */
+  unsigned char vis[TITANS__ATTN_QTILE * TITANS__ATTN_KGROUP]; /* [n, KG] */
+  const float *kl[TITANS__ATTN_KGROUP], *vl[TITANS__ATTN_KGROUP];
+  float *dkl[TITANS__ATTN_KGROUP], *dvl[TITANS__ATTN_KGROUP];
+  for (size_t j0 = b; j0 < e; j0 += KG) {
+    size_t nk = e - j0 < KG ? e - j0 : KG, seen = 0;
     for (size_t t = 0; t < nk; t++) {
-      size_t j = j0 + t, m = 0;
+      size_t j = j0 + t;
       int64_t kp = j < c->P ? 0 : c->kpos[j - c->P];
-      for (size_t r = 0; r < qt->n; r++) {
-        vis[t][r] = (unsigned char)(j < c->P || (kp >= qt->lo[r] && kp <= qt->hi[r]));
-        if (!vis[t][r]) continue;
-        qr[m] = qt->q[r], dr[m] = qt->dout[r], lq[m] = qt->lse[r], Dq[m] = qt->D[r];
-        m++;
-      }
-      if (m == 0) continue;
-      titans__attn_bwd_pairs(p, g, c->k + j * ld + ho, c->v + j * ld + ho, qr, dr, lq, Dq, m, d_a, c->scale);
-      for (size_t r = 0, u = 0; r < qt->n; r++)
-        if (vis[t][r]) G[t][r] = g[u++];
-      if (dkdv) {
-        titans__attn_axpy_many(c->dk + j * ld + ho, g, qr, m, d_a);
-        titans__attn_axpy_many(c->dv + j * ld + ho, p, dr, m, d_a);
+      kl[t] = c->k + j * ld + ho, vl[t] = c->v + j * ld + ho;
+      dkl[t] = c->dk + j * ld + ho, dvl[t] = c->dv + j * ld + ho;
+      for (size_t r = 0; r < n; r++) {
+        int v = j < c->P || (kp >= qt->lo[r] && kp <= qt->hi[r]);
+        vis[r * KG + t] = (unsigned char)v;
+        seen += (size_t)v;
       }
     }
-    for (size_t r = 0; r < qt->n; r++) {
-      size_t m = 0;
-      for (size_t t = 0; t < nk; t++)
-        if (vis[t][r]) {
-          g[m] = G[t][r];
-          kl[m] = c->k + (j0 + t) * ld + ho;
-          m++;
-        }
-      if (m) titans__attn_axpy_many(qt->dq[r], g, kl, m, d_a);
+    if (seen == 0) continue;
+    titans__attn_dots(P, KG, qt->q, n, kl, nk, d_a);    /* = q.k of the forward */
+    titans__attn_dots(G, KG, qt->dout, n, vl, nk, d_a); /* dout.v */
+    for (size_t r = 0; r < n; r++) {
+      float *pr = P + r * KG, *gr = G + r * KG, lse = qt->lse[r], D = qt->D[r];
+      for (size_t t = 0; t < nk; t++) pr[t] = titans__attn_exp(pr[t] * c->scale - lse); /* all t: vectorises */
+      for (size_t t = 0; t < nk; t++) gr[t] = c->scale * (pr[t] * (gr[t] - D));
     }
+    const unsigned char *vm = seen == n * nk ? NULL : vis; /* NULL: every pair is visible */
+    if (dkdv) {
+      titans__attn_madd(dkl, nk, G, 1, KG, vm, 1, KG, qt->q, n, d_a);
+      titans__attn_madd(dvl, nk, P, 1, KG, vm, 1, KG, qt->dout, n, d_a);
+    }
+    titans__attn_madd(qt->dq, n, G, KG, 1, vm, KG, 1, kl, nk, d_a);
   }
 }
 

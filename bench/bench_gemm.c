@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
+#include "bench_common.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -24,73 +25,11 @@
 #define SAMPLE_SEC 0.0005 /* one sample: about this long */
 #define MEASURE_SEC 0.12  /* one shape, one library, one thread count */
 
-static double now_sec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* CPU time of the calling thread: the FMA peak is the core's, whatever else runs on the machine. */
-static double thread_sec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void pause_sec(double s) {
   struct timespec ts;
   ts.tv_sec = (time_t)s;
   ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
   nanosleep(&ts, NULL);
-}
-
-static void set_threads(int t) {
-#ifdef _OPENMP
-  omp_set_num_threads(t);
-#else
-  (void)t;
-#endif
-}
-
-/* ---- FMA peak: independent FMA chains, enough of them to hide the latency --------------------- */
-static double fma_peak_once(void) {
-  titans__vf x = titans__vset1(0.999f), y = titans__vset1(1e-4f);
-  /* distinct starting values, or the compiler merges the chains into one */
-  titans__vf s0 = titans__vset1(0.1f), s1 = titans__vset1(0.2f), s2 = titans__vset1(0.3f), s3 = titans__vset1(0.4f);
-  titans__vf s4 = titans__vset1(0.5f), s5 = titans__vset1(0.6f), s6 = titans__vset1(0.7f), s7 = titans__vset1(0.8f);
-  titans__vf s8 = titans__vset1(0.9f), s9 = titans__vset1(1.1f), s10 = titans__vset1(1.2f), s11 = titans__vset1(1.3f);
-  const long iters = 20000000 / TITANS__VW;
-  double t0 = thread_sec();
-  for (long i = 0; i < iters; i++) {
-    s0 = titans__vfma(s0, x, y); s1 = titans__vfma(s1, x, y); s2 = titans__vfma(s2, x, y);
-    s3 = titans__vfma(s3, x, y); s4 = titans__vfma(s4, x, y); s5 = titans__vfma(s5, x, y);
-    s6 = titans__vfma(s6, x, y); s7 = titans__vfma(s7, x, y); s8 = titans__vfma(s8, x, y);
-    s9 = titans__vfma(s9, x, y); s10 = titans__vfma(s10, x, y); s11 = titans__vfma(s11, x, y);
-  }
-  double t = thread_sec() - t0;
-  titans__vf s = titans__vadd(titans__vadd(titans__vadd(s0, s1), titans__vadd(s2, s3)),
-                              titans__vadd(titans__vadd(s4, s5), titans__vadd(s6, s7)));
-  s = titans__vadd(s, titans__vadd(titans__vadd(s8, s9), titans__vadd(s10, s11)));
-  volatile float sink = titans__vsum(s);
-  (void)sink;
-  return 12.0 * 2.0 * TITANS__VW * (double)iters / t * 1e-9;
-}
-
-/* Peak GFLOP/s of nt threads together (best of 5). */
-static double fma_peak(int nt) {
-  double best = 0.0;
-  for (int r = 0; r < 5; r++) {
-    double total = 0.0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(+ : total)
-    total += fma_peak_once();
-#else
-    (void)nt;
-    total = fma_peak_once();
-#endif
-    if (total > best) best = total;
-  }
-  return best;
 }
 
 /* ---- OpenBLAS at run time --------------------------------------------------------------------- */
@@ -124,17 +63,6 @@ static void load_openblas(void) {
            "(run with OPENBLAS_CORETYPE=SkylakeX to compare against them)\n");
 }
 
-/* The 1-minute load average, or -1: other processes on the cores make the figures noisy. */
-static double load_average(void) {
-  double l = -1.0;
-  FILE *f = fopen("/proc/loadavg", "r");
-  if (f) {
-    if (fscanf(f, "%lf", &l) != 1) l = -1.0;
-    fclose(f);
-  }
-  return l;
-}
-
 /* ---- timing ----------------------------------------------------------------------------------- */
 typedef struct shape {
   int ta, tb;
@@ -152,11 +80,6 @@ static void call(int lib, const shape *s) {
   else
     ob_sgemm(101, s->ta ? 112 : 111, s->tb ? 112 : 111, (int)s->m, (int)s->n, (int)s->k, 1.0f, A, (int)lda, B,
              (int)ldb, 0.0f, C, (int)s->n);
-}
-
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
 }
 
 typedef struct result {

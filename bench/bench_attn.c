@@ -1,0 +1,183 @@
+/* bench_attn: the attention kernels (titans_attention_forward, titans_attention_backward,
+   titans_kv_cache_attend) in GFLOP/s and as a fraction of the machine's FMA peak measured in the same
+   run. Issue 13's goal: forward + backward >= 60% of the peak at T = 1024.
+   Usage: bench_attn [--reps N] [--threads LIST]   (default 7 repetitions, threads 1 and 2)
+
+   The problem of bench_model's reference configuration: d = 256 as H = 4 heads of d_a = 64, T = 1024,
+   batch 4 (one call per batch row, as the model makes them), positions 0..T-1; full causal attention and
+   a sliding window of 64 (SWA's default). Flops count only the useful products over the visible
+   (query, key) pairs: 2 d_a per pair and product, 2 products in the forward (q.k, p v), 4 in the
+   backward (dout.v, dq, dk, dv); the backward's recomputation of q.k is not counted. Each figure is the
+   median of the repetitions; the FMA peak is the best of the FMA-chain loop run before and after. */
+#define _POSIX_C_SOURCE 200809L
+#define TITANS_IMPLEMENTATION
+#include "titans.h"
+#include "bench_common.h"
+
+#include <string.h>
+
+enum { T_LEN = 1024, HEADS = 4, D_HEAD = 64, BATCH = 4, MAX_REPS = 101 };
+
+typedef struct attn_problem {
+  size_t T, H, d_a, B;
+  int64_t window;
+  float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv; /* [B, T, H * d_a]; lse [B, T, H] */
+  int64_t *pos;                                       /* [T] 0..T-1 */
+  double pairs;                                       /* visible (query, key) pairs of one row and head */
+} attn_problem;
+
+static float *random_floats(size_t n, uint64_t *seed) {
+  float *x = titans_alloc_floats(n);
+  if (!x) {
+    fprintf(stderr, "bench_attn: out of memory\n");
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++) {
+    *seed = *seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    x[i] = (float)((double)(*seed >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
+  }
+  return x;
+}
+
+static void problem_init(attn_problem *p, int64_t window) {
+  uint64_t seed = 7;
+  p->T = T_LEN, p->H = HEADS, p->d_a = D_HEAD, p->B = BATCH, p->window = window;
+  size_t n = p->B * p->T * p->H * p->d_a;
+  p->q = random_floats(n, &seed), p->k = random_floats(n, &seed), p->v = random_floats(n, &seed);
+  p->dout = random_floats(n, &seed);
+  p->out = random_floats(n, &seed), p->dq = random_floats(n, &seed), p->dk = random_floats(n, &seed);
+  p->dv = random_floats(n, &seed), p->lse = random_floats(p->B * p->T * p->H, &seed);
+  p->pos = malloc(p->T * sizeof(int64_t));
+  if (!p->pos) exit(1);
+  p->pairs = 0;
+  for (size_t t = 0; t < p->T; t++) {
+    p->pos[t] = (int64_t)t;
+    p->pairs += (double)(window > 0 && (int64_t)t + 1 > window ? window : (int64_t)t + 1);
+  }
+}
+
+static void problem_free(attn_problem *p) {
+  titans_free(p->q), titans_free(p->k), titans_free(p->v), titans_free(p->out), titans_free(p->lse);
+  titans_free(p->dout), titans_free(p->dq), titans_free(p->dk), titans_free(p->dv);
+  free(p->pos);
+}
+
+static void run_forward(attn_problem *p) {
+  size_t ld = p->H * p->d_a;
+  for (size_t b = 0; b < p->B; b++)
+    if (titans_attention_forward(p->out + b * p->T * ld, p->lse + b * p->T * p->H, p->q + b * p->T * ld,
+                                 p->k + b * p->T * ld, p->v + b * p->T * ld, p->pos, p->pos, p->T, 0, p->T, p->H,
+                                 p->d_a, p->window) != TITANS_OK) {
+      fprintf(stderr, "bench_attn: forward failed\n");
+      exit(1);
+    }
+}
+
+static void run_backward(attn_problem *p) {
+  size_t ld = p->H * p->d_a, n = p->B * p->T * ld;
+  memset(p->dq, 0, n * sizeof(float)), memset(p->dk, 0, n * sizeof(float)), memset(p->dv, 0, n * sizeof(float));
+  for (size_t b = 0; b < p->B; b++) {
+    size_t o = b * p->T * ld;
+    if (titans_attention_backward(p->dq + o, p->dk + o, p->dv + o, p->dout + o, p->q + o, p->k + o, p->v + o,
+                                  p->out + o, p->lse + b * p->T * p->H, p->pos, p->pos, p->T, 0, p->T, p->H, p->d_a,
+                                  p->window) != TITANS_OK) {
+      fprintf(stderr, "bench_attn: backward failed\n");
+      exit(1);
+    }
+  }
+}
+
+/* The KV cache path: every token of row 0 appended, then attended, one at a time (inference). */
+static void run_cache(attn_problem *p, titans_kv_cache *cache) {
+  size_t ld = p->H * p->d_a;
+  titans_kv_cache_reset(cache);
+  for (size_t t = 0; t < p->T; t++)
+    if (titans_kv_cache_append(cache, p->k + t * ld, p->v + t * ld, p->pos + t, 1) != TITANS_OK ||
+        titans_kv_cache_attend(cache, p->out + t * ld, NULL, p->q + t * ld, p->pos[t]) != TITANS_OK) {
+      fprintf(stderr, "bench_attn: cache failed\n");
+      exit(1);
+    }
+}
+
+typedef struct timing {
+  double fwd, bwd, cache; /* median seconds of one call of run_* */
+} timing;
+
+static timing time_problem(attn_problem *p, int reps) {
+  double tf[MAX_REPS], tb[MAX_REPS], tc[MAX_REPS];
+  titans_kv_cache cache;
+  if (titans_kv_cache_init(&cache, 0, p->window > 0 ? (size_t)p->window : p->T, p->H, p->d_a, p->window) !=
+      TITANS_OK)
+    exit(1);
+  run_forward(p); /* warm-up: first touch of every buffer */
+  run_backward(p);
+  for (int r = 0; r < reps; r++) {
+    double t0 = now_sec();
+    run_forward(p);
+    double t1 = now_sec();
+    run_backward(p);
+    double t2 = now_sec();
+    run_cache(p, &cache);
+    double t3 = now_sec();
+    tf[r] = t1 - t0, tb[r] = t2 - t1, tc[r] = t3 - t2;
+  }
+  titans_kv_cache_free(&cache);
+  timing t = {median(tf, (size_t)reps), median(tb, (size_t)reps), median(tc, (size_t)reps)};
+  return t;
+}
+
+int main(int argc, char **argv) {
+  int reps = 7, threads[2] = {1, 2}, nthreads = 2;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      const char *s = argv[++i];
+      nthreads = sscanf(s, "%d,%d", &threads[0], &threads[1]);
+      if (nthreads < 1) nthreads = 1;
+    } else {
+      fprintf(stderr, "usage: bench_attn [--reps N] [--threads A[,B]]\n");
+      return 2;
+    }
+  }
+  if (reps < 1 || reps > MAX_REPS) reps = 7;
+#ifndef _OPENMP
+  nthreads = 1, threads[0] = 1;
+#endif
+  double peak[2];
+  for (int ti = 0; ti < nthreads; ti++) peak[ti] = fma_peak(threads[ti]);
+  printf("titans.h %s attention benchmark: T=%d H=%d d_a=%d batch %d, median of %d repetitions, load average "
+         "%.2f\n", TITANS_VERSION, T_LEN, HEADS, D_HEAD, BATCH, reps, load_average());
+  printf("| window | threads | forward GFLOP/s | %% peak | backward GFLOP/s | %% peak | forward + backward %% peak "
+         "| cache attend GFLOP/s | %% peak |\n|---|---|---|---|---|---|---|---|---|\n");
+  int64_t windows[2] = {0, 64};
+  timing res[2][2];
+  attn_problem probs[2];
+  for (int w = 0; w < 2; w++) {
+    problem_init(&probs[w], windows[w]);
+    for (int ti = 0; ti < nthreads; ti++) {
+      set_threads(threads[ti]);
+      res[w][ti] = time_problem(&probs[w], reps);
+    }
+  }
+  for (int ti = 0; ti < nthreads; ti++) { /* the peak again: the best of before and after */
+    double again = fma_peak(threads[ti]);
+    if (again > peak[ti]) peak[ti] = again;
+  }
+  for (int w = 0; w < 2; w++)
+    for (int ti = 0; ti < nthreads; ti++) {
+      attn_problem *p = &probs[w];
+      timing *t = &res[w][ti];
+      double unit = p->pairs * (double)p->H * (double)p->d_a * 2.0; /* flops of one product, one row */
+      double ff = 2.0 * unit * (double)p->B, fb = 4.0 * unit * (double)p->B, fc = 2.0 * unit;
+      double gf = ff / t->fwd * 1e-9, gb = fb / t->bwd * 1e-9, gc = fc / t->cache * 1e-9;
+      double gfb = (ff + fb) / (t->fwd + t->bwd) * 1e-9;
+      printf("| %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f%% | %.1f | %.0f%% |\n", w ? "64" : "full", threads[ti],
+             gf, 100 * gf / peak[ti], gb, 100 * gb / peak[ti], 100 * gfb / peak[ti], gc, 100 * gc / peak[ti]);
+    }
+  printf("FMA peak (measured: independent FMA chains, per-thread CPU time, best of before and after): %.1f GFLOP/s "
+         "on 1 thread", peak[0]);
+  if (nthreads > 1) printf(", %.1f on %d", peak[1], threads[1]);
+  printf("\n");
+  for (int w = 0; w < 2; w++) problem_free(&probs[w]);
+  return 0;
+}
