@@ -444,7 +444,7 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
 
    Speed: the scores are 4 x 4 blocks of dot products whose sixteen lane sums are reduced together, the
    weighted sums (p v, and dq, dk, dv in the backward) 4 x 64 register blocks; `bench_attn` (make bench)
-   prints GFLOP/s and the fraction of the machine's FMA peak (docs/model.md section 2 has the figures). */
+   prints GFLOP/s and the fraction of the machine's FMA peak (README, "Measured", has the figures). */
 
 #define TITANS_ROPE_BASE 10000.0 /* docs/model.md section 0: RoPE base */
 #define TITANS_ATTN_TILE 64      /* keys per online-softmax tile */
@@ -5094,61 +5094,75 @@ static float titans__attn_row_max(const float *s, size_t n) {
   return m;
 }
 
-/* Fold the pending tile into every row of the block. */
-static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
+/* Which keys of the pending tile each row sees. Returns 0 when every row sees every key; otherwise
+   fills vis [n, W] (1: row r sees key t) and, per row, [a[r], b[r]): the first visible key and one past
+   the last (a = b = nt when the row sees none). *ranges = 1 when each row sees exactly [a[r], b[r]), as
+   it does whenever the tile's positions do not decrease (SWA, causal attention). */
+static int titans__attn_tile_visibility(const titans__attn_rows *R, const titans__attn_tile *T, unsigned char *vis,
+                                        size_t *a, size_t *b, int *ranges) {
   const size_t W = TITANS_ATTN_TILE;
-  size_t nt = T->n, n = R->n, d_a = R->d_a;
-  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE];             /* [n, W] scores, then weights */
-  unsigned char vis_buf[TITANS__ATTN_QB * TITANS_ATTN_TILE]; /* [n, W] */
-  const unsigned char *vis = NULL; /* NULL: every row sees every key of the tile (the common case) */
-  size_t tb = 0, te = nt;          /* the keys some row sees lie in [tb, te) */
-  if (nt == 0) return;
-  if (T->positioned) {
-    int64_t pmin = T->pos[0], pmax = T->pos[0];
-    for (size_t t = 1; t < nt; t++) {
-      pmin = T->pos[t] < pmin ? T->pos[t] : pmin;
-      pmax = T->pos[t] > pmax ? T->pos[t] : pmax;
-    }
-    for (size_t r = 0; r < n && !vis; r++)
-      if (pmin < R->lo[r] || pmax > R->hi[r]) vis = vis_buf;
+  size_t nt = T->n, n = R->n;
+  int masked = 0, sorted = 1;
+  for (size_t r = 0; r < n; r++) a[r] = 0, b[r] = nt;
+  *ranges = 1;
+  if (!T->positioned) return 0;
+  int64_t pmin = T->pos[0], pmax = T->pos[0];
+  for (size_t t = 1; t < nt; t++) {
+    pmin = T->pos[t] < pmin ? T->pos[t] : pmin;
+    pmax = T->pos[t] > pmax ? T->pos[t] : pmax;
+    sorted &= T->pos[t] >= T->pos[t - 1];
   }
-  if (vis) {
-    tb = nt, te = 0;
-    for (size_t r = 0; r < n; r++)
-      for (size_t t = 0; t < nt; t++) {
-        int v = T->pos[t] >= R->lo[r] && T->pos[t] <= R->hi[r];
-        vis_buf[r * W + t] = (unsigned char)v;
-        if (v) tb = t < tb ? t : tb, te = t + 1 > te ? t + 1 : te;
-      }
-    if (tb >= te) {
-      T->n = 0;
-      return;
-    }
-  }
-  /* scores q.k * scale over [tb, te) (pairs no row sees are computed and never used) */
-  titans__attn_dots(S + tb, W, R->q, n, T->k + tb, te - tb, d_a);
-  for (size_t r = 0; r < n; r++)
-    for (size_t t = tb; t < te; t++) S[r * W + t] *= R->scale;
-  /* per row: the tile's maximum (the rows interleaved, so that their compare chains overlap) */
-  size_t t0[TITANS__ATTN_QB]; /* the row's first visible key, te if none */
-  float mt[TITANS__ATTN_QB];
+  for (size_t r = 0; r < n && !masked; r++) masked = pmin < R->lo[r] || pmax > R->hi[r];
+  if (!masked) return 0;
+  *ranges = sorted;
   for (size_t r = 0; r < n; r++) {
-    const unsigned char *vr = vis ? vis + r * W : NULL;
-    t0[r] = tb;
-    while (t0[r] < te && vr && !vr[t0[r]]) t0[r]++;
-    mt[r] = t0[r] < te ? S[r * W + t0[r]] : -INFINITY;
+    unsigned char *vr = vis + r * W;
+    if (sorted) {
+      size_t lo = 0, hi = nt, z = nt; /* bisection: the first key at or after lo[r], the first after hi[r] */
+      while (lo < z) {
+        size_t mid = lo + (z - lo) / 2;
+        if (T->pos[mid] < R->lo[r]) lo = mid + 1;
+        else z = mid;
+      }
+      for (z = lo; z < hi;) {
+        size_t mid = z + (hi - z) / 2;
+        if (T->pos[mid] <= R->hi[r]) z = mid + 1;
+        else hi = mid;
+      }
+      memset(vr, 0, nt);
+      memset(vr + lo, 1, hi - lo);
+      a[r] = lo < hi ? lo : nt, b[r] = lo < hi ? hi : nt;
+      continue;
+    }
+    a[r] = b[r] = nt;
+    for (size_t t = 0; t < nt; t++) {
+      vr[t] = (unsigned char)(T->pos[t] >= R->lo[r] && T->pos[t] <= R->hi[r]);
+      if (vr[t]) a[r] = a[r] < t ? a[r] : t, b[r] = t + 1;
+    }
   }
-  if (vis)
+  return 1;
+}
+
+/* The online softmax's step for the tile: S [n, W] holds the scores over [tb, te); each row that sees a
+   key updates its running maximum (rescaling its sum and output when it grows), turns its scores into
+   weights exp(s - m) and adds the visible ones to its sum in key order. vis, a, b, ranges as
+   titans__attn_tile_visibility gives them (vis NULL: every row sees [tb, te)). */
+static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsigned char *vis, const size_t *a,
+                                      const size_t *b, int ranges, size_t tb, size_t te) {
+  const size_t W = TITANS_ATTN_TILE;
+  size_t n = R->n, d_a = R->d_a;
+  float mt[TITANS__ATTN_QB]; /* the tile's maximum of each row, as the loop "m = s[a]; m = max" gives it */
+  for (size_t r = 0; r < n; r++)
+    mt[r] = a[r] < b[r] && (ranges || !vis) ? titans__attn_row_max(S + r * W + a[r], b[r] - a[r])
+                                            : (a[r] < b[r] ? S[r * W + a[r]] : -INFINITY);
+  if (vis && !ranges) /* the rows interleaved, so that their compare chains overlap */
     for (size_t t = tb; t < te; t++)
       for (size_t r = 0; r < n; r++) {
         float s = S[r * W + t];
-        if (t > t0[r] && vis[r * W + t] && s > mt[r]) mt[r] = s;
+        if (t > a[r] && vis[r * W + t] && s > mt[r]) mt[r] = s;
       }
-  else
-    for (size_t r = 0; r < n; r++) mt[r] = titans__attn_row_max(S + r * W + tb, te - tb);
-  /* rescale where the maximum grew; weights exp(s - m) */
   for (size_t r = 0; r < n; r++) {
-    if (t0[r] == te) continue;
+    if (a[r] >= b[r]) continue;
     if (mt[r] > R->m[r]) {
       if (R->m[r] != -INFINITY) { /* nothing to rescale before the first key */
         float c = titans__attn_exp(R->m[r] - mt[r]);
@@ -5160,19 +5174,44 @@ static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
     float *s = S + r * W, mr = R->m[r];
     for (size_t t = tb; t < te; t++) s[t] = titans__attn_exp(s[t] - mr); /* all t: vectorises */
   }
-  /* the sums of the weights, each in key order; the rows interleaved so that their add chains overlap.
-     An invisible term adds +0, which leaves the sum (never -0) as skipping it would. */
+  /* the sums, each in key order, the rows interleaved so that their add chains overlap. An invisible
+     weight is made +0 first: adding it leaves the sum (never -0) as skipping it would. */
   if (vis)
-    for (size_t t = tb; t < te; t++)
-      for (size_t r = 0; r < n; r++) {
-        float w = S[r * W + t];
-        R->l[r] += (t >= t0[r] && vis[r * W + t]) ? w : 0.0f;
+    for (size_t r = 0; r < n; r++) {
+      float *s = S + r * W;
+      if (!ranges || a[r] >= b[r]) {
+        for (size_t t = tb; t < te; t++) s[t] = vis[r * W + t] ? s[t] : 0.0f;
+        continue;
       }
-  else
-    for (size_t t = tb; t < te; t++)
-      for (size_t r = 0; r < n; r++) R->l[r] += S[r * W + t];
-  /* o += p v over the visible terms, in key order */
-  titans__attn_madd(R->o, n, S + tb, W, 1, vis ? vis + tb : NULL, W, 1, T->v + tb, te - tb, d_a);
+      for (size_t t = tb; t < a[r]; t++) s[t] = 0.0f;
+      for (size_t t = b[r]; t < te; t++) s[t] = 0.0f;
+    }
+  for (size_t t = tb; t < te; t++)
+    for (size_t r = 0; r < n; r++) R->l[r] += S[r * W + t];
+}
+
+/* Fold the pending tile into every row of the block. */
+static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
+  const size_t W = TITANS_ATTN_TILE;
+  size_t nt = T->n, n = R->n;
+  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE];             /* [n, W] scores, then weights */
+  unsigned char vis_buf[TITANS__ATTN_QB * TITANS_ATTN_TILE]; /* [n, W] */
+  size_t a[TITANS__ATTN_QB], b[TITANS__ATTN_QB];            /* each row's visible keys lie in [a, b) */
+  int ranges;
+  if (nt == 0) return;
+  const unsigned char *vis = titans__attn_tile_visibility(R, T, vis_buf, a, b, &ranges) ? vis_buf : NULL;
+  size_t tb = nt, te = 0; /* the keys some row sees lie in [tb, te) */
+  for (size_t r = 0; r < n; r++)
+    if (a[r] < b[r]) tb = a[r] < tb ? a[r] : tb, te = b[r] > te ? b[r] : te;
+  if (tb < te) {
+    /* scores q.k * scale (pairs no row sees are computed and never used) */
+    titans__attn_dots(S + tb, W, R->q, n, T->k + tb, te - tb, R->d_a);
+    for (size_t r = 0; r < n; r++)
+      for (size_t t = tb; t < te; t++) S[r * W + t] *= R->scale;
+    titans__attn_tile_softmax(R, S, vis, a, b, ranges, tb, te);
+    /* o += p v over the visible terms, in key order */
+    titans__attn_madd(R->o, n, S + tb, W, 1, vis ? vis + tb : NULL, W, 1, T->v + tb, te - tb, R->d_a);
+  }
   T->n = 0;
 }
 

@@ -67,7 +67,8 @@ class Config:
         self.chunk = 16
         self.conv_width = 4
         self.residual = False
-        self.theta_max = 0.005                # titans_mem_config_default
+        self.theta_max = 0.1                  # titans_mem_config_default
+        self.surprise_bound = 1.0             # tau of docs/model.md 1.4 (0: the paper's unbounded step)
 
 
 # ---- small functions of docs/model.md section 0 -------------------------------------------------------
@@ -146,6 +147,27 @@ def chunk_coeffs(theta, eta, dec, b):
     sh = theta.shape[:-1] + (T // b, b)
     A, E, Bv, C, Cb, Db = chunk_coeffs_one(theta.reshape(sh), eta.reshape(sh), dec.reshape(sh))
     return list(zip(A.unbind(-2), E.unbind(-2), Bv.unbind(-2), C.unbind(-3), Cb.unbind(-2), Db.unbind(-2)))
+
+
+def chunk_coeffs_gateless(eta, dec, b):
+    """The parts of chunk_coeffs_one that do not depend on theta, for every chunk at once (the surprise bound
+    makes theta depend on the memory state, so C, Cb, Db are finished per chunk): A, E, B [..., n],
+    P = Pa Pe [..., n, n] and the last row of Pe [..., n], as a list per chunk; None when b does not divide T."""
+    T = eta.shape[-1]
+    if T % b != 0:
+        return None
+    sh = eta.shape[:-1] + (T // b, b)
+    et, dc = eta.reshape(sh), dec.reshape(sh)
+    A, E = torch.cumprod(dc, -1), torch.cumprod(et, -1)
+    Pa, Pe = segprod(dc), segprod(et)
+    Bv = (Pa @ E.unsqueeze(-1)).squeeze(-1)
+    P = Pa @ Pe
+    return list(zip(A.unbind(-2), E.unbind(-2), Bv.unbind(-2), P.unbind(-3), Pe[..., -1, :].unbind(-2)))
+
+
+def surprise_scale(u2, tau):
+    """docs/model.md 1.4: theta_t -> theta_t / sqrt(1 + |u_t|^2 / tau^2); u2 = |u_t|^2 [..., n]."""
+    return torch.rsqrt(1 + u2 / (tau * tau))
 
 
 def normal(*shape, std=0.02):
@@ -243,7 +265,8 @@ class Memory(nn.Module):
                           dec_all.split(b, -1)))
         # the scalars A, E, B, C, D of docs/model.md 1.6 for every chunk at once (hoisted out of the chunk loop):
         # the gates do not depend on the memory state, so one batched computation over [..., nc, b]
-        coeffs = chunk_coeffs(theta, eta, dec_all, b)
+        tau = self.c.surprise_bound
+        coeffs = chunk_coeffs(theta, eta, dec_all, b) if tau <= 0 else chunk_coeffs_gateless(eta, dec_all, b)
         for ci, (Qc, Kc, Vc, th, et, dec) in enumerate(pieces):
             # key path at the chunk's start W0: activations A_{l-1} and errors Delta_l
             acts, zs, a = [Kc], [], Kc
@@ -260,7 +283,18 @@ class Memory(nn.Module):
                 deltas[l] = delta
                 if l > 0:
                     delta = (delta @ W[l]) * dsilu(zs[l - 1])
-            A, E, Bv, C, Cb, Db = coeffs[ci] if coeffs is not None else chunk_coeffs_one(th, et, dec)
+            if tau > 0:
+                # the surprise bound: |u_t|^2 = sum_l |delta_t^l|^2 |a_t^{l-1}|^2 at the chunk's start weights
+                u2 = sum((deltas[l] * deltas[l]).sum(-1) * (acts[l] * acts[l]).sum(-1) for l in range(L))
+                th = th * surprise_scale(u2, tau)
+            if coeffs is None:
+                A, E, Bv, C, Cb, Db = chunk_coeffs_one(th, et, dec)
+            elif tau > 0:
+                A, E, Bv, P, Pe_last = coeffs[ci]
+                C = P * th.unsqueeze(-2)
+                Cb, Db = C[..., -1, :], Pe_last * th
+            else:
+                A, E, Bv, C, Cb, Db = coeffs[ci]
             # query path through W_t = A_t W0 + B_t S0 - sum_i C_ti u_i, layer by layer
             a = Qc
             for l in range(L):
@@ -291,8 +325,11 @@ def memory_recurrence(mem, q, k, v, theta, eta, alpha, W, S):
             W0 = [w.detach().clone().requires_grad_(True) for w in W]
         loss = (mem.mlp(k[:, :, t:t + 1], W0) - v[:, :, t:t + 1]).pow(2).sum()
         u = torch.autograd.grad(loss, W0)
+        th = theta[..., t]
+        if mem.c.surprise_bound > 0:
+            th = th * surprise_scale(sum((ul * ul).sum((-2, -1)) for ul in u), mem.c.surprise_bound)
         for l in range(len(W)):
-            S[l] = eta[..., t, None, None] * S[l] - theta[..., t, None, None] * u[l]
+            S[l] = eta[..., t, None, None] * S[l] - th[..., None, None] * u[l]
             W[l] = (1 - alpha[..., t, None, None]) * W[l] + S[l]
         ys.append(mem.mlp(q[:, :, t:t + 1], W))
     return torch.cat(ys, 2), W, S
