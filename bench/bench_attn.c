@@ -8,7 +8,7 @@
    a sliding window of 64 (SWA's default). Flops count only the useful products over the visible
    (query, key) pairs: 2 d_a per pair and product, 2 products in the forward (q.k, p v), 4 in the
    backward (dout.v, dq, dk, dv); the backward's recomputation of q.k is not counted. Each figure is the
-   median of the repetitions; the FMA peak is the best of the FMA-chain loop run before and after. */
+   median over the repetitions of its fraction of the FMA peak measured just before that repetition. */
 #define _POSIX_C_SOURCE 200809L
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
@@ -100,11 +100,19 @@ static void run_cache(attn_problem *p, titans_kv_cache *cache) {
 }
 
 typedef struct timing {
-  double fwd, bwd, cache; /* median seconds of one call of run_* */
+  double fwd, bwd, both, cache; /* medians over the repetitions of GFLOP/s / FMA peak of the same repetition */
+  double fwd_gf, bwd_gf, cache_gf; /* median GFLOP/s */
+  double peak;                     /* median FMA peak, GFLOP/s */
 } timing;
 
-static timing time_problem(attn_problem *p, int reps) {
-  double tf[MAX_REPS], tb[MAX_REPS], tc[MAX_REPS];
+/* Each repetition measures the FMA peak just before its calls and is scored against it: on a shared
+   machine the speed a core reaches drifts over seconds, and a fraction of a peak measured at another
+   moment drifts with it. */
+static timing time_problem(attn_problem *p, int reps, int threads) {
+  double ff[MAX_REPS], fb[MAX_REPS], fboth[MAX_REPS], fc[MAX_REPS], gf[MAX_REPS], gb[MAX_REPS], gc[MAX_REPS];
+  double pk[MAX_REPS];
+  double unit = p->pairs * (double)p->H * (double)p->d_a * 2.0; /* flops of one product, one row */
+  double flops_f = 2.0 * unit * (double)p->B, flops_b = 4.0 * unit * (double)p->B, flops_c = 2.0 * unit;
   titans_kv_cache cache;
   if (titans_kv_cache_init(&cache, 0, p->window > 0 ? (size_t)p->window : p->T, p->H, p->d_a, p->window) !=
       TITANS_OK)
@@ -112,6 +120,7 @@ static timing time_problem(attn_problem *p, int reps) {
   run_forward(p); /* warm-up: first touch of every buffer */
   run_backward(p);
   for (int r = 0; r < reps; r++) {
+    pk[r] = fma_peak(threads);
     double t0 = now_sec();
     run_forward(p);
     double t1 = now_sec();
@@ -119,10 +128,14 @@ static timing time_problem(attn_problem *p, int reps) {
     double t2 = now_sec();
     run_cache(p, &cache);
     double t3 = now_sec();
-    tf[r] = t1 - t0, tb[r] = t2 - t1, tc[r] = t3 - t2;
+    gf[r] = flops_f / (t1 - t0) * 1e-9, gb[r] = flops_b / (t2 - t1) * 1e-9, gc[r] = flops_c / (t3 - t2) * 1e-9;
+    ff[r] = gf[r] / pk[r], fb[r] = gb[r] / pk[r], fc[r] = gc[r] / pk[r];
+    fboth[r] = (flops_f + flops_b) / (t2 - t0) * 1e-9 / pk[r];
   }
   titans_kv_cache_free(&cache);
-  timing t = {median(tf, (size_t)reps), median(tb, (size_t)reps), median(tc, (size_t)reps)};
+  size_t n = (size_t)reps;
+  timing t = {median(ff, n), median(fb, n), median(fboth, n), median(fc, n),
+              median(gf, n), median(gb, n), median(gc, n), median(pk, n)};
   return t;
 }
 
@@ -143,41 +156,25 @@ int main(int argc, char **argv) {
 #ifndef _OPENMP
   nthreads = 1, threads[0] = 1;
 #endif
-  double peak[2];
-  for (int ti = 0; ti < nthreads; ti++) peak[ti] = fma_peak(threads[ti]);
   printf("titans.h %s attention benchmark: T=%d H=%d d_a=%d batch %d, median of %d repetitions, load average "
          "%.2f\n", TITANS_VERSION, T_LEN, HEADS, D_HEAD, BATCH, reps, load_average());
   printf("| window | threads | forward GFLOP/s | %% peak | backward GFLOP/s | %% peak | forward + backward %% peak "
-         "| cache attend GFLOP/s | %% peak |\n|---|---|---|---|---|---|---|---|---|\n");
+         "| cache attend GFLOP/s | %% peak | FMA peak GFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
   int64_t windows[2] = {0, 64};
-  timing res[2][2];
   attn_problem probs[2];
   for (int w = 0; w < 2; w++) {
     problem_init(&probs[w], windows[w]);
     for (int ti = 0; ti < nthreads; ti++) {
       set_threads(threads[ti]);
-      res[w][ti] = time_problem(&probs[w], reps);
+      timing t = time_problem(&probs[w], reps, threads[ti]);
+      printf("| %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f%% | %.1f | %.0f%% | %.1f |\n", w ? "64" : "full",
+             threads[ti], t.fwd_gf, 100 * t.fwd, t.bwd_gf, 100 * t.bwd, 100 * t.both, t.cache_gf, 100 * t.cache,
+             t.peak);
+      fflush(stdout);
     }
   }
-  for (int ti = 0; ti < nthreads; ti++) { /* the peak again: the best of before and after */
-    double again = fma_peak(threads[ti]);
-    if (again > peak[ti]) peak[ti] = again;
-  }
-  for (int w = 0; w < 2; w++)
-    for (int ti = 0; ti < nthreads; ti++) {
-      attn_problem *p = &probs[w];
-      timing *t = &res[w][ti];
-      double unit = p->pairs * (double)p->H * (double)p->d_a * 2.0; /* flops of one product, one row */
-      double ff = 2.0 * unit * (double)p->B, fb = 4.0 * unit * (double)p->B, fc = 2.0 * unit;
-      double gf = ff / t->fwd * 1e-9, gb = fb / t->bwd * 1e-9, gc = fc / t->cache * 1e-9;
-      double gfb = (ff + fb) / (t->fwd + t->bwd) * 1e-9;
-      printf("| %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f%% | %.1f | %.0f%% |\n", w ? "64" : "full", threads[ti],
-             gf, 100 * gf / peak[ti], gb, 100 * gb / peak[ti], 100 * gfb / peak[ti], gc, 100 * gc / peak[ti]);
-    }
-  printf("FMA peak (measured: independent FMA chains, per-thread CPU time, best of before and after): %.1f GFLOP/s "
-         "on 1 thread", peak[0]);
-  if (nthreads > 1) printf(", %.1f on %d", peak[1], threads[1]);
-  printf("\n");
+  printf("%% peak: the median over the repetitions of GFLOP/s over the FMA peak (independent FMA chains, "
+         "per-thread CPU time, best of 5) measured just before each repetition\n");
   for (int w = 0; w < 2; w++) problem_free(&probs[w]);
   return 0;
 }
