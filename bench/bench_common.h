@@ -1,5 +1,6 @@
 /* bench_common.h: what the benchmarks share: clocks, the machine's FMA peak measured in the same run,
-   the load average, medians. Included after titans.h (it uses the header's SIMD layer). */
+   the load average, medians. Included after titans.h (it uses the header's SIMD layer); needs
+   _POSIX_C_SOURCE >= 199309L for the clocks. Everything is static inline: a bench uses what it needs. */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -7,20 +8,20 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_sec(void) {
+static inline double now_sec(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* CPU time of the calling thread: the FMA peak is the core's, whatever else runs on the machine. */
-static double thread_sec(void) {
+static inline double thread_sec(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void set_threads(int t) {
+static inline void set_threads(int t) {
 #ifdef _OPENMP
   omp_set_num_threads(t);
 #else
@@ -29,7 +30,7 @@ static void set_threads(int t) {
 }
 
 /* ---- FMA peak: independent FMA chains, enough of them to hide the latency --------------------- */
-static double fma_peak_once(void) {
+static inline double fma_peak_once(void) {
   titans__vf x = titans__vset1(0.999f), y = titans__vset1(1e-4f);
   /* distinct starting values, or the compiler merges the chains into one */
   titans__vf s0 = titans__vset1(0.1f), s1 = titans__vset1(0.2f), s2 = titans__vset1(0.3f), s3 = titans__vset1(0.4f);
@@ -53,7 +54,7 @@ static double fma_peak_once(void) {
 }
 
 /* Peak GFLOP/s of nt threads together (best of 5). */
-static double fma_peak(int nt) {
+static inline double fma_peak(int nt) {
   double best = 0.0;
   for (int r = 0; r < 5; r++) {
     double total = 0.0;
@@ -70,7 +71,7 @@ static double fma_peak(int nt) {
 }
 
 /* The 1-minute load average, or -1: other processes on the cores make the figures noisy. */
-static double load_average(void) {
+static inline double load_average(void) {
   double l = -1.0;
   FILE *f = fopen("/proc/loadavg", "r");
   if (f) {
@@ -80,7 +81,7 @@ static double load_average(void) {
   return l;
 }
 
-static int cmp_double(const void *x, const void *y) {
+static inline int cmp_double(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
   return (a > b) - (a < b);
 }

@@ -22,8 +22,10 @@
    GEMM), T is reduced and the reason printed; rates per token hardly depend on T, the cost being
    linear in T. This file includes the implementation, so it calls the library's internal (static)
    functions; if their signatures change, the replays here must follow. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime (bench_common.h) */
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
+#include "bench_common.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,39 +45,9 @@
 #define BENCH_MAX_REPS 9
 #define BENCH_BUDGET_S 110.0 /* main table + parts; the rest of the run takes ~25 s more */
 
-static double now_s(void) {
-  struct timespec ts;
-  timespec_get(&ts, TIME_UTC);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void set_threads(int n) {
-#ifdef _OPENMP
-  omp_set_num_threads(n);
-#else
-  (void)n;
-#endif
-}
-
 static void die(const char *what, const char *msg) {
   fprintf(stderr, "bench_memory: %s: %s\n", what, msg);
   exit(1);
-}
-
-/* The 1-minute load average (Linux; -1 elsewhere): other processes on the cores skew every figure. */
-static double load_average(void) {
-  double v = -1.0;
-  FILE *f = fopen("/proc/loadavg", "r");
-  if (f) {
-    if (fscanf(f, "%lf", &v) != 1) v = -1.0;
-    fclose(f);
-  }
-  return v;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 /* median, min and max of n timings (sorts t) */
@@ -108,19 +80,20 @@ static float fma_chains(long iters) {
   return titans__vsum(s);
 }
 
-/* Best GFLOP/s of several timed blocks on nth threads (an FMA counts 2 flops). */
-static double fma_peak(int nth) {
+/* Best GFLOP/s of several timed blocks on nth threads (an FMA counts 2 flops), by the wall clock: the
+   2-thread fractions of this bench are of what two threads really get together. */
+static double fma_peak_wall(int nth) {
   const long iters = 2000000;
   double best = 0.0;
   volatile float sink = 0.0f;
   for (int trial = 0; trial < 7; trial++) {
     float got = 0.0f;
-    double t0 = now_s();
+    double t0 = now_sec();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nth) reduction(+ : got)
 #endif
     got += fma_chains(iters);
-    double t = now_s() - t0;
+    double t = now_sec() - t0;
     sink += got;
     double flops = 2.0 * (double)iters * BENCH_CHAINS * TITANS__VW * nth;
     if (flops / t > best) best = flops / t;
@@ -352,9 +325,9 @@ static void layer_free(layer *ly) {
 /* Inference forward over the whole sequence from the initial state. */
 static double run_forward(layer *ly) {
   titans_mem_state_reset(&ly->st, &ly->w);
-  double t0 = now_s();
+  double t0 = now_sec();
   if (titans_mem_forward(&ly->cfg, &ly->w, &ly->st, ly->out, ly->x, ly->T, NULL) != TITANS_OK) die("forward", ly->st.error);
-  return now_s() - t0;
+  return now_sec() - t0;
 }
 
 /* Training forward + backward (gradients accumulate; they are zeroed outside the timing). */
@@ -362,12 +335,12 @@ static double run_fwdbwd(layer *ly) {
   titans_mem_state_reset(&ly->st, &ly->w);
   memset(ly->grads, 0, titans_mem_param_count(&ly->cfg) * sizeof(float));
   memset(ly->dx, 0, ly->B * ly->T * BENCH_D * sizeof(float));
-  double t0 = now_s();
+  double t0 = now_sec();
   if (titans_mem_forward(&ly->cfg, &ly->w, &ly->st, ly->out, ly->x, ly->T, &ly->ctx) != TITANS_OK)
     die("forward", ly->st.error);
   if (titans_mem_backward(&ly->cfg, &ly->w, &ly->g, ly->dx, ly->dout, ly->x, &ly->ctx, 1) != TITANS_OK)
     die("backward", ly->ctx.error);
-  return now_s() - t0;
+  return now_sec() - t0;
 }
 
 /* one warm-up, then reps timed runs */
@@ -404,9 +377,9 @@ static void parts_forward(layer *ly, double *t) {
   size_t K1 = m.K > 0 ? m.K - 1 : 0, tsz = B * K1 * m.dm;
   float *tails[3] = {st->tail_q, st->tail_k, st->tail_v};
   float *saved[3] = {ctx->tails, ctx->tails + tsz, ctx->tails + 2 * tsz};
-  double t0 = now_s();
+  double t0 = now_sec();
   titans__mem_inputs_forward(&m, cfg, &ly->w, &bf, tails, saved, ly->x, B, T, 3);
-  double t1 = now_s();
+  double t1 = now_sec();
   long long tasks = (long long)(B * m.H);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
@@ -419,10 +392,10 @@ static void parts_forward(layer *ly, double *t) {
     titans__mem_recur_one(&m, cfg->residual, &bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
                           st->position, r, h, T, &wk);
   }
-  double t2 = now_s();
+  double t2 = now_sec();
   st->position += (long long)T;
   titans__mem_output_forward(&m, &ly->w, &bf, ly->out, ly->x, B * T);
-  double t3 = now_s();
+  double t3 = now_sec();
   t[0] = t1 - t0;
   t[1] = t2 - t1;
   t[2] = t3 - t2;
@@ -442,7 +415,7 @@ static void parts_backward(layer *ly, double *t) {
   titans__mem_grads gr;
   size_t ngrad = titans__mem_grads_carve(&gr, NULL, &m, bt);
   size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 1);
-  double t0 = now_s();
+  double t0 = now_sec();
   if (!titans__reserve(&ctx->grad_work, &ctx->cap_grad, ngrad + work_floats * (size_t)nth))
     die("parts backward", "out of memory");
   float *slab = ctx->grad_work;
@@ -452,7 +425,7 @@ static void parts_backward(layer *ly, double *t) {
   float *work = slab + ngrad;
   memset(work, 0, work_floats * (size_t)nth * sizeof(float));
   titans__mem_output_backward(&m, w, grad, &bf, &gr, ly->dx, ly->dout, ly->x, bt);
-  double t1 = now_s();
+  double t1 = now_sec();
   long long tasks = (long long)(B * m.H);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
@@ -466,7 +439,7 @@ static void parts_backward(layer *ly, double *t) {
     titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs,
                                    dfinal, dinit, ctx->nchunks, r, h, T, &wk);
   }
-  double t2 = now_s();
+  double t2 = now_sec();
   for (size_t h = 0; h < m.H; h++)
     for (size_t r = 0; r < B; r++) {
       const float *dw = ctx->dstate_init + (r * m.H + h) * 2 * hs;
@@ -479,7 +452,7 @@ static void parts_backward(layer *ly, double *t) {
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails, ctx->dtails_final, ctx->dtails_init, ly->dx,
                               ly->x, B, T, 3);
-  double t3 = now_s();
+  double t3 = now_sec();
   t[3] = t1 - t0;
   t[4] = t2 - t1;
   t[5] = t3 - t2;
@@ -550,7 +523,7 @@ static double replay_chunk_gemms(const titans__mem_dims *m, int backward, double
   double best = INFINITY;
   for (int win = 0; win < 7; win++) {
     long rounds = 0;
-    double t0 = now_s(), t = 0.0;
+    double t0 = now_sec(), t = 0.0;
     do {
       for (size_t i = 0; i < l.count; i++) {
         const gemm_shape *g = &l.s[i];
@@ -565,7 +538,7 @@ static double replay_chunk_gemms(const titans__mem_dims *m, int backward, double
         }
       }
       rounds++;
-      t = now_s() - t0;
+      t = now_sec() - t0;
     } while (t < min_seconds / 7);
     if (t / (double)rounds < best) best = t / (double)rounds;
   }
@@ -592,7 +565,7 @@ static double time_window(int what, const titans__mem_dims *m, titans__mem_work 
   float *q = bufs[0], *k = bufs[1], *v = bufs[2], *g = bufs[3], *w = bufs[4], *s = bufs[5], *wo = bufs[6], *so = bufs[7];
   float *out = bufs[8], *dq = bufs[9], *dk = bufs[10], *dv = bufs[11], *dg = bufs[12];
   long rounds = 0;
-  double t0 = now_s(), t;
+  double t0 = now_sec(), t;
   do {
     switch (what) {
       case 0:
@@ -611,7 +584,7 @@ static double time_window(int what, const titans__mem_dims *m, titans__mem_work 
         break;
     }
     rounds++;
-    t = now_s() - t0;
+    t = now_sec() - t0;
   } while (t < 0.02);
   return t / (double)rounds;
 }
@@ -688,7 +661,7 @@ typedef struct results {
 static void peak_update(results *R, int nthreads) {
   static const int thr[2] = {1, 2};
   for (int ti = 0; ti < nthreads; ti++) {
-    double p = fma_peak(thr[ti]);
+    double p = fma_peak_wall(thr[ti]);
     if (p > R->peak[ti]) R->peak[ti] = p;
   }
 }
@@ -736,7 +709,7 @@ static long_stream long_stream_run(size_t tokens, size_t block, int rounds) {
     die("long stream", "state");
   size_t nw = ly.st.batch * (size_t)cfg.heads * ly.st.head_size;
   titans_mem_state_reset(&ly.st, &ly.w);
-  double t0 = now_s();
+  double t0 = now_sec();
   size_t fed = 0;
   while (fed < tokens) {
     if (titans_mem_forward(&cfg, &ly.w, &ly.st, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", ly.st.error);
@@ -752,11 +725,11 @@ static long_stream long_stream_run(size_t tokens, size_t block, int rounds) {
   if (rounds > BENCH_MAX_REPS) rounds = BENCH_MAX_REPS;
   for (int r = 0; r < rounds; r++) {
     titans_mem_state_copy(&tmp, &early);
-    double a = now_s();
+    double a = now_sec();
     if (titans_mem_forward(&cfg, &ly.w, &tmp, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", tmp.error);
-    double b = now_s();
+    double b = now_sec();
     if (titans_mem_forward(&cfg, &ly.w, &ly.st, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", ly.st.error);
-    double c = now_s();
+    double c = now_sec();
     te[r] = (b - a) / (double)block;
     tl[r] = (c - b) / (double)block;
   }
@@ -769,7 +742,7 @@ static long_stream long_stream_run(size_t tokens, size_t block, int rounds) {
   L.late_lo = sl.min;
   L.late_hi = sl.max;
   L.ratio = sl.med / se.med;
-  L.seconds = now_s() - t0;
+  L.seconds = now_sec() - t0;
   titans_mem_state_free(&early);
   titans_mem_state_free(&tmp);
   layer_free(&ly);
@@ -803,7 +776,7 @@ int main(int argc, char **argv) {
     if (v != 0 && (v < 2048 || v > (1L << 30))) die("usage", "bench_memory [T] [repetitions] [long-stream tokens, 0 = skip]");
     long_tokens = (size_t)v;
   }
-  double start = now_s();
+  double start = now_sec();
   titans_mem_config c64 = bench_config(64);
   titans__mem_dims m64 = titans__mem_get_dims(&c64);
   printf("bench_memory: one memory layer, d = %d, H = %d, d_h = %d, L_M = %d, e = %d, K_c = %d, batch %zu\n", BENCH_D,
@@ -914,13 +887,13 @@ int main(int argc, char **argv) {
     float *xt = titans_alloc_floats(B * BENCH_D), *ot = titans_alloc_floats(B * BENCH_D), *os = titans_alloc_floats(nx);
     if (!xt || !ot || !os) die("streaming", "out of memory");
     titans_mem_state_reset(&lyc.st, &lyc.w);
-    double t0 = now_s();
+    double t0 = now_sec();
     for (size_t t = 0; t < T1; t++) {
       for (size_t r = 0; r < B; r++) memcpy(xt + r * BENCH_D, lyc.x + (r * T1 + t) * BENCH_D, BENCH_D * sizeof(float));
       if (titans_mem_forward(&lyc.cfg, &lyc.w, &lyc.st, ot, xt, 1, NULL) != TITANS_OK) die("streaming", lyc.st.error);
       for (size_t r = 0; r < B; r++) memcpy(os + (r * T1 + t) * BENCH_D, ot + r * BENCH_D, BENCH_D * sizeof(float));
     }
-    R.stream_rate = (double)(B * T1) / (now_s() - t0);
+    R.stream_rate = (double)(B * T1) / (now_sec() - t0);
     R.stream_diff = max_abs_diff(lyc.out, os, nx);
     R.stream_scale = max_abs(os, nx);
     titans_free(xt);
@@ -1069,6 +1042,6 @@ int main(int argc, char **argv) {
   }
   double load1 = load_average();
   if (load1 >= 0) printf("\nload average at the end %.2f\n", load1);
-  printf("bench_memory: done in %.0f s\n", now_s() - start);
+  printf("bench_memory: done in %.0f s\n", now_sec() - start);
   return 0;
 }

@@ -23,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L /* popen, pclose, clock_gettime, getrusage, sysconf */
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
+#include "bench_common.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -86,12 +87,6 @@ typedef struct bm_kind { /* what does not depend on the thread count */
   int failed;
 } bm_kind;
 
-static double bm_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static long bm_faults(void) {
   struct rusage r;
   return getrusage(RUSAGE_SELF, &r) == 0 ? r.ru_minflt : 0;
@@ -104,7 +99,7 @@ typedef struct bm_cpu {
 } bm_cpu;
 
 static bm_cpu bm_cpu_sample(void) {
-  bm_cpu c = {bm_now(), 0, 0};
+  bm_cpu c = {now_sec(), 0, 0};
   struct rusage r;
   if (getrusage(RUSAGE_SELF, &r) == 0)
     c.self = (double)r.ru_utime.tv_sec + 1e-6 * (double)r.ru_utime.tv_usec + (double)r.ru_stime.tv_sec +
@@ -128,24 +123,11 @@ static double bm_other_cores(bm_cpu a, bm_cpu b) {
   return dt > 0 && !isnan(other) ? (other > 0 ? other / dt : 0.0) : NAN;
 }
 
-static void bm_set_threads(int n) {
-#ifdef _OPENMP
-  omp_set_num_threads(n);
-#else
-  (void)n;
-#endif
-}
-
-static int bm_cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* tokens/s statistics of n samples of seconds per run of `tokens` tokens. */
 static bm_stat bm_stats(double *secs, int n, double tokens) {
   bm_stat s = {0, 0, 0, n};
   if (n <= 0) return s;
-  qsort(secs, (size_t)n, sizeof *secs, bm_cmp_double);
+  qsort(secs, (size_t)n, sizeof *secs, cmp_double);
   double med = n % 2 ? secs[n / 2] : 0.5 * (secs[n / 2 - 1] + secs[n / 2]);
   s.med = tokens / med;
   s.lo = tokens / secs[n - 1];
@@ -187,9 +169,9 @@ static int bm_train(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int 
   int rc = TITANS_OK;
   for (int w = 0; w < (first ? 2 : 1); w++) {
     long f0 = bm_faults();
-    double t0 = bm_now();
+    double t0 = now_sec();
     rc = titans_train_step(tr, tokens, 1, o->B, o->T, &loss);
-    warm = bm_now() - t0;
+    warm = now_sec() - t0;
     if (rc) return rc;
     if (first && w == 0) kind->loss = loss;
     cell->warm_steps++;
@@ -201,9 +183,9 @@ static int bm_train(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int 
   long f0 = bm_faults();
   bm_cpu c0 = bm_cpu_sample();
   for (int i = 0; i < steps; i++) {
-    double t0 = bm_now();
+    double t0 = now_sec();
     rc = titans_train_step(tr, tokens, 1, o->B, o->T, &loss);
-    secs[i] = bm_now() - t0;
+    secs[i] = now_sec() - t0;
     if (rc) return rc;
   }
   cell->other_cores = bm_other_cores(c0, bm_cpu_sample());
@@ -215,10 +197,10 @@ static int bm_train(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int 
 /* One stream of n tokens, one per call, logits [V] after each. Returns seconds, < 0 on error. */
 static double bm_stream(titans_session *s, const int *tokens, size_t n, float *logits) {
   if (titans_session_reset(s)) return -1.0;
-  double t0 = bm_now();
+  double t0 = now_sec();
   for (size_t i = 0; i < n; i++)
     if (titans_session_feed(s, &tokens[i], 1, logits)) return -1.0;
-  return bm_now() - t0;
+  return now_sec() - t0;
 }
 
 static int bm_infer(bm_cell *cell, const titans_model *m, const int *tokens, float *logits, const bm_opts *o) {
@@ -277,7 +259,7 @@ static int bm_measure(bm_cell *cells, bm_kind *kind, int k, const titans_config 
   float *logits = titans_alloc_floats((size_t)c->vocab); /* [V] */
   if (!logits) rc = TITANS_ERR_NOMEM;
   for (int ti = 0; ti < o->nthreads && rc == TITANS_OK; ti++) {
-    bm_set_threads(o->threads[ti]);
+    set_threads(o->threads[ti]);
     if (o->train) {
       rc = bm_train(&cells[ti], kind, &tr, tokens, o, ti == 0);
       if (rc) fprintf(stderr, "bench_model: %s: train step failed: %s\n", bm_name(k), tr.error);
@@ -693,15 +675,15 @@ int main(int argc, char **argv) {
   titans_rng_seed(&rng, 42);
   for (size_t i = 0; i < n_tok; i++) tokens[i] = (int)(titans_rng_u64(&rng) % (uint64_t)o.vocab);
 
-  double t_start = bm_now();
+  double t_start = now_sec();
   int failed = 0;
   for (int ki = 0; ki < o.nkinds; ki++)
     if (bm_run_kind(cells[ki], &kinds[ki], o.kinds[ki], tokens, &o)) failed = 1;
-  double t_c = bm_now() - t_start;
+  double t_c = now_sec() - t_start;
   if (o.torch && o.train) bm_run_torch(cells, kinds, &o, argv[0]);
   bm_load_average(load, sizeof load);
   bm_report(cells, kinds, &o);
-  printf("time: titans.h %.0f s, PyTorch %.0f s; load average at end: %s\n", t_c, bm_now() - t_start - t_c, load);
+  printf("time: titans.h %.0f s, PyTorch %.0f s; load average at end: %s\n", t_c, now_sec() - t_start - t_c, load);
   free(tokens);
   return failed;
 }
