@@ -4967,6 +4967,17 @@ static void titans__attn_iter_init(titans__attn_iter *it, const titans__attn_run
   it->idx = 0;
 }
 
+/* The first index in [a, z) whose position reaches v (after == 0) or exceeds it (after != 0), by
+   bisection: the positions must not decrease over [a, z). */
+static size_t titans__attn_bisect(const int64_t *pos, size_t a, size_t z, int64_t v, int after) {
+  while (a < z) {
+    size_t mid = a + (z - a) / 2;
+    if (after ? pos[mid] <= v : pos[mid] < v) a = mid + 1;
+    else z = mid;
+  }
+  return a;
+}
+
 static int titans__attn_iter_next(titans__attn_iter *it, size_t *b, size_t *e) {
   const titans__attn_runs *r = it->r;
   const int64_t *pos = r->pos;
@@ -4974,22 +4985,10 @@ static int titans__attn_iter_next(titans__attn_iter *it, size_t *b, size_t *e) {
     while (it->run < r->nruns) {
       size_t r0 = r->start[it->run], r1 = r->start[it->run + 1];
       it->run++;
-      size_t a = r0, z = r1; /* first index with pos >= lo */
-      while (a < z) {
-        size_t mid = a + (z - a) / 2;
-        if (pos[mid] < it->lo) a = mid + 1;
-        else z = mid;
-      }
-      size_t lo_idx = a;
-      z = r1; /* first index with pos > hi */
-      while (a < z) {
-        size_t mid = a + (z - a) / 2;
-        if (pos[mid] <= it->hi) a = mid + 1;
-        else z = mid;
-      }
-      if (lo_idx < a) {
-        *b = lo_idx;
-        *e = a;
+      size_t first = titans__attn_bisect(pos, r0, r1, it->lo, 0), end = titans__attn_bisect(pos, first, r1, it->hi, 1);
+      if (first < end) {
+        *b = first;
+        *e = end;
         return 1;
       }
     }
@@ -5118,17 +5117,7 @@ static int titans__attn_tile_visibility(const titans__attn_rows *R, const titans
   for (size_t r = 0; r < n; r++) {
     unsigned char *vr = vis + r * W;
     if (sorted) {
-      size_t lo = 0, hi = nt, z = nt; /* bisection: the first key at or after lo[r], the first after hi[r] */
-      while (lo < z) {
-        size_t mid = lo + (z - lo) / 2;
-        if (T->pos[mid] < R->lo[r]) lo = mid + 1;
-        else z = mid;
-      }
-      for (z = lo; z < hi;) {
-        size_t mid = z + (hi - z) / 2;
-        if (T->pos[mid] <= R->hi[r]) z = mid + 1;
-        else hi = mid;
-      }
+      size_t lo = titans__attn_bisect(T->pos, 0, nt, R->lo[r], 0), hi = titans__attn_bisect(T->pos, lo, nt, R->hi[r], 1);
       memset(vr, 0, nt);
       memset(vr + lo, 1, hi - lo);
       a[r] = lo < hi ? lo : nt, b[r] = lo < hi ? hi : nt;
@@ -5396,6 +5385,11 @@ typedef struct titans__attn_bwd {
   titans__attn_runs kr, qr;
 } titans__attn_bwd;
 
+/* The backward's weights of one (query, key) pair from its score s = q.k and dp = dout.v:
+   p = exp(s * scale - lse), the forward's softmax weight, and g = scale * p * (dp - D). */
+static inline float titans__attn_pair_p(float s, float scale, float lse) { return titans__attn_exp(s * scale - lse); }
+static inline float titans__attn_pair_g(float p, float dp, float D, float scale) { return scale * (p * (dp - D)); }
+
 /* The pairs of one key with n query rows (head slices; n <= TITANS_ATTN_TILE):
        p = exp(q.k * scale - lse)  (the forward's softmax weight),  g = scale * p * (dout.v - D)
    with D = dout.out of the row. Every scheme of the backward computes its pairs here, so they agree
@@ -5413,8 +5407,8 @@ static void titans__attn_bwd_pairs(float *p, float *g, const float *kj, const fl
     s[t] = titans__attn_dot(kj, qr[t], d_a);
     dp[t] = titans__attn_dot(vj, dr[t], d_a);
   }
-  for (t = 0; t < n; t++) p[t] = titans__attn_exp(s[t] * scale - lse[t]);
-  for (t = 0; t < n; t++) g[t] = scale * (p[t] * (dp[t] - D[t]));
+  for (t = 0; t < n; t++) p[t] = titans__attn_pair_p(s[t], scale, lse[t]);
+  for (t = 0; t < n; t++) g[t] = titans__attn_pair_g(p[t], dp[t], D[t], scale);
 }
 
 /* The rows of a query tile that see at least one key. */
@@ -5429,8 +5423,8 @@ typedef struct titans__attn_qtile {
 
 #define TITANS__ATTN_KGROUP 32 /* keys whose pairs with a query tile are computed together */
 
-/* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time: the pairs of
-   titans__attn_bwd_pairs (the same arithmetic, as block products), then dq_r += sum_j g k_j (keys in
+/* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time: the pairs as
+   titans__attn_bwd_pairs computes them (the same dot products, as blocks, and weights), then dq_r += sum_j g k_j (keys in
    order) and, when dkdv, dk_j += sum_r g q_r and dv_j += sum_r p dout_r (rows in order). Each key row is
    read and written once per tile instead of once per query row. */
 static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans__attn_qtile *qt, size_t h, size_t b,
@@ -5460,8 +5454,8 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
     titans__attn_dots(G, KG, qt->dout, n, vl, nk, d_a); /* dout.v */
     for (size_t r = 0; r < n; r++) {
       float *pr = P + r * KG, *gr = G + r * KG, lse = qt->lse[r], D = qt->D[r];
-      for (size_t t = 0; t < nk; t++) pr[t] = titans__attn_exp(pr[t] * c->scale - lse); /* all t: vectorises */
-      for (size_t t = 0; t < nk; t++) gr[t] = c->scale * (pr[t] * (gr[t] - D));
+      for (size_t t = 0; t < nk; t++) pr[t] = titans__attn_pair_p(pr[t], c->scale, lse); /* all t: vectorises */
+      for (size_t t = 0; t < nk; t++) gr[t] = titans__attn_pair_g(pr[t], gr[t], D, c->scale);
     }
     const unsigned char *vm = seen == n * nk ? NULL : vis; /* NULL: every pair is visible */
     if (dkdv) {

@@ -126,43 +126,33 @@ def segprod(x):
     return torch.cumprod(X, dim=-2) * torch.ones(n, n, dtype=x.dtype).tril()
 
 
-def chunk_coeffs_one(th, et, dec):
-    """The scalars A, E, B, C, D of docs/model.md 1.6 of chunks: gates [..., n] -> A, E, B [..., n], C [..., n, n],
-    and the rows of the chunk's last token Cb, Db [..., n]."""
+def chunk_gate_products(et, dec):
+    """The parts of the scalars A, E, B, C, D of docs/model.md 1.6 that depend on the momentum and decay gates only,
+    for chunks of gates [..., n]: A, E, B [..., n], P = Pa Pe [..., n, n] and the last row of Pe [..., n]."""
     A = torch.cumprod(dec, -1)
     E = torch.cumprod(et, -1)
     Pa, Pe = segprod(dec), segprod(et)                               # [..., n, n]
     Bv = (Pa @ E.unsqueeze(-1)).squeeze(-1)
-    C = (Pa @ Pe) * th.unsqueeze(-2)                                 # C[t, i], lower triangular
-    Cb, Db = C[..., -1, :], Pe[..., -1, :] * th
-    return A, E, Bv, C, Cb, Db
+    return A, E, Bv, Pa @ Pe, Pe[..., -1, :]
 
 
-def chunk_coeffs(theta, eta, dec, b):
-    """chunk_coeffs_one of every chunk of gates [B, H, T] in one batched computation, as a list per chunk;
-    None when b does not divide T (the loop then computes each chunk's own)."""
-    T = theta.shape[-1]
-    if T % b != 0:
-        return None
-    sh = theta.shape[:-1] + (T // b, b)
-    A, E, Bv, C, Cb, Db = chunk_coeffs_one(theta.reshape(sh), eta.reshape(sh), dec.reshape(sh))
-    return list(zip(A.unbind(-2), E.unbind(-2), Bv.unbind(-2), C.unbind(-3), Cb.unbind(-2), Db.unbind(-2)))
+def chunk_coeffs_finish(P, Pe_last, th):
+    """C [..., n, n] (C[t, i], lower triangular) and the rows of the chunk's last token Cb, Db [..., n] from the
+    gate products and the chunk's learning rates th [..., n]."""
+    C = P * th.unsqueeze(-2)
+    return C, C[..., -1, :], Pe_last * th
 
 
-def chunk_coeffs_gateless(eta, dec, b):
-    """The parts of chunk_coeffs_one that do not depend on theta, for every chunk at once (the surprise bound
-    makes theta depend on the memory state, so C, Cb, Db are finished per chunk): A, E, B [..., n],
-    P = Pa Pe [..., n, n] and the last row of Pe [..., n], as a list per chunk; None when b does not divide T."""
+def chunk_gate_products_all(eta, dec, b):
+    """chunk_gate_products of every chunk of gates [B, H, T] in one batched computation (hoisted out of the chunk
+    loop: the gates do not depend on the memory state), as a list per chunk; None when b does not divide T (the
+    loop then computes each chunk's own). theta is left out: with the surprise bound it depends on the state."""
     T = eta.shape[-1]
     if T % b != 0:
         return None
     sh = eta.shape[:-1] + (T // b, b)
-    et, dc = eta.reshape(sh), dec.reshape(sh)
-    A, E = torch.cumprod(dc, -1), torch.cumprod(et, -1)
-    Pa, Pe = segprod(dc), segprod(et)
-    Bv = (Pa @ E.unsqueeze(-1)).squeeze(-1)
-    P = Pa @ Pe
-    return list(zip(A.unbind(-2), E.unbind(-2), Bv.unbind(-2), P.unbind(-3), Pe[..., -1, :].unbind(-2)))
+    A, E, Bv, P, Pe_last = chunk_gate_products(eta.reshape(sh), dec.reshape(sh))
+    return list(zip(A.unbind(-2), E.unbind(-2), Bv.unbind(-2), P.unbind(-3), Pe_last.unbind(-2)))
 
 
 def surprise_scale(u2, tau):
@@ -263,10 +253,9 @@ class Memory(nn.Module):
         dec_all = 1 - alpha
         pieces = list(zip(q.split(b, 2), k.split(b, 2), v.split(b, 2), theta.split(b, -1), eta.split(b, -1),
                           dec_all.split(b, -1)))
-        # the scalars A, E, B, C, D of docs/model.md 1.6 for every chunk at once (hoisted out of the chunk loop):
-        # the gates do not depend on the memory state, so one batched computation over [..., nc, b]
+        # the gate products of docs/model.md 1.6 for every chunk at once, batched over [..., nc, b]
         tau = self.c.surprise_bound
-        coeffs = chunk_coeffs(theta, eta, dec_all, b) if tau <= 0 else chunk_coeffs_gateless(eta, dec_all, b)
+        products = chunk_gate_products_all(eta, dec_all, b)
         for ci, (Qc, Kc, Vc, th, et, dec) in enumerate(pieces):
             # key path at the chunk's start W0: activations A_{l-1} and errors Delta_l
             acts, zs, a = [Kc], [], Kc
@@ -287,14 +276,8 @@ class Memory(nn.Module):
                 # the surprise bound: |u_t|^2 = sum_l |delta_t^l|^2 |a_t^{l-1}|^2 at the chunk's start weights
                 u2 = sum((deltas[l] * deltas[l]).sum(-1) * (acts[l] * acts[l]).sum(-1) for l in range(L))
                 th = th * surprise_scale(u2, tau)
-            if coeffs is None:
-                A, E, Bv, C, Cb, Db = chunk_coeffs_one(th, et, dec)
-            elif tau > 0:
-                A, E, Bv, P, Pe_last = coeffs[ci]
-                C = P * th.unsqueeze(-2)
-                Cb, Db = C[..., -1, :], Pe_last * th
-            else:
-                A, E, Bv, C, Cb, Db = coeffs[ci]
+            A, E, Bv, P, Pe_last = products[ci] if products is not None else chunk_gate_products(et, dec)
+            C, Cb, Db = chunk_coeffs_finish(P, Pe_last, th)
             # query path through W_t = A_t W0 + B_t S0 - sum_i C_ti u_i, layer by layer
             a = Qc
             for l in range(L):
