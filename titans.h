@@ -6847,6 +6847,17 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
 #endif
 /* ---- 7. Models, training, sessions (implementation) ------------------------------------------- */
 
+/* Return the first error of a call / NOMEM for a failed allocation. */
+#define TITANS__TRY(expr)        \
+  do {                           \
+    int titans__rc_ = (expr);    \
+    if (titans__rc_) return titans__rc_; \
+  } while (0)
+#define TITANS__NEED(ptr)        \
+  do {                           \
+    if (!(ptr)) return TITANS_ERR_NOMEM; \
+  } while (0)
+
 /* ---- the block kinds: one table -------------------------------------------------------------------
    Everything that differs between ATTN, SWA, MAC, MAG, MAL and LMM is one row of titans__kinds: which
    sublayers (hence which parameters) the kind has, which keys its attention sees, how its memory meets
@@ -7319,28 +7330,37 @@ typedef struct titans__attn_save {
 
 /* out [B, Tq, d] = wo Attn(wq xq, wk src, wv src): src [B, P + Tk, d] holds the always-visible prefix rows
    (no RoPE) then the positioned rows; row b's queries at qpos + b * pos_stride [Tq] and keys at
-   kpos + b * pos_stride [Tk] (pos_stride 0: every row has the same positions). */
+   kpos + b * pos_stride [Tk] (pos_stride 0: every row has the same positions).
+   Training passes the arena, which gives sv its buffers, and attends over src. A session's token is the
+   same call with B = Tq = 1, P = 0, sv's buffers its own (ar NULL) and its KV cache: the Tk new key and
+   value rows join the cache (which holds the prefix and the earlier rows) and the query attends over it. */
 static int titans__attn_sub_forward(const titans_config *c, const titans_layer *L, titans__arena *ar,
                                     titans__attn_save *sv, float *out, const float *xq, const float *src,
                                     const int64_t *qpos, const int64_t *kpos, size_t pos_stride, size_t B, size_t Tq,
-                                    size_t P, size_t Tk, int64_t window) {
+                                    size_t P, size_t Tk, int64_t window, titans_kv_cache *cache) {
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
-  sv->q = titans__arena_alloc(ar, B * Tq * d);
-  sv->k = titans__arena_alloc(ar, B * S * d);
-  sv->v = titans__arena_alloc(ar, B * S * d);
-  sv->att = titans__arena_alloc(ar, B * Tq * d);
-  sv->lse = titans__arena_alloc(ar, B * Tq * H);
-  if (!sv->q || !sv->k || !sv->v || !sv->att || !sv->lse) return TITANS_ERR_NOMEM;
+  if (ar) {
+    sv->q = titans__arena_alloc(ar, B * Tq * d);
+    sv->k = titans__arena_alloc(ar, B * S * d);
+    sv->v = titans__arena_alloc(ar, B * S * d);
+    sv->att = titans__arena_alloc(ar, B * Tq * d);
+    sv->lse = titans__arena_alloc(ar, B * Tq * H);
+    if (!sv->q || !sv->k || !sv->v || !sv->att || !sv->lse) return TITANS_ERR_NOMEM;
+  }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, xq, d, L->attn_wq, d, 0.0f, sv->q, d);
   titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wk, d, 0.0f, sv->k, d);
   titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wv, d, 0.0f, sv->v, d);
   for (size_t b = 0; b < B; b++) {
     const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] this row's positions */
-    titans_rope_forward(sv->q + b * Tq * d, qp, Tq, H, da);
-    titans_rope_forward(sv->k + (b * S + P) * d, kp, Tk, H, da);
-    int rc = titans_attention_forward(sv->att + b * Tq * d, sv->lse + b * Tq * H, sv->q + b * Tq * d, sv->k + b * S * d,
-                                      sv->v + b * S * d, qp, kp, Tq, P, Tk, H, da, window);
-    if (rc) return rc;
+    float *q = sv->q + b * Tq * d, *k = sv->k + b * S * d, *v = sv->v + b * S * d, *att = sv->att + b * Tq * d;
+    titans_rope_forward(q, qp, Tq, H, da);
+    titans_rope_forward(k + P * d, kp, Tk, H, da);
+    if (cache) {
+      TITANS__TRY(titans_kv_cache_append(cache, k, v, kp, Tk));
+      TITANS__TRY(titans_kv_cache_attend(cache, att, NULL, q, qp[0]));
+      continue;
+    }
+    TITANS__TRY(titans_attention_forward(att, sv->lse + b * Tq * H, q, k, v, qp, kp, Tq, P, Tk, H, da, window));
   }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
   return TITANS_OK;
@@ -7641,16 +7661,6 @@ static void titans__rows_unslice(float *dst, const float *src, size_t B, size_t 
   }
 }
 
-#define TITANS__TRY(expr)        \
-  do {                           \
-    int titans__rc_ = (expr);    \
-    if (titans__rc_) return titans__rc_; \
-  } while (0)
-#define TITANS__NEED(ptr)        \
-  do {                           \
-    if (!(ptr)) return TITANS_ERR_NOMEM; \
-  } while (0)
-
 /* ---- mixers: what the kinds share -------------------------------------------------------------
    A block is h = x + Mixer(RMSNorm(x)), out = h + FFN(RMSNorm(h)) for every kind; the mixer is the
    kind's own (titans__kinds). Each kind's subsection below holds its mixer three ways, side by side:
@@ -7736,24 +7746,18 @@ static void titans__linear(float *y, const float *x, const float *W, size_t n, s
   titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
 }
 
-/* The one-token form of titans__attn_sub_forward: k_src rows [nk, d] are projected and appended to the
-   cache at position kp, then out [d] = wo Attn(wq xq) over the cache at query position qp. */
+/* A session's attention for one token: titans__attn_sub_forward at T = 1 on the layer's KV cache, the k_src
+   rows [nk, d] becoming keys and values at position kp, the query xq [d] at position qp; out [d]. */
 static int titans__session_attend(const titans_config *c, const titans_layer *L, struct titans__session_layer *sl,
                                   float *out, const float *xq, const float *k_src, size_t nk, int64_t qp, int64_t kp,
                                   titans__step_work *w) {
-  size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H;
   int64_t kpos[2] = {kp, kp};
-  titans__linear(w->q, xq, L->attn_wq, 1, d, d);
-  titans__linear(w->k, k_src, L->attn_wk, nk, d, d);
-  titans__linear(w->v, k_src, L->attn_wv, nk, d, d);
-  titans_rope_forward(w->q, &qp, 1, H, da);
-  titans_rope_forward(w->k, kpos, nk, H, da);
+  titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
+  TITANS__TRY(titans__attn_sub_forward(c, L, NULL, &sv, out, xq, k_src, &qp, kpos, 0, 1, 1, 0, nk, 0, &sl->kv));
   /* the rows are checked as they enter (cheap), not the whole cache after every feed (a 4K-row ATTN
      cache is as many floats as the attention itself reads) */
+  size_t d = (size_t)c->d;
   if (!titans__all_finite(w->k, nk * d) || !titans__all_finite(w->v, nk * d)) sl->kv_nonfinite = 1;
-  TITANS__TRY(titans_kv_cache_append(&sl->kv, w->k, w->v, kpos, nk));
-  TITANS__TRY(titans_kv_cache_attend(&sl->kv, w->att, NULL, w->q, qp));
-  titans__linear(out, w->att, L->attn_wo, 1, d, d);
   return TITANS_OK;
 }
 
@@ -7793,7 +7797,7 @@ static int titans__swa_stream_forward(const titans_config *c, const titans_layer
   }
   lf->kpos_rows = kpos;
   return titans__attn_sub_forward(c, L, ar, &lf->at, out, lf->xn, lf->attn_src, kpos + Wc, kpos, Tk, B, T, P, Tk,
-                                  titans__window(c));
+                                  titans__window(c), NULL);
 }
 
 static int titans__swa_stream_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -7819,7 +7823,7 @@ static int titans__baseline_forward(const titans_config *c, const titans_layer *
   if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
   TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] persist || xn */
   titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c), NULL);
 }
 
 static int titans__baseline_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -7897,7 +7901,7 @@ static int titans__mac_forward(const titans_config *c, const titans_layer *L, ti
       memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
       memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
     }
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0));
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0, NULL));
     /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
     TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg->y, sg->xs), n, cu));
     /* 4. gate */
@@ -8035,7 +8039,7 @@ static int titans__mag_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__NEED(cx);
   titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
   lf->mem_in = lf->src;
-  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c)));
+  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c), NULL));
   TITANS__TRY(titans__layer_state(c, L, lf, B));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
@@ -8100,7 +8104,7 @@ static int titans__mal_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
   lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T, titans__window(c));
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T, titans__window(c), NULL);
 }
 
 static int titans__mal_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -8242,7 +8246,7 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
     TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] */
     titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
     TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                         titans__window(c)));
+                                         titans__window(c), NULL));
   }
   float **rows[6] = {&sv->q, &sv->emem, &sv->g, &sv->ku, &sv->vu, &sv->a};
   for (int i = 0; i < 6; i++) TITANS__NEED(*rows[i] = titans__arena_alloc(ar, B * T * (i < 5 ? d : Ns)));
