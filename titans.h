@@ -3335,6 +3335,49 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
 
 /* ---- parameter layout ------------------------------------------------------------------------- */
 
+/* How the walk's parameters start (titans_model_init_weights, titans_mem_weights_init): each parameter of
+   a walk names its rule, and a walk given a titans__init fills the parameters in the walk's order. */
+enum {
+  TITANS__INIT_NORMAL = 0,  /* normal(0, a) */
+  TITANS__INIT_CONST = 1,   /* every entry a */
+  TITANS__INIT_CONV = 2,    /* normal(0, a), plus 1 on each row's last tap: the conv starts near identity */
+  TITANS__INIT_EARLIER = 3  /* drawn earlier in the walk than its place (the untied output head) */
+};
+typedef struct titans__init_rule {
+  int how;  /* TITANS__INIT_* */
+  float a;  /* the standard deviation or the constant */
+} titans__init_rule;
+
+typedef struct titans__init {
+  titans_rng *rng;
+  float out_std; /* output projections: 0.02 / sqrt(2 n_layers), so that the residual stream's variance
+                    does not grow with depth (GPT-2's rule) */
+} titans__init;
+
+static void titans__fill_normal(float *p, size_t n, float std, titans_rng *rng) {
+  for (size_t i = 0; i < n; i++) p[i] = std * titans_rng_normal(rng);
+}
+
+static void titans__fill_const(float *p, size_t n, float value) {
+  for (size_t i = 0; i < n; i++) p[i] = value;
+}
+
+/* logit of p in (0, 1): the bias that makes sigma(bias) = p */
+static float titans__logit(float p) { return logf(p / (1.0f - p)); }
+
+/* Fills p [rows, cols] by rule r. */
+static void titans__param_fill(const titans__init *in, float *p, size_t rows, size_t cols, titans__init_rule r) {
+  switch (r.how) {
+    case TITANS__INIT_NORMAL: titans__fill_normal(p, rows * cols, r.a, in->rng); break;
+    case TITANS__INIT_CONST: titans__fill_const(p, rows * cols, r.a); break;
+    case TITANS__INIT_CONV:
+      titans__fill_normal(p, rows * cols, r.a, in->rng);
+      for (size_t j = 0; j < rows; j++) p[j * cols + cols - 1] += 1.0f;
+      break;
+    default: break;
+  }
+}
+
 /* Appends one parameter at *offset: records it in list (when there is room) and returns its offset. */
 static size_t titans__param_push(titans_param *list, size_t max, size_t *count, size_t *offset, const char *prefix,
                                  const char *name, int kind, int ndim, size_t s0, size_t s1, size_t s2) {
@@ -3358,96 +3401,83 @@ static size_t titans__param_push(titans_param *list, size_t max, size_t *count, 
   return at;
 }
 
-/* The one place that fixes the order of the memory layer's parameters: records the list and/or binds
-   the pointers of w (either may be NULL). Returns the number of parameters; *offset advances. */
+/* The one place that fixes the order of the memory layer's parameters and how they start: records the
+   list, binds the pointers of w to slab, fills the (bound) weights of w by their rules (list, slab, init
+   may each be NULL). Returns the number of parameters; *offset advances. */
 static size_t titans__mem_walk(const titans_mem_config *cfg, titans_mem_weights *w, float *slab, titans_param *list,
-                               size_t max, const char *prefix, size_t *offset) {
+                               size_t max, const char *prefix, size_t *offset, const titans__init *init) {
   titans__mem_dims m = titans__mem_get_dims(cfg);
   size_t count = 0, o;
   static const char *const w0_names[TITANS_MEM_MAX_DEPTH] = {"w0.0", "w0.1", "w0.2", "w0.3",
                                                              "w0.4", "w0.5", "w0.6", "w0.7"};
-#define TITANS__MEM_PARAM(field, name, kind, nd, a, b_, c_)                                 \
-  o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, c_); \
-  if (w) w->field = slab + o;
-  TITANS__MEM_PARAM(wq, "wq", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0)
-  TITANS__MEM_PARAM(wk, "wk", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0)
-  TITANS__MEM_PARAM(wv, "wv", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0)
+  const titans__init_rule small = {TITANS__INIT_NORMAL, 0.02f}, gain = {TITANS__INIT_CONST, 1.0f};
+  const titans__init_rule out = {TITANS__INIT_NORMAL, init ? init->out_std : 0.0f};
+  /* Near-identity taps: the layer starts as its plain projections (a conv of small random taps would
+     shrink q, k, v by ~50x and slow early training). */
+  const titans__init_rule taps = {TITANS__INIT_CONV, 0.02f};
+  /* The gates start small and stable: theta = theta_max / 2, eta ~ 0.9, alpha ~ 0.02 (the biases are
+     the logits of 0.5, 0.9, 0.02). */
+  const titans__init_rule lr = {TITANS__INIT_CONST, 0.0f}, mom = {TITANS__INIT_CONST, 2.1972246f};
+  const titans__init_rule decay = {TITANS__INIT_CONST, -3.8918203f};
+  /* a parameter [a] (nd 1), [a, b_] (nd 2) or [a, b_, c_] (nd 3), filled as [rows, cols] with cols its
+     last dimension */
+#define TITANS__MEM_PARAM(field, name, kind, nd, a, b_, c_, rule)                                             \
+  o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, c_);                   \
+  if (w && slab) w->field = slab + o;                                                                     \
+  if (init)                                                                                               \
+    titans__param_fill(init, w->field, (nd) == 1 ? 1 : (nd) == 2 ? (a) : (a) * (b_),                      \
+                       (nd) == 1 ? (a) : (nd) == 2 ? (b_) : (c_), rule);
+  TITANS__MEM_PARAM(wq, "wq", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0, small)
+  TITANS__MEM_PARAM(wk, "wk", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0, small)
+  TITANS__MEM_PARAM(wv, "wv", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0, small)
   if (m.K > 0) {
-    TITANS__MEM_PARAM(conv_q, "conv_q", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0)
-    TITANS__MEM_PARAM(conv_k, "conv_k", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0)
-    TITANS__MEM_PARAM(conv_v, "conv_v", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0)
-  } else if (w) {
+    TITANS__MEM_PARAM(conv_q, "conv_q", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0, taps)
+    TITANS__MEM_PARAM(conv_k, "conv_k", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0, taps)
+    TITANS__MEM_PARAM(conv_v, "conv_v", TITANS_PARAM_MATRIX, 2, m.dm, m.K, 0, taps)
+  } else if (w && slab) {
     w->conv_q = w->conv_k = w->conv_v = NULL;
   }
-  TITANS__MEM_PARAM(lr_w, "lr_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0)
-  TITANS__MEM_PARAM(lr_b, "lr_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0)
-  TITANS__MEM_PARAM(mom_w, "mom_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0)
-  TITANS__MEM_PARAM(mom_b, "mom_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0)
-  TITANS__MEM_PARAM(decay_w, "decay_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0)
-  TITANS__MEM_PARAM(decay_b, "decay_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0)
+  TITANS__MEM_PARAM(lr_w, "lr_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0, small)
+  TITANS__MEM_PARAM(lr_b, "lr_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0, lr)
+  TITANS__MEM_PARAM(mom_w, "mom_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0, small)
+  TITANS__MEM_PARAM(mom_b, "mom_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0, mom)
+  TITANS__MEM_PARAM(decay_w, "decay_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0, small)
+  TITANS__MEM_PARAM(decay_b, "decay_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0, decay)
   for (size_t i = 0; i < m.L; i++) {
-    TITANS__MEM_PARAM(w0[i], w0_names[i], TITANS_PARAM_MATRIX, 3, m.H, m.n[i + 1], m.n[i])
+    const titans__init_rule w0 = {TITANS__INIT_NORMAL, 1.0f / sqrtf((float)m.n[i])}; /* unit-variance layers */
+    TITANS__MEM_PARAM(w0[i], w0_names[i], TITANS_PARAM_MATRIX, 3, m.H, m.n[i + 1], m.n[i], w0)
   }
-  if (w)
+  if (w && slab)
     for (size_t i = m.L; i < TITANS_MEM_MAX_DEPTH; i++) w->w0[i] = NULL;
-  TITANS__MEM_PARAM(out_norm, "out_norm", TITANS_PARAM_GAIN, 1, m.dh, 0, 0)
-  TITANS__MEM_PARAM(wg, "wg", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0)
-  TITANS__MEM_PARAM(wo, "wo", TITANS_PARAM_MATRIX, 2, m.d, m.dm, 0)
+  TITANS__MEM_PARAM(out_norm, "out_norm", TITANS_PARAM_GAIN, 1, m.dh, 0, 0, gain)
+  TITANS__MEM_PARAM(wg, "wg", TITANS_PARAM_MATRIX, 2, m.dm, m.d, 0, small)
+  TITANS__MEM_PARAM(wo, "wo", TITANS_PARAM_MATRIX, 2, m.d, m.dm, 0, out)
 #undef TITANS__MEM_PARAM
   return count;
 }
 
 TITANSDEF size_t titans_mem_param_count(const titans_mem_config *cfg) {
   size_t offset = 0;
-  titans__mem_walk(cfg, NULL, NULL, NULL, 0, "", &offset);
+  titans__mem_walk(cfg, NULL, NULL, NULL, 0, "", &offset, NULL);
   return offset;
 }
 
 TITANSDEF void titans_mem_weights_bind(titans_mem_weights *w, const titans_mem_config *cfg, float *slab) {
   size_t offset = 0;
-  titans__mem_walk(cfg, w, slab, NULL, 0, "", &offset);
+  titans__mem_walk(cfg, w, slab, NULL, 0, "", &offset, NULL);
 }
 
 TITANSDEF size_t titans_mem_param_list(titans_param *list, size_t max, const titans_mem_config *cfg, const char *prefix,
                                        size_t base_offset) {
-  return titans__mem_walk(cfg, NULL, NULL, list, max, prefix ? prefix : "", &base_offset);
-}
-
-static void titans__fill_normal(float *p, size_t n, float std, titans_rng *rng) {
-  for (size_t i = 0; i < n; i++) p[i] = std * titans_rng_normal(rng);
-}
-
-static void titans__fill_const(float *p, size_t n, float value) {
-  for (size_t i = 0; i < n; i++) p[i] = value;
+  return titans__mem_walk(cfg, NULL, NULL, list, max, prefix ? prefix : "", &base_offset, NULL);
 }
 
 TITANSDEF void titans_mem_weights_init(const titans_mem_weights *w, const titans_mem_config *cfg, titans_rng *rng,
                                        int n_layers) {
-  titans__mem_dims m = titans__mem_get_dims(cfg);
-  float out_std = 0.02f / sqrtf(2.0f * (float)(n_layers > 0 ? n_layers : 1));
-  titans__fill_normal(w->wq, m.dm * m.d, 0.02f, rng);
-  titans__fill_normal(w->wk, m.dm * m.d, 0.02f, rng);
-  titans__fill_normal(w->wv, m.dm * m.d, 0.02f, rng);
-  if (m.K > 0) {
-    /* Near-identity taps: the layer starts as its plain projections (a conv of small random taps would
-       shrink q, k, v by ~50x and slow early training). */
-    float *convs[3] = {w->conv_q, w->conv_k, w->conv_v};
-    for (int c = 0; c < 3; c++) {
-      titans__fill_normal(convs[c], m.dm * m.K, 0.02f, rng);
-      for (size_t j = 0; j < m.dm; j++) convs[c][j * m.K + m.K - 1] += 1.0f;
-    }
-  }
-  titans__fill_normal(w->lr_w, m.H * m.d, 0.02f, rng);
-  titans__fill_normal(w->mom_w, m.H * m.d, 0.02f, rng);
-  titans__fill_normal(w->decay_w, m.H * m.d, 0.02f, rng);
-  /* Gates start small and stable: theta = theta_max / 2, eta ~ 0.9, alpha ~ 0.02 (logits of those). */
-  titans__fill_const(w->lr_b, m.H, 0.0f);
-  titans__fill_const(w->mom_b, m.H, 2.1972246f);
-  titans__fill_const(w->decay_b, m.H, -3.8918203f);
-  for (size_t i = 0; i < m.L; i++) titans__fill_normal(w->w0[i], m.H * m.n[i + 1] * m.n[i], 1.0f / sqrtf((float)m.n[i]), rng);
-  titans__fill_const(w->out_norm, m.dh, 1.0f);
-  titans__fill_normal(w->wg, m.dm * m.d, 0.02f, rng);
-  titans__fill_normal(w->wo, m.d * m.dm, out_std, rng);
+  titans__init init = {rng, 0.02f / sqrtf(2.0f * (float)(n_layers > 0 ? n_layers : 1))};
+  titans_mem_weights bound = *w; /* the walk takes a writable one; with no slab it only reads the pointers */
+  size_t offset = 0;
+  titans__mem_walk(cfg, &bound, NULL, NULL, 0, "", &offset, &init);
 }
 
 /* ---- scalar pieces ---------------------------------------------------------------------------- */
@@ -6859,7 +6889,7 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
   } while (0)
 
 /* ---- the block kinds: one table -------------------------------------------------------------------
-   Everything that differs between ATTN, SWA, MAC, MAG, MAL and LMM is one row of titans__kinds: which
+   Everything that differs between ATTN, SWA, MAC, MAG, MAL, LMM and LM2 is one row of titans__kinds: which
    sublayers (hence which parameters) the kind has, which keys its attention sees, how its memory meets
    the persistent tokens, and its functions: the mixer's training forward and backward and its
    one-token step, written side by side in the kind's own subsection further down ("---- MAG: memory
@@ -7033,53 +7063,67 @@ static void titans__layer_prefix(char *out, int l) {
   out[8 + n] = 0;
 }
 
-/* The one place that fixes the model's parameter order, names and shapes: counting (titans__model_size),
-   binding (titans_weights_bind, titans_model_init), and through m->plist saving and loading all use it.
-   Records into list (may be NULL) and binds w (may be NULL; w->layers must have n_layers entries).
-   Returns the parameter count; *offset advances to the total; *exact (may be NULL) adds the same total
-   in double, which cannot wrap (a configuration from a file is sized before anything is allocated). */
+/* The one place that fixes the model's parameter order, names, shapes and how each starts: counting
+   (titans__model_size), binding (titans_weights_bind, titans_model_init), filling (titans_model_init_weights)
+   and, through m->plist, saving and loading all use it. Records into list (may be NULL), binds w to slab
+   (w may be NULL; w->layers must have n_layers entries), fills w's bound weights by their rules when init
+   is given (slab NULL: w is bound already). Returns the parameter count; *offset advances to the total;
+   *exact (may be NULL) adds the same total in double, which cannot wrap (a configuration from a file is
+   sized before anything is allocated). */
 static size_t titans__model_walk(const titans_config *c, titans_weights *w, float *slab, titans_param *list, size_t max,
-                                 size_t *offset, double *exact) {
+                                 size_t *offset, double *exact, const titans__init *init) {
   size_t count = 0, o, d = (size_t)c->d, ff = (size_t)c->ffn_hidden, V = (size_t)c->vocab;
   const titans__kind *k = titans__kind_of(c->block);
   char prefix[64];
-#define TITANS__PARAM(ptr, name, kind, nd, a, b_)                                                        \
+  const titans__init_rule small = {TITANS__INIT_NORMAL, 0.02f}, gain = {TITANS__INIT_CONST, 1.0f};
+  const titans__init_rule out = {TITANS__INIT_NORMAL, init ? init->out_std : 0.0f};
+  /* LM2's bank: m0 normal(0, 1 / sqrt(d)), so a slot has about unit norm like a normalised token; the
+     forget gate's bias at logit(0.9), so that at the start a write keeps 90% of the bank and adds a gated
+     tanh(U) (docs/model.md 4). */
+  const titans__init_rule slots = {TITANS__INIT_NORMAL, 1.0f / sqrtf((float)d)};
+  const titans__init_rule keep = {TITANS__INIT_CONST, titans__logit(0.9f)};
+  const titans__init_rule head = {c->tied ? TITANS__INIT_NORMAL : TITANS__INIT_EARLIER, 0.02f};
+#define TITANS__PARAM(ptr, name, kind, nd, a, b_, rule)                                                  \
   o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, 0);                  \
   if (exact) *exact += (double)(a) * (nd == 2 ? (double)(b_) : 1.0);                                  \
-  if (w) (ptr) = slab + o;
+  if (w && slab) (ptr) = slab + o;                                                                      \
+  if (init) titans__param_fill(init, (ptr), (nd) == 2 ? (a) : 1, (nd) == 2 ? (b_) : (a), rule);
   prefix[0] = 0;
-  TITANS__PARAM(w->tok_emb, "tok_emb", TITANS_PARAM_MATRIX, 2, V, d)
+  TITANS__PARAM(w->tok_emb, "tok_emb", TITANS_PARAM_MATRIX, 2, V, d, small)
+  /* The untied output head is stored last but drawn right after the embedding: the order in which every
+     seed has drawn its weights since the first version. */
+  if (init && !c->tied) titans__param_fill(init, w->lm_head, V, d, small);
   for (int l = 0; l < c->n_layers; l++) {
     titans_layer dummy, *L = w ? &w->layers[l] : &dummy;
-    if (w) memset(L, 0, sizeof *L);
+    if (w && slab) memset(L, 0, sizeof *L);
     titans__layer_prefix(prefix, l);
-    TITANS__PARAM(L->norm1, "norm1", TITANS_PARAM_GAIN, 1, d, 0)
+    TITANS__PARAM(L->norm1, "norm1", TITANS_PARAM_GAIN, 1, d, 0, gain)
     if (k->keys != TITANS__KEYS_NONE) {
-      TITANS__PARAM(L->attn_wq, "attn.wq", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->attn_wk, "attn.wk", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->attn_wv, "attn.wv", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->attn_wo, "attn.wo", TITANS_PARAM_MATRIX, 2, d, d)
+      TITANS__PARAM(L->attn_wq, "attn.wq", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->attn_wk, "attn.wk", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->attn_wv, "attn.wv", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->attn_wo, "attn.wo", TITANS_PARAM_MATRIX, 2, d, d, out)
       if (c->n_persist > 0) {
-        TITANS__PARAM(L->persist, "persist", TITANS_PARAM_TOKENS, 2, (size_t)c->n_persist, d)
+        TITANS__PARAM(L->persist, "persist", TITANS_PARAM_TOKENS, 2, (size_t)c->n_persist, d, small)
       }
     }
     if (k->bank) {
       size_t Ns = (size_t)c->lm2_slots;
-      TITANS__PARAM(L->lm2.m0, "lm2.m0", TITANS_PARAM_TOKENS, 2, Ns, d)
-      TITANS__PARAM(L->lm2.wq, "lm2.wq", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.wk, "lm2.wk", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.wv, "lm2.wv", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.w_out, "lm2.w_out", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.uq, "lm2.uq", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.uk, "lm2.uk", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.uv, "lm2.uv", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.w_in, "lm2.w_in", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.w_f, "lm2.w_f", TITANS_PARAM_MATRIX, 2, d, d)
-      TITANS__PARAM(L->lm2.b_f, "lm2.b_f", TITANS_PARAM_BIAS, 1, d, 0)
+      TITANS__PARAM(L->lm2.m0, "lm2.m0", TITANS_PARAM_TOKENS, 2, Ns, d, slots)
+      TITANS__PARAM(L->lm2.wq, "lm2.wq", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.wk, "lm2.wk", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.wv, "lm2.wv", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.w_out, "lm2.w_out", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.uq, "lm2.uq", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.uk, "lm2.uk", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.uv, "lm2.uv", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.w_in, "lm2.w_in", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.w_f, "lm2.w_f", TITANS_PARAM_MATRIX, 2, d, d, small)
+      TITANS__PARAM(L->lm2.b_f, "lm2.b_f", TITANS_PARAM_BIAS, 1, d, 0, keep)
     }
     if (k->gate) {
-      TITANS__PARAM(L->gate_norm_y, "gate.norm_y", TITANS_PARAM_GAIN, 1, d, 0)
-      TITANS__PARAM(L->gate_norm_m, "gate.norm_m", TITANS_PARAM_GAIN, 1, d, 0)
+      TITANS__PARAM(L->gate_norm_y, "gate.norm_y", TITANS_PARAM_GAIN, 1, d, 0, gain)
+      TITANS__PARAM(L->gate_norm_m, "gate.norm_m", TITANS_PARAM_GAIN, 1, d, 0, gain)
     }
     if (k->mem) {
       char mp[80];
@@ -7088,18 +7132,18 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
       memcpy(mp + pl, "mem.", 5);
       if (exact) *exact += (double)titans_mem_param_count(&c->mem);
       count += titans__mem_walk(&c->mem, w ? &L->mem : NULL, slab, list ? list + (count < max ? count : max) : NULL,
-                                max > count ? max - count : 0, mp, offset);
+                                max > count ? max - count : 0, mp, offset, init);
     }
-    TITANS__PARAM(L->norm2, "norm2", TITANS_PARAM_GAIN, 1, d, 0)
-    TITANS__PARAM(L->ffn_w1, "ffn.w1", TITANS_PARAM_MATRIX, 2, ff, d)
-    TITANS__PARAM(L->ffn_w3, "ffn.w3", TITANS_PARAM_MATRIX, 2, ff, d)
-    TITANS__PARAM(L->ffn_w2, "ffn.w2", TITANS_PARAM_MATRIX, 2, d, ff)
+    TITANS__PARAM(L->norm2, "norm2", TITANS_PARAM_GAIN, 1, d, 0, gain)
+    TITANS__PARAM(L->ffn_w1, "ffn.w1", TITANS_PARAM_MATRIX, 2, ff, d, small)
+    TITANS__PARAM(L->ffn_w3, "ffn.w3", TITANS_PARAM_MATRIX, 2, ff, d, small)
+    TITANS__PARAM(L->ffn_w2, "ffn.w2", TITANS_PARAM_MATRIX, 2, d, ff, out)
   }
   prefix[0] = 0;
-  TITANS__PARAM(w->norm_f, "norm_f", TITANS_PARAM_GAIN, 1, d, 0)
+  TITANS__PARAM(w->norm_f, "norm_f", TITANS_PARAM_GAIN, 1, d, 0, gain)
   if (!c->tied) {
-    TITANS__PARAM(w->lm_head, "lm_head", TITANS_PARAM_MATRIX, 2, V, d)
-  } else if (w) {
+    TITANS__PARAM(w->lm_head, "lm_head", TITANS_PARAM_MATRIX, 2, V, d, head)
+  } else if (w && slab) {
     w->lm_head = NULL;
   }
 #undef TITANS__PARAM
@@ -7109,7 +7153,7 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
 TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab) {
   size_t offset = 0;
   w->layers = layers;
-  titans__model_walk(cfg, w, slab, NULL, 0, &offset, NULL);
+  titans__model_walk(cfg, w, slab, NULL, 0, &offset, NULL, NULL);
 }
 
 /* The parameters of a checked configuration, from the walk: *n_params tensors of *n_floats floats in all.
@@ -7118,7 +7162,7 @@ TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, cons
 static double titans__model_size(const titans_config *c, size_t *n_params, size_t *n_floats) {
   size_t offset = 0;
   double exact = 0.0;
-  *n_params = titans__model_walk(c, NULL, NULL, NULL, 0, &offset, &exact);
+  *n_params = titans__model_walk(c, NULL, NULL, NULL, 0, &offset, &exact, NULL);
   *n_floats = offset;
   return exact;
 }
@@ -7142,22 +7186,8 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
     return titans__error(m->error, TITANS_ERR_NOMEM, "model: cannot allocate %zu parameters", offset);
   }
   offset = 0;
-  titans__model_walk(cfg, &m->w, m->params, m->plist, m->n_params, &offset, NULL);
+  titans__model_walk(cfg, &m->w, m->params, m->plist, m->n_params, &offset, NULL, NULL);
   return TITANS_OK;
-}
-
-/* logit of p in (0, 1): the bias that makes sigma(bias) = p */
-static float titans__logit(float p) { return logf(p / (1.0f - p)); }
-
-/* The LM2 bank (docs/model.md 4): m0 normal(0, 1 / sqrt(d)), so a slot has about unit norm like a
-   normalised token; the matrices normal(0, 0.02) as every matrix; the forget gate's bias at logit(0.9),
-   so that at the start a write keeps 90% of the bank and adds a gated tanh(U). */
-static void titans__lm2_init(const titans_lm2_weights *w, const titans_config *c, titans_rng *rng) {
-  size_t d = (size_t)c->d;
-  titans__fill_normal(w->m0, (size_t)c->lm2_slots * d, 1.0f / sqrtf((float)d), rng);
-  float *mats[9] = {w->wq, w->wk, w->wv, w->w_out, w->uq, w->uk, w->uv, w->w_in, w->w_f};
-  for (int i = 0; i < 9; i++) titans__fill_normal(mats[i], d * d, 0.02f, rng);
-  titans__fill_const(w->b_f, d, titans__logit(0.9f));
 }
 
 TITANSDEF void titans_model_set_layer_gates(titans_model *m, int layer, float theta_frac, float eta, float alpha) {
@@ -7185,35 +7215,11 @@ TITANSDEF void titans_model_free(titans_model *m) {
 }
 
 TITANSDEF void titans_model_init_weights(titans_model *m, uint64_t seed) {
-  const titans_config *c = &m->cfg;
   titans_rng rng;
   titans_rng_seed(&rng, seed);
-  size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
-  float out_std = 0.02f / sqrtf(2.0f * (float)c->n_layers);
-  titans__fill_normal(m->w.tok_emb, (size_t)c->vocab * d, 0.02f, &rng);
-  titans__fill_const(m->w.norm_f, d, 1.0f);
-  if (m->w.lm_head) titans__fill_normal(m->w.lm_head, (size_t)c->vocab * d, 0.02f, &rng);
-  for (int l = 0; l < c->n_layers; l++) {
-    titans_layer *L = &m->w.layers[l];
-    titans__fill_const(L->norm1, d, 1.0f);
-    titans__fill_const(L->norm2, d, 1.0f);
-    if (L->attn_wq) {
-      titans__fill_normal(L->attn_wq, d * d, 0.02f, &rng);
-      titans__fill_normal(L->attn_wk, d * d, 0.02f, &rng);
-      titans__fill_normal(L->attn_wv, d * d, 0.02f, &rng);
-      titans__fill_normal(L->attn_wo, d * d, out_std, &rng);
-    }
-    if (L->persist) titans__fill_normal(L->persist, (size_t)c->n_persist * d, 0.02f, &rng);
-    if (L->gate_norm_y) {
-      titans__fill_const(L->gate_norm_y, d, 1.0f);
-      titans__fill_const(L->gate_norm_m, d, 1.0f);
-    }
-    if (titans__kind_of(c->block)->mem) titans_mem_weights_init(&L->mem, &c->mem, &rng, c->n_layers);
-    if (L->lm2.m0) titans__lm2_init(&L->lm2, c, &rng);
-    titans__fill_normal(L->ffn_w1, ff * d, 0.02f, &rng);
-    titans__fill_normal(L->ffn_w3, ff * d, 0.02f, &rng);
-    titans__fill_normal(L->ffn_w2, d * ff, out_std, &rng);
-  }
+  titans__init init = {&rng, 0.02f / sqrtf(2.0f * (float)m->cfg.n_layers)};
+  size_t offset = 0;
+  titans__model_walk(&m->cfg, &m->w, NULL, NULL, 0, &offset, NULL, &init);
 }
 
 /* ---- training schedule ------------------------------------------------------------------------ */
