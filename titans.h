@@ -370,8 +370,23 @@ typedef struct titans_mem_ctx {
   float *dtails_init;   /* [4, B, K_c - 1, d_m] output */
   float *grad_work;     /* the backward's gradient vectors and per-thread work, kept between calls */
   size_t cap_grad;
+  double *stage_seconds; /* NULL, or the caller's [TITANS_MEM_STAGES]: the stage timers (below) */
   char error[TITANS_ERR_MSG_SIZE];
 } titans_mem_ctx;
+
+/* The stage timers: where a training forward and its backward spend their time, for benchmarks
+   (bench/bench_memory.c). Point ctx->stage_seconds at TITANS_MEM_STAGES doubles: titans_mem_forward
+   with that ctx and titans_mem_backward then add each stage's wall time to its entry (the caller zeroes
+   them). NULL, the default, reads no clock. */
+enum {
+  TITANS_MEM_STAGE_INPUTS = 0,              /* forward: projections, convs, SiLU, L2Norm, gates */
+  TITANS_MEM_STAGE_RECURRENCE = 1,          /* forward: the chunked recurrence of every row and head */
+  TITANS_MEM_STAGE_OUTPUT = 2,              /* forward: RMSNorm, the output gate, wo */
+  TITANS_MEM_STAGE_OUTPUT_BACKWARD = 3,     /* backward: zeroing its work space, the output path */
+  TITANS_MEM_STAGE_RECURRENCE_BACKWARD = 4, /* backward: the recurrence, last chunk first */
+  TITANS_MEM_STAGE_INPUTS_BACKWARD = 5,     /* backward: d W_0, the input path */
+  TITANS_MEM_STAGES = 6
+};
 
 TITANSDEF void titans_mem_ctx_init(titans_mem_ctx *ctx);
 TITANSDEF void titans_mem_ctx_free(titans_mem_ctx *ctx);
@@ -1221,6 +1236,7 @@ TITANSDEF int titans_stream_load(titans_stream *s, const char *path);
 #include <float.h>
 #include <limits.h>
 #include <stdlib.h> /* qsort */
+#include <time.h>   /* timespec_get: the memory layer's stage timers */
 #ifndef TITANS_NO_STDIO
 #include <stdio.h>
 #endif
@@ -4047,6 +4063,22 @@ TITANSDEF int titans_mem_state_load(titans_mem_state *st, const float *buf, size
 
 TITANSDEF void titans_mem_ctx_init(titans_mem_ctx *ctx) { memset(ctx, 0, sizeof *ctx); }
 
+/* The stage timers' clock: wall seconds (C11's timespec_get, so no POSIX clock is needed). */
+static double titans__mem_clock(const titans_mem_ctx *ctx) {
+  if (!ctx || !ctx->stage_seconds) return 0.0;
+  struct timespec ts;
+  timespec_get(&ts, TIME_UTC);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Adds the time since *since to ctx's timer of stage and restarts *since (no timers: nothing). */
+static void titans__mem_stage_done(titans_mem_ctx *ctx, int stage, double *since) {
+  if (!ctx || !ctx->stage_seconds) return;
+  double now = titans__mem_clock(ctx);
+  ctx->stage_seconds[stage] += now - *since;
+  *since = now;
+}
+
 TITANSDEF void titans_mem_ctx_free(titans_mem_ctx *ctx) {
   titans_free(ctx->proj);
   titans_free(ctx->states);
@@ -4311,7 +4343,9 @@ TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_
   size_t K1 = m.K > 0 ? m.K - 1 : 0, tsz = B * K1 * m.dm;
   float *tails[3] = {st->tail_q, st->tail_k, st->tail_v};
   float *saved[3] = {ctx ? ctx->tails : NULL, ctx ? ctx->tails + tsz : NULL, ctx ? ctx->tails + 2 * tsz : NULL};
+  double since = titans__mem_clock(ctx);
   titans__mem_inputs_forward(&m, cfg, w, &bf, tails, saved, x, B, T, 3);
+  titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS, &since);
 
   long long tasks = (long long)(B * m.H);
 #ifdef _OPENMP
@@ -4326,7 +4360,9 @@ TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_
                           st->position, r, h, T, &wk);
   }
   st->position += (long long)T;
+  titans__mem_stage_done(ctx, TITANS_MEM_STAGE_RECURRENCE, &since);
   titans__mem_output_forward(&m, w, &bf, out, x, B * T);
+  titans__mem_stage_done(ctx, TITANS_MEM_STAGE_OUTPUT, &since);
   return TITANS_OK;
 }
 
@@ -4572,6 +4608,7 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   titans__mem_dims m = titans__mem_get_dims(cfg);
   size_t B = ctx->batch, T = ctx->T, bt = B * T, hs = m.head_size;
   int nth = titans_threads();
+  double since = titans__mem_clock(ctx);
   titans__mem_bufs bf;
   titans__mem_bufs_carve(&bf, ctx->proj, &m, bt);
   titans__mem_grads gr;
@@ -4590,6 +4627,7 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   memset(work, 0, work_floats * (size_t)nth * sizeof(float));
 
   titans__mem_output_backward(&m, w, grad, &bf, &gr, dx, dout, x, bt);
+  titans__mem_stage_done(ctx, TITANS_MEM_STAGE_OUTPUT_BACKWARD, &since);
   long long tasks = (long long)(B * m.H);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
@@ -4609,11 +4647,13 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
                                      dfinal, dinit, ctx->nchunks, r, h, T, &wk);
     }
   }
+  titans__mem_stage_done(ctx, TITANS_MEM_STAGE_RECURRENCE_BACKWARD, &since);
   if (init_from_w0) titans__mem_w0_grad(cfg, grad, ctx, NULL);
   size_t K1 = m.K > 0 ? m.K - 1 : 0, slot = ctx->retrieval ? 3 * B * K1 * m.dm : 0;
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails + slot, ctx->dtails_final + slot,
                               ctx->dtails_init + slot, dx, x, B, T, ctx->retrieval ? 1 : 3);
+  titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS_BACKWARD, &since);
   return TITANS_OK;
 }
 

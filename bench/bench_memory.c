@@ -14,14 +14,14 @@
      chunked form equals its own recurrence fed one token per call;
    - a long inference stream (1M tokens by default, about a minute): the per-token cost at the end
      against that at 1K, the share of subnormal floats in the memory state and the RSS;
-   - where the time goes: the layer's parts (replays of titans_mem_forward / titans_mem_backward with
-     timers between their steps, checked bit for bit against the API), and one chunk of one head
-     taken apart: its matrix products replayed alone and its SiLU family.
+   - where the time goes: the layer's stages, timed by the layer itself (its stage timers,
+     titans_mem_ctx.stage_seconds), and one chunk of one head: its share of the recurrence against the
+     same matrix products replayed alone (titans_gemm at the chunk's shapes).
    The flop count is printed with its formula (matrix products only, see flops_note). The whole run
    aims at under ~3 minutes: when one forward + backward is too slow for that at T = 2048 (a slow
    GEMM), T is reduced and the reason printed; rates per token hardly depend on T, the cost being
-   linear in T. This file includes the implementation, so it calls the library's internal (static)
-   functions; if their signatures change, the replays here must follow. */
+   linear in T. The layer is driven through the public API only; bench_common.h measures the FMA peak
+   with the header's vector layer. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (bench_common.h) */
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
@@ -64,45 +64,27 @@ static stats stats_of(double *t, int n) {
   return s;
 }
 
-/* ---- FMA peak ------------------------------------------------------------------------------ */
-
-/* Each thread runs BENCH_CHAINS independent FMA chains acc = acc * a + c in the library's vector
-   width (enough chains to cover the FMA latency times the number of FMA pipes of current cores).
-   The fixed point of the chain is c / (1 - a) = 1, so no value overflows or becomes denormal. */
-#define BENCH_CHAINS 16
-static float fma_chains(long iters) {
-  titans__vf acc[BENCH_CHAINS], va = titans__vset1(0.9999f), vc = titans__vset1(1e-4f);
-  for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vset1((float)j * 0.01f);
-  for (long i = 0; i < iters; i++)
-    for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vfma(acc[j], va, vc);
-  titans__vf s = acc[0];
-  for (int j = 1; j < BENCH_CHAINS; j++) s = titans__vadd(s, acc[j]);
-  return titans__vsum(s);
-}
-
-/* Best GFLOP/s of several timed blocks on nth threads (an FMA counts 2 flops), by the wall clock: the
-   2-thread fractions of this bench are of what two threads really get together. */
-static double fma_peak_wall(int nth) {
-  const long iters = 2000000;
-  double best = 0.0;
-  volatile float sink = 0.0f;
-  for (int trial = 0; trial < 7; trial++) {
-    float got = 0.0f;
-    double t0 = now_sec();
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nth) reduction(+ : got)
-#endif
-    got += fma_chains(iters);
-    double t = now_sec() - t0;
-    sink += got;
-    double flops = 2.0 * (double)iters * BENCH_CHAINS * TITANS__VW * nth;
-    if (flops / t > best) best = flops / t;
-  }
-  (void)sink;
-  return best * 1e-9;
-}
-
 /* ---- flop count ---------------------------------------------------------------------------- */
+
+/* The layer's shapes, from its configuration (docs/model.md 1.1): H heads of width d_h (d_m = H d_h),
+   an MLP of L layers of widths n_0 = n_L = d_h and n_i = e d_h between, chunks of b tokens. */
+typedef struct dims {
+  size_t d, H, dh, dm, L, b;
+  size_t n[TITANS_MEM_MAX_DEPTH + 1];
+} dims;
+
+static dims dims_of(const titans_mem_config *c) {
+  dims m;
+  memset(&m, 0, sizeof m);
+  m.d = (size_t)c->d;
+  m.H = (size_t)c->heads;
+  m.dh = (size_t)c->head_dim;
+  m.dm = m.H * m.dh;
+  m.L = (size_t)c->depth;
+  m.b = (size_t)c->chunk;
+  for (size_t i = 0; i <= m.L; i++) m.n[i] = (i == 0 || i == m.L) ? m.dh : m.dh * (size_t)c->hidden_mult;
+  return m;
+}
 
 /* The matrix products of the code, listed in the order it calls them, with their shapes: the
    flop count and the replay timing both come from these lists. */
@@ -134,9 +116,9 @@ static double list_flops(const shape_list *l) {
   return f;
 }
 
-/* titans__mem_piece_forward over one chunk of n tokens of one head: key path, error recursion,
+/* The products of one chunk of n tokens of one head in the forward: key path, error recursion,
    query path, and (with_state) the chunk-end state. */
-static void piece_forward_shapes(shape_list *l, const titans__mem_dims *m, size_t n, int with_state) {
+static void piece_forward_shapes(shape_list *l, const dims *m, size_t n, int with_state) {
   size_t L = m->L;
   for (size_t i = 0; i < L; i++) push(l, 0, 1, n, m->n[i + 1], m->n[i]); /* zk = ak Wg^T */
   for (size_t i = L - 1; i-- > 0;) push(l, 0, 0, n, m->n[i + 1], m->n[i + 2]); /* gk = delta W */
@@ -154,8 +136,8 @@ static void piece_forward_shapes(shape_list *l, const titans__mem_dims *m, size_
     }
 }
 
-/* titans__mem_piece_backward over one chunk: the recomputed forward, then every product. */
-static void piece_backward_shapes(shape_list *l, const titans__mem_dims *m, size_t n) {
+/* The products of one chunk in the backward: the recomputed forward, then every product. */
+static void piece_backward_shapes(shape_list *l, const dims *m, size_t n) {
   size_t L = m->L;
   piece_forward_shapes(l, m, n, 0);
   for (size_t i = 0; i < L; i++) { /* end state */
@@ -188,15 +170,15 @@ static void piece_backward_shapes(shape_list *l, const titans__mem_dims *m, size
   }
 }
 
-/* Projections, gates and output of bt tokens (titans__mem_inputs_forward, titans__mem_output_forward). */
-static void io_forward_shapes(shape_list *l, const titans__mem_dims *m, size_t bt) {
+/* Projections, gates and output of bt tokens (the input and output stages). */
+static void io_forward_shapes(shape_list *l, const dims *m, size_t bt) {
   for (int s = 0; s < 3; s++) push(l, 0, 1, bt, m->dm, m->d); /* wq, wk, wv */
   for (int g = 0; g < 3; g++) push(l, 0, 1, bt, m->H, m->d);  /* gates */
   push(l, 0, 1, bt, m->dm, m->d);                               /* wg */
   push(l, 0, 1, bt, m->d, m->dm);                               /* wo */
 }
 
-static void io_backward_shapes(shape_list *l, const titans__mem_dims *m, size_t bt) {
+static void io_backward_shapes(shape_list *l, const dims *m, size_t bt) {
   push(l, 1, 0, m->d, m->dm, bt); /* d wo */
   push(l, 0, 0, bt, m->dm, m->d); /* d gated */
   push(l, 1, 0, m->dm, m->d, bt); /* d wg */
@@ -216,7 +198,7 @@ typedef struct flop_count {
   double tok_fwd, tok_bwd;     /* whole layer, per token */
 } flop_count;
 
-static flop_count count_flops(const titans__mem_dims *m) {
+static flop_count count_flops(const dims *m) {
   flop_count f;
   shape_list l;
   l.count = 0;
@@ -235,7 +217,7 @@ static flop_count count_flops(const titans__mem_dims *m) {
 }
 
 /* Prints the closed formula and checks it against the lists (they must agree exactly). */
-static void flops_note(const titans__mem_dims *m) {
+static void flops_note(const dims *m) {
   double W = 0, W1 = 0, S = 0;
   for (size_t i = 0; i < m->L; i++) {
     W += (double)(m->n[i] * m->n[i + 1]);
@@ -354,108 +336,23 @@ static stats time_runs(layer *ly, int fwdbwd, int reps) {
 
 /* ---- where the time goes ------------------------------------------------------------------- */
 
-/* The parts of a training forward and its backward: [0] inputs (projections, convs, SiLU, L2Norm,
-   gates), [1] recurrence, [2] output path; [3] output backward (with the zeroing of the backward's
-   work space, kept in the ctx), [4] recurrence backward, [5] inputs backward. These two functions replay
-   titans_mem_forward and titans_mem_backward step by step with timers in between (main() checks the
-   replay gives the API's results bit for bit; if the implementation changes, update them). */
-#define BENCH_PARTS 6
-static void parts_forward(layer *ly, double *t) {
-  const titans_mem_config *cfg = &ly->cfg;
-  titans_mem_state *st = &ly->st;
-  titans_mem_ctx *ctx = &ly->ctx;
-  titans__mem_dims m = titans__mem_get_dims(cfg);
-  titans__mem_bufs bf;
-  float *work;
-  size_t work_floats, B = st->batch, T = ly->T, hs = m.head_size;
-  titans_mem_state_reset(st, &ly->w);
-  if (titans__mem_prepare(&m, st, ctx, T, &bf, &work, &work_floats, 0) ||
-      titans__mem_ctx_reserve(ctx, &m, B, T, &bf, st->error))
-    die("parts forward", st->error);
-  ctx->start_position = st->position;
-  ctx->retrieval = 0;
-  size_t K1 = m.K > 0 ? m.K - 1 : 0, tsz = B * K1 * m.dm;
-  float *tails[3] = {st->tail_q, st->tail_k, st->tail_v};
-  float *saved[3] = {ctx->tails, ctx->tails + tsz, ctx->tails + 2 * tsz};
-  double t0 = now_sec();
-  titans__mem_inputs_forward(&m, cfg, &ly->w, &bf, tails, saved, ly->x, B, T, 3);
-  double t1 = now_sec();
-  long long tasks = (long long)(B * m.H);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
-#endif
-  for (long long task = 0; task < tasks; task++) {
-    size_t r = (size_t)task / m.H, h = (size_t)task % m.H, at = (size_t)task * hs;
-    titans__mem_work wk;
-    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 0);
-    float *states = ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs;
-    titans__mem_recur_one(&m, cfg->residual, &bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
-                          st->position, r, h, T, &wk);
+/* The stages of a training forward and its backward (TITANS_MEM_STAGE_*: inputs, recurrence, output;
+   output backward with the zeroing of the backward's work space, recurrence backward, inputs backward),
+   as the layer's own stage timers measure them: medians of reps runs after one warm-up. */
+#define BENCH_PARTS TITANS_MEM_STAGES
+static void time_parts(layer *ly, int reps, double *med) {
+  double t[BENCH_MAX_REPS][BENCH_PARTS], col[BENCH_MAX_REPS];
+  run_fwdbwd(ly);
+  for (int r = 0; r < reps; r++) {
+    memset(t[r], 0, sizeof t[r]);
+    ly->ctx.stage_seconds = t[r];
+    run_fwdbwd(ly);
+    ly->ctx.stage_seconds = NULL;
   }
-  double t2 = now_sec();
-  st->position += (long long)T;
-  titans__mem_output_forward(&m, &ly->w, &bf, ly->out, ly->x, B * T);
-  double t3 = now_sec();
-  t[0] = t1 - t0;
-  t[1] = t2 - t1;
-  t[2] = t3 - t2;
-}
-
-static void parts_backward(layer *ly, double *t) {
-  const titans_mem_config *cfg = &ly->cfg;
-  const titans_mem_weights *w = &ly->w, *grad = &ly->g;
-  titans_mem_ctx *ctx = &ly->ctx;
-  titans__mem_dims m = titans__mem_get_dims(cfg);
-  size_t B = ctx->batch, T = ctx->T, bt = B * T, hs = m.head_size;
-  int nth = titans_threads();
-  memset(ly->grads, 0, titans_mem_param_count(cfg) * sizeof(float));
-  memset(ly->dx, 0, bt * BENCH_D * sizeof(float));
-  titans__mem_bufs bf;
-  titans__mem_bufs_carve(&bf, ctx->proj, &m, bt);
-  titans__mem_grads gr;
-  size_t ngrad = titans__mem_grads_carve(&gr, NULL, &m, bt);
-  size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 1);
-  double t0 = now_sec();
-  if (!titans__reserve(&ctx->grad_work, &ctx->cap_grad, ngrad + work_floats * (size_t)nth))
-    die("parts backward", "out of memory");
-  float *slab = ctx->grad_work;
-  titans__mem_grads_carve(&gr, slab, &m, bt);
-  for (int i = 0; i < 3; i++) memset(gr.dvec[i], 0, bt * m.dm * sizeof(float));
-  for (int i = 0; i < 3; i++) memset(gr.dgates[i], 0, bt * m.H * sizeof(float));
-  float *work = slab + ngrad;
-  memset(work, 0, work_floats * (size_t)nth * sizeof(float));
-  titans__mem_output_backward(&m, w, grad, &bf, &gr, ly->dx, ly->dout, ly->x, bt);
-  double t1 = now_sec();
-  long long tasks = (long long)(B * m.H);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
-#endif
-  for (long long task = 0; task < tasks; task++) {
-    size_t r = (size_t)task / m.H, h = (size_t)task % m.H;
-    titans__mem_work wk;
-    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 1);
-    const float *dfinal = ctx->dstate_final + (size_t)task * 2 * hs;
-    float *dinit = ctx->dstate_init + (size_t)task * 2 * hs;
-    titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs,
-                                   dfinal, dinit, ctx->nchunks, r, h, T, &wk);
+  for (int p = 0; p < BENCH_PARTS; p++) {
+    for (int r = 0; r < reps; r++) col[r] = t[r][p];
+    med[p] = stats_of(col, reps).med;
   }
-  double t2 = now_sec();
-  for (size_t h = 0; h < m.H; h++)
-    for (size_t r = 0; r < B; r++) {
-      const float *dw = ctx->dstate_init + (r * m.H + h) * 2 * hs;
-      for (size_t i = 0; i < m.L; i++) {
-        size_t sz = m.n[i + 1] * m.n[i];
-        titans__axpy(grad->w0[i] + h * sz, 1.0f, dw + m.wofs[i], sz);
-      }
-    }
-  size_t K1 = m.K > 0 ? m.K - 1 : 0;
-  memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
-  titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails, ctx->dtails_final, ctx->dtails_init, ly->dx,
-                              ly->x, B, T, 3);
-  double t3 = now_sec();
-  t[3] = t1 - t0;
-  t[4] = t2 - t1;
-  t[5] = t3 - t2;
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
@@ -474,34 +371,9 @@ static double max_abs(const float *a, size_t n) {
   return mx;
 }
 
-/* Checks the replay against the API (bit for bit), then times the parts: medians of reps runs. */
-static void time_parts(layer *ly, int reps, double *med, int *replay_ok) {
-  size_t nx = ly->B * ly->T * BENCH_D, np = titans_mem_param_count(&ly->cfg);
-  float *out_api = titans_alloc_floats(nx), *dx_api = titans_alloc_floats(nx), *g_api = titans_alloc_floats(np);
-  if (!out_api || !dx_api || !g_api) die("parts", "out of memory");
-  run_fwdbwd(ly);
-  memcpy(out_api, ly->out, nx * sizeof(float));
-  memcpy(dx_api, ly->dx, nx * sizeof(float));
-  memcpy(g_api, ly->grads, np * sizeof(float));
-  double t[BENCH_MAX_REPS][BENCH_PARTS], col[BENCH_MAX_REPS];
-  for (int r = 0; r < reps; r++) {
-    parts_forward(ly, t[r]);
-    parts_backward(ly, t[r]);
-  }
-  *replay_ok = max_abs_diff(out_api, ly->out, nx) == 0.0 && max_abs_diff(dx_api, ly->dx, nx) == 0.0 &&
-               max_abs_diff(g_api, ly->grads, np) == 0.0;
-  for (int p = 0; p < BENCH_PARTS; p++) {
-    for (int r = 0; r < reps; r++) col[r] = t[r][p];
-    med[p] = stats_of(col, reps).med;
-  }
-  titans_free(out_api);
-  titans_free(dx_api);
-  titans_free(g_api);
-}
-
 /* The products of one chunk of one head (forward with the state update, or backward) replayed
    alone on one thread: seconds per chunk-head (best of 7 windows). Buffers hold small random values. */
-static double replay_chunk_gemms(const titans__mem_dims *m, int backward, double min_seconds) {
+static double replay_chunk_gemms(const dims *m, int backward, double min_seconds) {
   shape_list l;
   l.count = 0;
   if (backward) piece_backward_shapes(&l, m, m->b);
@@ -548,100 +420,12 @@ static double replay_chunk_gemms(const titans__mem_dims *m, int backward, double
   return best;
 }
 
-/* One chunk of one head on 1 thread, its parts timed in turns so that they see the same machine:
-   the chunk's forward (titans__mem_piece_forward with the state update) and backward
-   (titans__mem_piece_backward, which recomputes the forward), the same matrix products replayed alone,
-   and the scalar SiLU helpers. Each is the best of 7 turns. Inputs: unit-norm q, k, random v, gates
-   theta 0.01, eta 0.9, alpha 0.02, weights as titans_mem_weights_init draws w0. */
+/* One chunk of one head on 1 thread: its time inside the layer (the recurrence stages of the 1-thread
+   stage timings, per chunk and head) against its matrix products replayed alone. */
 typedef struct anatomy {
   double fwd, bwd;         /* seconds per chunk and head */
   double gemm_fwd, gemm_bwd;
-  double silu[3];          /* seconds per silu, SiLU', SiLU'' */
 } anatomy;
-
-static double time_window(int what, const titans__mem_dims *m, titans__mem_work *wk, float *const *bufs,
-                          const float *z, float *y, size_t nz) {
-  const size_t b = m->b, dh = m->dh;
-  float *q = bufs[0], *k = bufs[1], *v = bufs[2], *g = bufs[3], *w = bufs[4], *s = bufs[5], *wo = bufs[6], *so = bufs[7];
-  float *out = bufs[8], *dq = bufs[9], *dk = bufs[10], *dv = bufs[11], *dg = bufs[12];
-  long rounds = 0;
-  double t0 = now_sec(), t;
-  do {
-    switch (what) {
-      case 0:
-        titans__mem_piece_forward(m, 0, out, q, k, v, dh, g, g + b, g + 2 * b, 1, w, w, s, wo, so, b, wk);
-        break;
-      case 1:
-        titans__mem_piece_backward(m, 0, dq, dk, dv, dg, dg + b, dg + 2 * b, out, q, k, v, dh, g, g + b, g + 2 * b, 1, w,
-                                   s, b, wk);
-        break;
-      case 2: titans__silu_keep(y, wk->tmp2, z, nz); break; /* SiLU, keeping sigmoid(z) */
-      case 3:
-        for (size_t i = 0; i < nz; i++) y[i] = titans__silu_d1(z[i], wk->tmp2[i]);
-        break;
-      default:
-        for (size_t i = 0; i < nz; i++) y[i] = titans__silu_d2(z[i], wk->tmp2[i]);
-        break;
-    }
-    rounds++;
-    t = now_sec() - t0;
-  } while (t < 0.02);
-  return t / (double)rounds;
-}
-
-static anatomy chunk_anatomy(int chunk) {
-  titans_mem_config c = bench_config(chunk);
-  titans__mem_dims m = titans__mem_get_dims(&c);
-  size_t b = m.b, dh = m.dh, hs = m.head_size, nz = b * m.nmax;
-  size_t sizes[13] = {b * dh, b * dh, b * dh, 3 * b, hs, hs, hs, hs, b * dh, b * dh, b * dh, b * dh, 3 * b};
-  float *bufs[13], *z = titans_alloc_floats(nz), *y = titans_alloc_floats(nz);
-  size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 1);
-  float *work = titans_alloc_floats(work_floats);
-  if (!z || !y || !work) die("anatomy", "out of memory");
-  for (int i = 0; i < 13; i++)
-    if (!(bufs[i] = titans_alloc_floats(sizes[i]))) die("anatomy", "out of memory");
-  titans_rng rng;
-  titans_rng_seed(&rng, 11);
-  for (int i = 0; i < 3; i++) {
-    for (size_t j = 0; j < b * dh; j++) bufs[i][j] = titans_rng_normal(&rng) / sqrtf((float)dh);
-  }
-  for (size_t t = 0; t < b; t++) {
-    bufs[3][t] = 0.01f;
-    bufs[3][b + t] = 0.9f;
-    bufs[3][2 * b + t] = 0.02f;
-  }
-  for (size_t i = 0; i < m.L; i++)
-    for (size_t j = 0; j < m.n[i] * m.n[i + 1]; j++) {
-      bufs[4][m.wofs[i] + j] = titans_rng_normal(&rng) / sqrtf((float)m.n[i]);
-      bufs[5][m.wofs[i] + j] = 0.01f * titans_rng_normal(&rng);
-    }
-  for (size_t j = 0; j < nz; j++) z[j] = titans_rng_normal(&rng);
-  titans__mem_work wk;
-  titans__mem_work_carve(&wk, work, &m, 1);
-  for (size_t j = 0; j < hs; j++) {
-    wk.dWend[j] = 0.01f * titans_rng_normal(&rng);
-    wk.dSend[j] = 0.01f * titans_rng_normal(&rng);
-  }
-  anatomy a;
-  double best[5] = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
-  for (int turn = 0; turn < 7; turn++) {
-    for (int what = 0; what < 5; what++) {
-      double t = time_window(what, &m, &wk, bufs, z, y, nz) / (what >= 2 ? (double)nz : 1.0);
-      if (t < best[what]) best[what] = t;
-    }
-    double g0 = replay_chunk_gemms(&m, 0, 0.02 * 7), g1 = replay_chunk_gemms(&m, 1, 0.02 * 7);
-    if (turn == 0 || g0 < a.gemm_fwd) a.gemm_fwd = g0;
-    if (turn == 0 || g1 < a.gemm_bwd) a.gemm_bwd = g1;
-  }
-  a.fwd = best[0];
-  a.bwd = best[1];
-  for (int f = 0; f < 3; f++) a.silu[f] = best[2 + f];
-  for (int i = 0; i < 13; i++) titans_free(bufs[i]);
-  titans_free(z);
-  titans_free(y);
-  titans_free(work);
-  return a;
-}
 
 /* Everything main() measures, printed at the end against the best FMA peak seen during the run (on a
    shared machine the peak a core reaches varies with what runs beside it). */
@@ -652,7 +436,7 @@ typedef struct results {
   double b1_flops;             /* flops per token at b = 1 */
   double stream_rate, stream_diff, stream_scale;
   double part_med[4][BENCH_PARTS], part_flops[4][BENCH_PARTS];
-  int part_ok[4], part_b[4], part_thr[4], nparts;
+  int part_b[4], part_thr[4], nparts;
   anatomy anat[3];             /* one chunk of one head, [b] */
   double chunk_flops[3][2];
   double peak[2];              /* best GFLOP/s of the FMA loop, [threads] */
@@ -778,11 +562,10 @@ int main(int argc, char **argv) {
   }
   double start = now_sec();
   titans_mem_config c64 = bench_config(64);
-  titans__mem_dims m64 = titans__mem_get_dims(&c64);
+  dims m64 = dims_of(&c64);
   printf("bench_memory: one memory layer, d = %d, H = %d, d_h = %d, L_M = %d, e = %d, K_c = %d, batch %zu\n", BENCH_D,
          BENCH_HEADS, BENCH_DH, BENCH_DEPTH, BENCH_MULT, c64.conv_width, B);
-  printf("vector width %d floats (%s), OpenMP %s\n", TITANS__VW,
-         TITANS__VW == 16 ? "AVX-512" : TITANS__VW == 8 ? "AVX2" : TITANS__VW == 4 ? "NEON" : "scalar",
+  printf("vector width %d floats (%s), OpenMP %s\n", vector_width(), vector_name(),
 #ifdef _OPENMP
          "on"
 #else
@@ -837,7 +620,7 @@ int main(int argc, char **argv) {
   for (int ci = 0; ci < 3; ci++) {
     layer ly;
     layer_init(&ly, chunks[ci], B, T);
-    titans__mem_dims m = titans__mem_get_dims(&ly.cfg);
+    dims m = dims_of(&ly.cfg);
     flop_count f = count_flops(&m);
     R.tok_flops[ci][0] = f.tok_fwd;
     R.tok_flops[ci][1] = f.tok_fwd + f.tok_bwd;
@@ -854,7 +637,7 @@ int main(int argc, char **argv) {
   /* 2. the token-by-token recurrence: the same layer with b = 1, forward only, on T1 tokens */
   {
     titans_mem_config c1 = bench_config(1);
-    titans__mem_dims m1 = titans__mem_get_dims(&c1);
+    dims m1 = dims_of(&c1);
     R.b1_flops = count_flops(&m1).tok_fwd;
   }
   if (!fixed) { /* probe: T = 16 */
@@ -910,9 +693,9 @@ int main(int argc, char **argv) {
       int k = R.nparts++;
       layer ly;
       layer_init(&ly, chunks[ci], B, T);
-      titans__mem_dims m = titans__mem_get_dims(&ly.cfg);
+      dims m = dims_of(&ly.cfg);
       set_threads(threads[ti]);
-      time_parts(&ly, 3, R.part_med[k], &R.part_ok[k]);
+      time_parts(&ly, 3, R.part_med[k]);
       R.part_b[k] = chunks[ci];
       R.part_thr[k] = threads[ti];
       double bt = (double)(B * T), chunkheads = bt / (double)m.b * (double)m.H;
@@ -924,12 +707,21 @@ int main(int argc, char **argv) {
       fl[3] = bt * 4 * 2 * d * dm;                   /* wo, wg: weight and input gradients */
       fl[4] = R.chunk_flops[ci][1] * chunkheads;
       fl[5] = bt * (6 * 2 * d * dm + 6 * 2 * d * H); /* wq, wk, wv, gates */
+      if (threads[ti] == 1) {
+        R.anat[ci].fwd = R.part_med[k][TITANS_MEM_STAGE_RECURRENCE] / chunkheads;
+        R.anat[ci].bwd = R.part_med[k][TITANS_MEM_STAGE_RECURRENCE_BACKWARD] / chunkheads;
+      }
       layer_free(&ly);
     }
 
-  /* 4. one chunk of one head on 1 thread: its matrix products and its SiLU family */
+  /* 4. one chunk of one head on 1 thread: its matrix products replayed alone */
   set_threads(1);
-  for (int ci = 0; ci < 3; ci++) R.anat[ci] = chunk_anatomy(chunks[ci]);
+  for (int ci = 0; ci < 3; ci++) {
+    titans_mem_config c = bench_config(chunks[ci]);
+    dims m = dims_of(&c);
+    R.anat[ci].gemm_fwd = replay_chunk_gemms(&m, 0, 0.14);
+    R.anat[ci].gemm_bwd = replay_chunk_gemms(&m, 1, 0.14);
+  }
   peak_update(&R, nthreads);
 
   /* 5. a long inference stream: per-token cost at the end against 1K, subnormals, RSS (1 thread) */
@@ -985,50 +777,39 @@ int main(int argc, char **argv) {
          R.stream_rate, R.stream_diff, R.stream_scale, R.stream_diff / R.stream_scale,
          R.stream_diff <= 1e-4 * R.stream_scale ? "(ok)" : "(LARGER THAN 1e-4)");
 
-  printf("\nwhere the time goes: one forward + backward replayed part by part (median of 3 runs); under each time\n"
-         "its share of the total and the GFLOP/s of that part's matrix products\n");
-  printf("%4s %4s %14s %14s %14s | %14s %14s %14s | %s\n", "b", "thr", "inputs", "recur", "output", "out bwd",
-         "recur bwd", "in bwd", "replay");
+  printf("\nwhere the time goes: the stages of one forward + backward, from the layer's stage timers\n"
+         "(titans_mem_ctx.stage_seconds; median of 3 runs); under each time its share of the total and the\n"
+         "GFLOP/s of that stage's matrix products\n");
+  printf("%4s %4s %14s %14s %14s | %14s %14s %14s\n", "b", "thr", "inputs", "recur", "output", "out bwd",
+         "recur bwd", "in bwd");
   for (int k = 0; k < R.nparts; k++) {
     double total = 0;
     for (int p = 0; p < BENCH_PARTS; p++) total += R.part_med[k][p];
     printf("%4d %4d", R.part_b[k], R.part_thr[k]);
     for (int p = 0; p < BENCH_PARTS; p++) printf(" %s%13.3fs", p == 3 ? "| " : "", R.part_med[k][p]);
-    printf(" | %s\n%9s", R.part_ok[k] ? "= API" : "DIFFERS from the API (update parts_forward/backward)", "");
+    printf("\n%9s", "");
     for (int p = 0; p < BENCH_PARTS; p++)
       printf(" %s%6.1f%% %5.1fGF", p == 3 ? "| " : "", 100.0 * R.part_med[k][p] / total,
              R.part_flops[k][p] / R.part_med[k][p] * 1e-9);
     printf("\n");
   }
 
-  /* the SiLU family inside a chunk, as titans__mem_piece_forward / _backward call it per hidden layer of
-     width n: forward silu(zk), SiLU'(zk), silu(zq); backward the same three again (recomputed forward),
-     SiLU'(zq), SiLU'(zk) and SiLU''(zk) (error recursion), SiLU'(zk) (key path) */
-  printf("\none chunk of one head on 1 thread, its parts timed in turns (best of 7): the whole chunk (piece forward\n"
-         "with the state update; piece backward, which recomputes the forward), its matrix products replayed alone\n"
-         "(titans_gemm at the chunk's shapes), and its SiLU family: a vectorised sigmoid per pre-activation,\n"
-         "kept for SiLU' and SiLU'' (2 b n_hid sigmoids forward, again in the recomputed forward); the rest is\n"
-         "copies, scalings and coefficients\n");
-  printf("%4s %-8s %9s %9s %6s %9s %6s %9s %6s %9s %9s %7s\n", "b", "pass", "chunk us", "gemm us", "share", "silu us",
-         "share", "rest us", "share", "chunk GF", "gemm GF", "% peak");
+  printf("\none chunk of one head on 1 thread: its time inside the layer (the recurrence stages above at 1 thread,\n"
+         "per chunk and head, which includes the loop over chunks) against its matrix products replayed alone\n"
+         "(titans_gemm at the chunk's shapes, best of 7 windows); the rest is the elementwise work (SiLU and its\n"
+         "derivatives, the surprise bound, coefficients), copies and scalings\n");
+  printf("%4s %-8s %9s %9s %6s %9s %6s %9s %9s %7s\n", "b", "pass", "chunk us", "gemm us", "share", "rest us", "share",
+         "chunk GF", "gemm GF", "% peak");
   for (int ci = 0; ci < 3; ci++) {
-    titans_mem_config c = bench_config(chunks[ci]);
-    titans__mem_dims m = titans__mem_get_dims(&c);
     const anatomy *a = &R.anat[ci];
-    double hidden = 0;
-    for (size_t i = 0; i + 1 < m.L; i++) hidden += (double)(m.b * m.n[i + 1]);
     for (int pass = 0; pass < 2; pass++) {
       double whole = pass ? a->bwd : a->fwd, g = pass ? a->gemm_bwd : a->gemm_fwd;
-      double sl = pass ? hidden * (2 * a->silu[0] + 4 * a->silu[1] + a->silu[2])
-                       : hidden * (2 * a->silu[0] + a->silu[1]);
-      double rest = whole - g - sl, fl = R.chunk_flops[ci][pass];
-      printf("%4d %-8s %9.1f %9.1f %5.0f%% %9.1f %5.0f%% %9.1f %5.0f%% %9.1f %9.1f %6.1f%%\n", chunks[ci],
-             pass ? "backward" : "forward", whole * 1e6, g * 1e6, 100 * g / whole, sl * 1e6, 100 * sl / whole, rest * 1e6,
-             100 * rest / whole, fl / whole * 1e-9, fl / g * 1e-9, 100 * fl / g * 1e-9 / R.peak[0]);
+      double rest = whole - g, fl = R.chunk_flops[ci][pass];
+      printf("%4d %-8s %9.1f %9.1f %5.0f%% %9.1f %5.0f%% %9.1f %9.1f %6.1f%%\n", chunks[ci],
+             pass ? "backward" : "forward", whole * 1e6, g * 1e6, 100 * g / whole, rest * 1e6, 100 * rest / whole,
+             fl / whole * 1e-9, fl / g * 1e-9, 100 * fl / g * 1e-9 / R.peak[0]);
     }
   }
-  printf("(per element: %.1f ns silu, %.1f ns SiLU', %.1f ns SiLU''; %% peak is the GEMM's at the chunk's shapes)\n",
-         R.anat[2].silu[0] * 1e9, R.anat[2].silu[1] * 1e9, R.anat[2].silu[2] * 1e9);
   if (long_tokens > 0) {
     printf("\nlong inference stream (1 thread, batch 1, b = 16, %zu tokens per call, %zu tokens, %.0f s): the state\n"
            "saved at 1K and the state at the end each fed one call in turns, 9 rounds; medians [min, max]\n",

@@ -607,6 +607,51 @@ static void test_threads_and_state(titans_mem_config cfg) {
 
 /* Two chained training calls (as MAC makes, one segment at a time) give the gradients of one call:
    the gradient of the first call's final state and conv tails comes back from the second. */
+/* The stage timers (ctx.stage_seconds): a forward + backward with them gives the same bits as one
+   without, and adds a positive, finite time to every stage; a second call adds to the first. */
+static void test_stage_timers(titans_mem_config cfg) {
+  fixture f;
+  size_t T = 32, d = (size_t)cfg.d;
+  fixture_init(&f, cfg, 2, T, 77);
+  size_t n = f.B * T * d;
+  float *out[2] = {titans_alloc_floats(n), titans_alloc_floats(n)}, *dx[2] = {titans_alloc_floats(n), titans_alloc_floats(n)};
+  float *g0 = titans_alloc_floats(f.total);
+  double stage[TITANS_MEM_STAGES] = {0}, first[TITANS_MEM_STAGES];
+  for (int run = 0; run < 3; run++) {
+    int k = run ? 1 : 0;
+    titans_mem_state st;
+    titans_mem_ctx ctx;
+    titans_mem_state_init(&st, &cfg, f.B);
+    titans_mem_ctx_init(&ctx);
+    titans_mem_state_reset(&st, &f.w);
+    memset(f.grad_slab, 0, f.total * sizeof(float));
+    memset(dx[k], 0, n * sizeof(float));
+    ctx.stage_seconds = run ? stage : NULL;
+    titans_mem_forward(&cfg, &f.w, &st, out[k], f.x, T, &ctx);
+    titans_mem_backward(&cfg, &f.w, &f.g, dx[k], f.dout, f.x, &ctx, 1);
+    if (run == 0) memcpy(g0, f.grad_slab, f.total * sizeof(float));
+    if (run == 1) memcpy(first, stage, sizeof stage);
+    titans_mem_ctx_free(&ctx);
+    titans_mem_state_free(&st);
+  }
+  int positive = 1, grew = 1;
+  for (int i = 0; i < TITANS_MEM_STAGES; i++) {
+    positive &= first[i] > 0.0 && first[i] < 60.0;
+    grew &= stage[i] > first[i];
+  }
+  th_check(memcmp(out[0], out[1], n * sizeof(float)) == 0 && memcmp(dx[0], dx[1], n * sizeof(float)) == 0 &&
+               memcmp(g0, f.grad_slab, f.total * sizeof(float)) == 0,
+           "stage timers: outputs and gradients bit-identical with and without them");
+  th_check(positive && grew, "stage timers: every stage gets a positive time (%.3g .. %.3g ms), a second call adds to it",
+           1e3 * first[TITANS_MEM_STAGE_OUTPUT], 1e3 * first[TITANS_MEM_STAGE_RECURRENCE_BACKWARD]);
+  for (int k = 0; k < 2; k++) {
+    titans_free(out[k]);
+    titans_free(dx[k]);
+  }
+  titans_free(g0);
+  fixture_free(&f);
+}
+
 static void test_chained_backward(titans_mem_config cfg, size_t T1, size_t T2) {
   fixture f;
   size_t B = 2, T = T1 + T2, d = (size_t)cfg.d, n = B * T * d;
@@ -756,6 +801,7 @@ int main(void) {
   test_causality(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
   test_causality(make_cfg(8, 2, 4, 3, 2, 16, 0, 1, 0.5f));
   test_threads_and_state(make_cfg(16, 4, 4, 2, 2, 8, 4, 0, 0.25f));
+  test_stage_timers(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f));
   test_chained_backward(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 8, 13);
   test_chained_backward(make_cfg(8, 2, 4, 1, 2, 2, 3, 1, 0.25f), 2, 1);
   test_chained_backward(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f), 8, 13);
