@@ -4133,7 +4133,7 @@ static int titans__mem_thread_id(void) {
 #endif
 }
 
-/* ---- input and output paths ------------------------------------------------------------------- */
+/* ---- input and output paths, each forward beside its backward ----------------------------------- */
 
 /* tail [K-1, dm] becomes the last K-1 rows of [tail; seq], seq [T, dm]. */
 static void titans__mem_tail_advance(float *tail, const float *seq, size_t T, size_t K1, size_t dm) {
@@ -4144,6 +4144,29 @@ static void titans__mem_tail_advance(float *tail, const float *seq, size_t T, si
     memmove(tail, tail + T * dm, (K1 - T) * dm * sizeof(float));
     memcpy(tail + (K1 - T) * dm, seq, T * dm * sizeof(float));
   }
+}
+
+/* Gradients of the layer's intermediate vectors during a backward. */
+typedef struct titans__mem_grads {
+  float *dgated, *dyn, *tmp, *dg, *dy; /* [B, T, d_m] */
+  float *dvec[3];                      /* [B, T, d_m] d q, d k, d v (after L2Norm / SiLU) */
+  float *dact, *dconv, *dproj;         /* [B, T, d_m] reused per stream */
+  float *dgates[3];                    /* [B, T, H] d theta, d eta, d alpha, then of their logits */
+} titans__mem_grads;
+
+static size_t titans__mem_grads_carve(titans__mem_grads *gr, float *base, const titans__mem_dims *m, size_t bt) {
+  size_t used = 0, v = bt * m->dm;
+  gr->dgated = titans__take(base, &used, v);
+  gr->dyn = titans__take(base, &used, v);
+  gr->tmp = titans__take(base, &used, v);
+  gr->dg = titans__take(base, &used, v);
+  gr->dy = titans__take(base, &used, v);
+  for (int i = 0; i < 3; i++) gr->dvec[i] = titans__take(base, &used, v);
+  gr->dact = titans__take(base, &used, v);
+  gr->dconv = titans__take(base, &used, v);
+  gr->dproj = titans__take(base, &used, v);
+  for (int i = 0; i < 3; i++) gr->dgates[i] = titans__take(base, &used, bt * m->H);
+  return used;
 }
 
 /* q (nstreams = 1) or q, k, v and the gates (nstreams = 3) of B x T tokens x [B, T, d].
@@ -4182,6 +4205,75 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
   }
 }
 
+/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3). */
+/* The conv of one row reads concat = [tail (K-1 rows); proj (T rows)] and its final tail is the last
+   K-1 rows of concat. From dfinal (gradient of the final tail) and dconv (gradient of the conv
+   outputs) this adds the gradient of the initial tail into dinit and dfinal's share into dproj
+   (all [rows, dm]; weight [dm, K]). */
+static void titans__mem_tail_backward(float *dinit, float *dproj, const float *dfinal, const float *dconv,
+                                      const float *weight, size_t T, size_t K, size_t dm) {
+  size_t K1 = K - 1;
+  for (size_t j = 0; j < K1; j++) {
+    size_t c = T + j; /* concat index of final tail row j */
+    float *dst = c >= K1 ? dproj + (c - K1) * dm : dinit + c * dm;
+    titans__axpy(dst, 1.0f, dfinal + j * dm, dm);
+  }
+  /* output t reads concat[t + s] with tap s; concat index q < K1 is tail row q */
+  for (size_t q = 0; q < K1; q++)
+    for (size_t t = 0; t <= q && t < T; t++)
+      for (size_t c = 0; c < dm; c++) dinit[q * dm + c] += dconv[t * dm + c] * weight[c * K + (q - t)];
+}
+
+static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
+                                        const titans_mem_weights *w, const titans_mem_weights *grad,
+                                        titans__mem_bufs *bf, titans__mem_grads *gr, const float *saved_tails,
+                                        const float *dtails_final, float *dtails_init, float *dx, const float *x,
+                                        size_t B, size_t T, int nstreams) {
+  size_t bt = B * T, n = bt * m->dm, K1 = m->K > 0 ? m->K - 1 : 0, tsz = B * K1 * m->dm;
+  const float *proj_w[3] = {w->wq, w->wk, w->wv};
+  float *proj_g[3] = {grad->wq, grad->wk, grad->wv};
+  const float *conv_w[3] = {w->conv_q, w->conv_k, w->conv_v};
+  float *conv_g[3] = {grad->conv_q, grad->conv_k, grad->conv_v};
+  for (int si = 0; si < nstreams; si++) {
+    const float *dact = gr->dvec[si];
+    if (si < 2) { /* q, k = L2Norm(act) */
+      memset(gr->dact, 0, n * sizeof(float));
+      titans_l2norm_backward(gr->dact, gr->dvec[si], bf->act[si], bf->rnorm[si], bt * m->H, m->dh);
+      dact = gr->dact;
+    }
+    float *dconv = m->K > 0 ? gr->dconv : gr->dproj;
+    memset(dconv, 0, n * sizeof(float));
+    titans_silu_backward(dconv, dact, bf->conv[si], n);
+    if (m->K > 0) {
+      memset(gr->dproj, 0, n * sizeof(float));
+      for (size_t r = 0; r < B; r++) {
+        size_t o = r * T * m->dm, to = (size_t)si * tsz + r * K1 * m->dm;
+        titans_conv_backward(gr->dproj + o, conv_g[si], gr->dconv + o, bf->proj[si] + o, saved_tails + to,
+                             conv_w[si], T, m->dm, m->K);
+        if (K1 > 0)
+          titans__mem_tail_backward(dtails_init + to, gr->dproj + o, dtails_final + to, gr->dconv + o, conv_w[si], T,
+                                    m->K, m->dm);
+      }
+    }
+    titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dproj, m->dm, x, m->d, 1.0f, proj_g[si], m->d);
+    titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dproj, m->dm, proj_w[si], m->d, 1.0f, dx, m->d);
+  }
+  if (nstreams < 3) return;
+  const float *gate_w[3] = {w->lr_w, w->mom_w, w->decay_w};
+  float *gate_gw[3] = {grad->lr_w, grad->mom_w, grad->decay_w}, *gate_gb[3] = {grad->lr_b, grad->mom_b, grad->decay_b};
+  for (int gi = 0; gi < 3; gi++) {
+    float *dg = gr->dgates[gi];
+    const float *gv = bf->gates[gi];
+    /* theta = theta_max sigmoid(z): d z = d theta * theta (1 - theta / theta_max); eta, alpha: s (1 - s) */
+    float scale = gi == 0 ? 1.0f / cfg->theta_max : 1.0f;
+    for (size_t j = 0; j < bt * m->H; j++) dg[j] *= gv[j] * (1.0f - gv[j] * scale);
+    titans_gemm(1, 0, m->H, m->d, bt, 1.0f, dg, m->H, x, m->d, 1.0f, gate_gw[gi], m->d);
+    for (size_t t = 0; t < bt; t++)
+      for (size_t h = 0; h < m->H; h++) gate_gb[gi][h] += dg[t * m->H + h];
+    titans_gemm(0, 0, bt, m->d, m->H, 1.0f, dg, m->H, gate_w[gi], m->d, 1.0f, dx, m->d);
+  }
+}
+
 /* out [B*T, d] = wo (RMSNorm(y) * SiLU(wg x)) from bf->y */
 static void titans__mem_output_forward(const titans__mem_dims *m, const titans_mem_weights *w, titans__mem_bufs *bf,
                                        float *out, const float *x, size_t bt) {
@@ -4190,6 +4282,26 @@ static void titans__mem_output_forward(const titans__mem_dims *m, const titans_m
   titans_silu_forward(bf->gated, bf->g, bt * m->dm);
   for (size_t j = 0; j < bt * m->dm; j++) bf->gated[j] *= bf->yn[j];
   titans_gemm(0, 1, bt, m->d, m->dm, 1.0f, bf->gated, m->dm, w->wo, m->dm, 0.0f, out, m->d);
+}
+
+/* out = wo (RMSNorm(y) * SiLU(g)): from dout [bt, d] writes gr->dy and accumulates d wo, d wg, d out_norm, dx. */
+static void titans__mem_output_backward(const titans__mem_dims *m, const titans_mem_weights *w,
+                                        const titans_mem_weights *grad, titans__mem_bufs *bf, titans__mem_grads *gr,
+                                        float *dx, const float *dout, const float *x, size_t bt) {
+  size_t n = bt * m->dm;
+  titans_gemm(1, 0, m->d, m->dm, bt, 1.0f, dout, m->d, bf->gated, m->dm, 1.0f, grad->wo, m->dm);
+  titans_gemm(0, 0, bt, m->dm, m->d, 1.0f, dout, m->d, w->wo, m->dm, 0.0f, gr->dgated, m->dm);
+  for (size_t j = 0; j < n; j++) {
+    float g = bf->g[j];
+    gr->dyn[j] = gr->dgated[j] * g * titans__sigmoidf(g);
+    gr->tmp[j] = gr->dgated[j] * bf->yn[j];
+  }
+  memset(gr->dg, 0, n * sizeof(float));
+  titans_silu_backward(gr->dg, gr->tmp, bf->g, n);
+  titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dg, m->dm, x, m->d, 1.0f, grad->wg, m->d);
+  titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dg, m->dm, w->wg, m->d, 1.0f, dx, m->d);
+  memset(gr->dy, 0, n * sizeof(float));
+  titans_rmsnorm_backward(gr->dy, grad->out_norm, gr->dyn, bf->y, w->out_norm, bf->rstd, bt * m->H, m->dh);
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
@@ -4421,118 +4533,6 @@ TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem
 }
 
 /* ---- backward --------------------------------------------------------------------------------- */
-
-/* Gradients of the layer's intermediate vectors during a backward. */
-typedef struct titans__mem_grads {
-  float *dgated, *dyn, *tmp, *dg, *dy; /* [B, T, d_m] */
-  float *dvec[3];                      /* [B, T, d_m] d q, d k, d v (after L2Norm / SiLU) */
-  float *dact, *dconv, *dproj;         /* [B, T, d_m] reused per stream */
-  float *dgates[3];                    /* [B, T, H] d theta, d eta, d alpha, then of their logits */
-} titans__mem_grads;
-
-static size_t titans__mem_grads_carve(titans__mem_grads *gr, float *base, const titans__mem_dims *m, size_t bt) {
-  size_t used = 0, v = bt * m->dm;
-  gr->dgated = titans__take(base, &used, v);
-  gr->dyn = titans__take(base, &used, v);
-  gr->tmp = titans__take(base, &used, v);
-  gr->dg = titans__take(base, &used, v);
-  gr->dy = titans__take(base, &used, v);
-  for (int i = 0; i < 3; i++) gr->dvec[i] = titans__take(base, &used, v);
-  gr->dact = titans__take(base, &used, v);
-  gr->dconv = titans__take(base, &used, v);
-  gr->dproj = titans__take(base, &used, v);
-  for (int i = 0; i < 3; i++) gr->dgates[i] = titans__take(base, &used, bt * m->H);
-  return used;
-}
-
-/* out = wo (RMSNorm(y) * SiLU(g)): from dout [bt, d] writes gr->dy and accumulates d wo, d wg, d out_norm, dx. */
-static void titans__mem_output_backward(const titans__mem_dims *m, const titans_mem_weights *w,
-                                        const titans_mem_weights *grad, titans__mem_bufs *bf, titans__mem_grads *gr,
-                                        float *dx, const float *dout, const float *x, size_t bt) {
-  size_t n = bt * m->dm;
-  titans_gemm(1, 0, m->d, m->dm, bt, 1.0f, dout, m->d, bf->gated, m->dm, 1.0f, grad->wo, m->dm);
-  titans_gemm(0, 0, bt, m->dm, m->d, 1.0f, dout, m->d, w->wo, m->dm, 0.0f, gr->dgated, m->dm);
-  for (size_t j = 0; j < n; j++) {
-    float g = bf->g[j];
-    gr->dyn[j] = gr->dgated[j] * g * titans__sigmoidf(g);
-    gr->tmp[j] = gr->dgated[j] * bf->yn[j];
-  }
-  memset(gr->dg, 0, n * sizeof(float));
-  titans_silu_backward(gr->dg, gr->tmp, bf->g, n);
-  titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dg, m->dm, x, m->d, 1.0f, grad->wg, m->d);
-  titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dg, m->dm, w->wg, m->d, 1.0f, dx, m->d);
-  memset(gr->dy, 0, n * sizeof(float));
-  titans_rmsnorm_backward(gr->dy, grad->out_norm, gr->dyn, bf->y, w->out_norm, bf->rstd, bt * m->H, m->dh);
-}
-
-/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3). */
-/* The conv of one row reads concat = [tail (K-1 rows); proj (T rows)] and its final tail is the last
-   K-1 rows of concat. From dfinal (gradient of the final tail) and dconv (gradient of the conv
-   outputs) this adds the gradient of the initial tail into dinit and dfinal's share into dproj
-   (all [rows, dm]; weight [dm, K]). */
-static void titans__mem_tail_backward(float *dinit, float *dproj, const float *dfinal, const float *dconv,
-                                      const float *weight, size_t T, size_t K, size_t dm) {
-  size_t K1 = K - 1;
-  for (size_t j = 0; j < K1; j++) {
-    size_t c = T + j; /* concat index of final tail row j */
-    float *dst = c >= K1 ? dproj + (c - K1) * dm : dinit + c * dm;
-    titans__axpy(dst, 1.0f, dfinal + j * dm, dm);
-  }
-  /* output t reads concat[t + s] with tap s; concat index q < K1 is tail row q */
-  for (size_t q = 0; q < K1; q++)
-    for (size_t t = 0; t <= q && t < T; t++)
-      for (size_t c = 0; c < dm; c++) dinit[q * dm + c] += dconv[t * dm + c] * weight[c * K + (q - t)];
-}
-
-static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
-                                        const titans_mem_weights *w, const titans_mem_weights *grad,
-                                        titans__mem_bufs *bf, titans__mem_grads *gr, const float *saved_tails,
-                                        const float *dtails_final, float *dtails_init, float *dx, const float *x,
-                                        size_t B, size_t T, int nstreams) {
-  size_t bt = B * T, n = bt * m->dm, K1 = m->K > 0 ? m->K - 1 : 0, tsz = B * K1 * m->dm;
-  const float *proj_w[3] = {w->wq, w->wk, w->wv};
-  float *proj_g[3] = {grad->wq, grad->wk, grad->wv};
-  const float *conv_w[3] = {w->conv_q, w->conv_k, w->conv_v};
-  float *conv_g[3] = {grad->conv_q, grad->conv_k, grad->conv_v};
-  for (int si = 0; si < nstreams; si++) {
-    const float *dact = gr->dvec[si];
-    if (si < 2) { /* q, k = L2Norm(act) */
-      memset(gr->dact, 0, n * sizeof(float));
-      titans_l2norm_backward(gr->dact, gr->dvec[si], bf->act[si], bf->rnorm[si], bt * m->H, m->dh);
-      dact = gr->dact;
-    }
-    float *dconv = m->K > 0 ? gr->dconv : gr->dproj;
-    memset(dconv, 0, n * sizeof(float));
-    titans_silu_backward(dconv, dact, bf->conv[si], n);
-    if (m->K > 0) {
-      memset(gr->dproj, 0, n * sizeof(float));
-      for (size_t r = 0; r < B; r++) {
-        size_t o = r * T * m->dm, to = (size_t)si * tsz + r * K1 * m->dm;
-        titans_conv_backward(gr->dproj + o, conv_g[si], gr->dconv + o, bf->proj[si] + o, saved_tails + to,
-                             conv_w[si], T, m->dm, m->K);
-        if (K1 > 0)
-          titans__mem_tail_backward(dtails_init + to, gr->dproj + o, dtails_final + to, gr->dconv + o, conv_w[si], T,
-                                    m->K, m->dm);
-      }
-    }
-    titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dproj, m->dm, x, m->d, 1.0f, proj_g[si], m->d);
-    titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dproj, m->dm, proj_w[si], m->d, 1.0f, dx, m->d);
-  }
-  if (nstreams < 3) return;
-  const float *gate_w[3] = {w->lr_w, w->mom_w, w->decay_w};
-  float *gate_gw[3] = {grad->lr_w, grad->mom_w, grad->decay_w}, *gate_gb[3] = {grad->lr_b, grad->mom_b, grad->decay_b};
-  for (int gi = 0; gi < 3; gi++) {
-    float *dg = gr->dgates[gi];
-    const float *gv = bf->gates[gi];
-    /* theta = theta_max sigmoid(z): d z = d theta * theta (1 - theta / theta_max); eta, alpha: s (1 - s) */
-    float scale = gi == 0 ? 1.0f / cfg->theta_max : 1.0f;
-    for (size_t j = 0; j < bt * m->H; j++) dg[j] *= gv[j] * (1.0f - gv[j] * scale);
-    titans_gemm(1, 0, m->H, m->d, bt, 1.0f, dg, m->H, x, m->d, 1.0f, gate_gw[gi], m->d);
-    for (size_t t = 0; t < bt; t++)
-      for (size_t h = 0; h < m->H; h++) gate_gb[gi][h] += dg[t * m->H + h];
-    titans_gemm(0, 0, bt, m->d, m->H, 1.0f, dg, m->H, gate_w[gi], m->d, 1.0f, dx, m->d);
-  }
-}
 
 /* Backward of the recurrence of one (row, head), last chunk first. */
 static void titans__mem_recur_backward_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
@@ -5373,7 +5373,7 @@ TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size
   return titans__rope_apply(dx, pos, T, H, d_a, 1);
 }
 
-/* ---- forward --------------------------------------------------------------------------------- */
+/* ---- forward: one block of query rows ----------------------------------------------------------- */
 
 #define TITANS__ATTN_QTILE 32 /* query rows per task */
 #define TITANS__ATTN_KTILE 16 /* key rows per task (two-pass backward) */
@@ -5407,42 +5407,7 @@ static void titans__attn_forward_block(float *out, float *lse, const float *q, c
   titans__attn_rows_finish(&R, lse ? lse + i0 * H + h : NULL, H);
 }
 
-#ifdef _OPENMP
-/* An upper bound of the multiply-adds of a call (in double: never overflows); decides on threads. */
-static double titans__attn_work(size_t Tq, size_t P, size_t Tk, size_t ld) {
-  return (double)Tq * ((double)P + (double)Tk) * (double)ld;
-}
-#endif
-
-TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                       const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                       size_t H, size_t d_a, int64_t window) {
-  size_t ld;
-  int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
-  if (st != TITANS_OK) return st;
-  if (Tq == 0) return TITANS_OK;
-  if (!out || !q || !qpos || ((P + Tk) > 0 && (!k || !v)) || (Tk > 0 && !kpos)) return TITANS_ERR_ARG;
-  titans__attn_runs kr;
-  titans__attn_runs_init(&kr, kpos, Tk);
-  float scale = titans__attn_scale(d_a);
-  size_t ntile = (Tq + TITANS__ATTN_QTILE - 1) / TITANS__ATTN_QTILE;
-  size_t ntask = H * ntile;
-#ifdef _OPENMP
-  int par = ntask > 1 && titans__attn_work(Tq, P, Tk, ld) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
-#pragma omp parallel for schedule(dynamic, 1) if (par)
-#endif
-  for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
-    size_t h = (size_t)task % H, i0 = (size_t)task / H * TITANS__ATTN_QTILE;
-    size_t i1 = i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq;
-    const float *kh = k ? k + h * d_a : NULL, *vh = v ? v + h * d_a : NULL;
-    for (size_t b = i0; b < i1; b += TITANS__ATTN_QB)
-      titans__attn_forward_block(out, lse, q, kh, vh, qpos, &kr, b, b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1,
-                                 P, H, h, d_a, window, scale);
-  }
-  return TITANS_OK;
-}
-
-/* ---- backward -------------------------------------------------------------------------------- */
+/* ---- backward: the pairs of a query tile or of a key ------------------------------------------- */
 
 /* Everything of one backward call. */
 typedef struct titans__attn_bwd {
@@ -5598,6 +5563,43 @@ static void titans__attn_bwd_key_run(const titans__attn_bwd *c, const float *D, 
   titans__attn_iter_init(&it, &c->qr, lo, hi);
   size_t b, e;
   while (titans__attn_iter_next(&it, &b, &e)) titans__attn_bwd_key_queries(c, D, j, h, b, e);
+}
+
+/* ---- the forward and the backward -------------------------------------------------------------- */
+
+#ifdef _OPENMP
+/* An upper bound of the multiply-adds of a call (in double: never overflows); decides on threads. */
+static double titans__attn_work(size_t Tq, size_t P, size_t Tk, size_t ld) {
+  return (double)Tq * ((double)P + (double)Tk) * (double)ld;
+}
+#endif
+
+TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                       const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
+                                       size_t H, size_t d_a, int64_t window) {
+  size_t ld;
+  int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
+  if (st != TITANS_OK) return st;
+  if (Tq == 0) return TITANS_OK;
+  if (!out || !q || !qpos || ((P + Tk) > 0 && (!k || !v)) || (Tk > 0 && !kpos)) return TITANS_ERR_ARG;
+  titans__attn_runs kr;
+  titans__attn_runs_init(&kr, kpos, Tk);
+  float scale = titans__attn_scale(d_a);
+  size_t ntile = (Tq + TITANS__ATTN_QTILE - 1) / TITANS__ATTN_QTILE;
+  size_t ntask = H * ntile;
+#ifdef _OPENMP
+  int par = ntask > 1 && titans__attn_work(Tq, P, Tk, ld) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+#endif
+  for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
+    size_t h = (size_t)task % H, i0 = (size_t)task / H * TITANS__ATTN_QTILE;
+    size_t i1 = i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq;
+    const float *kh = k ? k + h * d_a : NULL, *vh = v ? v + h * d_a : NULL;
+    for (size_t b = i0; b < i1; b += TITANS__ATTN_QB)
+      titans__attn_forward_block(out, lse, q, kh, vh, qpos, &kr, b, b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1,
+                                 P, H, h, d_a, window, scale);
+  }
+  return TITANS_OK;
 }
 
 enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_TWO_PASS = 2 };
