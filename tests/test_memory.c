@@ -537,6 +537,23 @@ static void test_causality(titans_mem_config cfg) {
   fixture_free(&f);
 }
 
+/* One training forward + backward of f's inputs from the reset state: out, dx [B, T, d] (dx zeroed
+   first), the gradients in f->grad_slab (zeroed first); stage timers into stage unless it is NULL. */
+static void fixture_train_pass(fixture *f, titans_mem_config cfg, size_t T, float *out, float *dx, double *stage) {
+  titans_mem_state st;
+  titans_mem_ctx ctx;
+  titans_mem_state_init(&st, &cfg, f->B);
+  titans_mem_ctx_init(&ctx);
+  titans_mem_state_reset(&st, &f->w);
+  memset(f->grad_slab, 0, f->total * sizeof(float));
+  memset(dx, 0, f->B * T * (size_t)cfg.d * sizeof(float));
+  ctx.stage_seconds = stage;
+  titans_mem_forward(&cfg, &f->w, &st, out, f->x, T, &ctx);
+  titans_mem_backward(&cfg, &f->w, &f->g, dx, f->dout, f->x, &ctx, 1);
+  titans_mem_ctx_free(&ctx);
+  titans_mem_state_free(&st);
+}
+
 static void test_threads_and_state(titans_mem_config cfg) {
   fixture f;
   size_t T = 48, d = (size_t)cfg.d;
@@ -553,17 +570,8 @@ static void test_threads_and_state(titans_mem_config cfg) {
 #ifdef _OPENMP
     omp_set_num_threads(run == 0 ? 1 : 2);
 #endif
-    titans_mem_state st;
-    titans_mem_ctx ctx;
-    titans_mem_state_init(&st, &cfg, f.B);
-    titans_mem_ctx_init(&ctx);
-    titans_mem_state_reset(&st, &f.w);
-    memset(f.grad_slab, 0, f.total * sizeof(float));
-    titans_mem_forward(&cfg, &f.w, &st, run ? o2 : o1, f.x, T, &ctx);
-    titans_mem_backward(&cfg, &f.w, &f.g, run ? dx2 : dx1, f.dout, f.x, &ctx, 1);
+    fixture_train_pass(&f, cfg, T, run ? o2 : o1, run ? dx2 : dx1, NULL);
     if (run == 0) memcpy(g1, f.grad_slab, f.total * sizeof(float));
-    titans_mem_ctx_free(&ctx);
-    titans_mem_state_free(&st);
   }
 #ifdef _OPENMP
   omp_set_num_threads(saved_threads);
@@ -619,20 +627,9 @@ static void test_stage_timers(titans_mem_config cfg) {
   double stage[TITANS_MEM_STAGES] = {0}, first[TITANS_MEM_STAGES];
   for (int run = 0; run < 3; run++) {
     int k = run ? 1 : 0;
-    titans_mem_state st;
-    titans_mem_ctx ctx;
-    titans_mem_state_init(&st, &cfg, f.B);
-    titans_mem_ctx_init(&ctx);
-    titans_mem_state_reset(&st, &f.w);
-    memset(f.grad_slab, 0, f.total * sizeof(float));
-    memset(dx[k], 0, n * sizeof(float));
-    ctx.stage_seconds = run ? stage : NULL;
-    titans_mem_forward(&cfg, &f.w, &st, out[k], f.x, T, &ctx);
-    titans_mem_backward(&cfg, &f.w, &f.g, dx[k], f.dout, f.x, &ctx, 1);
+    fixture_train_pass(&f, cfg, T, out[k], dx[k], run ? stage : NULL);
     if (run == 0) memcpy(g0, f.grad_slab, f.total * sizeof(float));
     if (run == 1) memcpy(first, stage, sizeof stage);
-    titans_mem_ctx_free(&ctx);
-    titans_mem_state_free(&st);
   }
   int positive = 1, grew = 1;
   for (int i = 0; i < TITANS_MEM_STAGES; i++) {
