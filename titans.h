@@ -2268,25 +2268,40 @@ static void titans__gemm_run(const titans__gemm_job *g, size_t i0, size_t i1, si
 /* The pieces the threads share: C cut along one dimension into about 4 pieces per thread, claimed
    dynamically, so that a thread the OS runs late finds its share done by the others instead of holding
    everyone up. Columns for few rows of C (or when the packed method's blocks stay squarer that way),
-   rows otherwise. Pieces stay large enough that what each piece packs again (op(B) for row pieces,
-   op(A) for column pieces) costs little: 256 columns or 128 rows, 64 columns for the small-m methods. */
+   rows otherwise; for the packed method, the other dimension when the preferred one gives a single
+   piece (a d x d weight gradient with d = 256 and k = B T would otherwise run on one thread while the
+   others wait: ~10% of a 2-thread MAG step). Pieces stay large
+   enough that what each piece packs again (op(B) for row pieces, op(A) for column pieces) costs
+   little: 256 columns or 128 rows, 64 columns for the small-m methods. Every element of C is computed
+   the same way whatever the pieces, so the split never changes a result. */
 typedef struct titans__gemm_split {
   int by_cols;
   size_t step, count;
 } titans__gemm_split;
 
-static titans__gemm_split titans__gemm_split_for(const titans__gemm_job *g, int nt) {
+static titans__gemm_split titans__gemm_split_along(const titans__gemm_job *g, int nt, int by_cols) {
   titans__gemm_split sp;
   int packed = g->method == TITANS__GEMM_PACKED;
-  sp.by_cols = packed ? g->n >= g->m : g->m <= TITANS__GEMM_SMALL;
-  size_t len = sp.by_cols ? g->n : g->m, quantum = sp.by_cols ? TITANS__GEMM_NR : TITANS__GEMM_MR;
-  size_t least = sp.by_cols ? (packed ? 256 : 64) : 128, want = (size_t)nt * 4;
+  sp.by_cols = by_cols;
+  size_t len = by_cols ? g->n : g->m, quantum = by_cols ? TITANS__GEMM_NR : TITANS__GEMM_MR;
+  size_t least = by_cols ? (packed ? 256 : 64) : 128, want = (size_t)nt * 4;
   if (quantum < 16) quantum = 16; /* whole vectors and whole 16-column tiles of the transposed dot */
   size_t step = (len + want - 1) / want;
   if (step < least) step = least;
   step = (step + quantum - 1) / quantum * quantum;
   sp.step = step;
   sp.count = (len + step - 1) / step;
+  return sp;
+}
+
+static titans__gemm_split titans__gemm_split_for(const titans__gemm_job *g, int nt) {
+  int packed = g->method == TITANS__GEMM_PACKED;
+  int by_cols = packed ? g->n >= g->m : g->m <= TITANS__GEMM_SMALL;
+  titans__gemm_split sp = titans__gemm_split_along(g, nt, by_cols);
+  if (sp.count < 2 && packed) { /* the packed method splits either way; the others keep their usual cut */
+    titans__gemm_split other = titans__gemm_split_along(g, nt, !by_cols);
+    if (other.count > sp.count) sp = other;
+  }
   return sp;
 }
 
