@@ -2270,10 +2270,10 @@ static void titans__gemm_run(const titans__gemm_job *g, size_t i0, size_t i1, si
    everyone up. Columns for few rows of C (or when the packed method's blocks stay squarer that way),
    rows otherwise; for the packed method, the other dimension when the preferred one gives a single
    piece (a d x d weight gradient with d = 256 and k = B T would otherwise run on one thread while the
-   others wait: ~10% of a 2-thread MAG step). Pieces stay large
-   enough that what each piece packs again (op(B) for row pieces, op(A) for column pieces) costs
-   little: 256 columns or 128 rows, 64 columns for the small-m methods. Every element of C is computed
-   the same way whatever the pieces, so the split never changes a result. */
+   others wait: ~10% of a 2-thread MAG step). Pieces stay large enough that what each piece packs again
+   (op(B) for row pieces, op(A) for column pieces) costs little: 256 columns or 128 rows, 64 columns for
+   the small-m methods. Every element of C is computed the same way whatever the pieces, so the split
+   never changes a result. */
 typedef struct titans__gemm_split {
   int by_cols;
   size_t step, count;
