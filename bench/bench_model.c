@@ -4,7 +4,8 @@
 
    Reference configuration: d = 256, 4 layers, 4 attention heads, vocab 256, T = 1024, B = 4, and the
    documented defaults of titans_config_default for the rest (d_ff = 1024, window 64, segment 64,
-   4 persistent tokens for MAC/MAG/MAL, memory H = 4, d_h = 64, L_M = 2, e = 4, b = 16, K_c = 4).
+   4 persistent tokens for MAC/MAG/MAL, memory H = 4, d_h = 64, L_M = 2, e = 4, b = 16, K_c = 4; LM2:
+   16 slots). bench/torch_model.py has no LM2: its rows have no PyTorch figure.
 
    Training: titans_train_step (forward, backward, clipping, AdamW) on B x T tokens. Warm-up steps
    first: two at the first thread count (the first step faults in gigabytes of activation buffers, and
@@ -36,12 +37,12 @@
 #include <omp.h>
 #endif
 
-#define BM_MAX_KINDS 6
+#define BM_MAX_KINDS 7
 #define BM_MAX_THREADS 8
 #define BM_MAX_SAMPLES 64
 
-static const int bm_all_kinds[BM_MAX_KINDS] = {TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL,
-                                               TITANS_BLOCK_LMM, TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA};
+static const int bm_all_kinds[BM_MAX_KINDS] = {TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL, TITANS_BLOCK_LMM,
+                                               TITANS_BLOCK_LM2, TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA};
 
 typedef struct bm_opts {
   int kinds[BM_MAX_KINDS];
@@ -150,7 +151,13 @@ static const char *bm_name(int kind) {
   return n ? n : "?";
 }
 
-static int bm_has_mem(int kind) { return kind != TITANS_BLOCK_ATTN && kind != TITANS_BLOCK_SWA; }
+/* The kinds with a neural memory (theta_max applies); LM2's bank is not one. */
+static int bm_has_mem(int kind) {
+  return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG || kind == TITANS_BLOCK_MAL || kind == TITANS_BLOCK_LMM;
+}
+
+/* bench/torch_model.py implements every kind but LM2. */
+static int bm_torch_has(int kind) { return kind != TITANS_BLOCK_LM2; }
 
 static titans_config bm_config(const bm_opts *o, int kind) {
   titans_config c = titans_config_default(kind, o->vocab, o->d, o->layers);
@@ -404,7 +411,12 @@ static void bm_run_torch(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, 
            o->python);
     return;
   }
-  bm_join(klist, sizeof klist, o->kinds, o->nkinds, 1);
+  int tk[BM_MAX_KINDS], ntk = 0;
+  for (int ki = 0; ki < o->nkinds; ki++)
+    if (bm_torch_has(o->kinds[ki])) tk[ntk++] = o->kinds[ki];
+    else printf("PyTorch: torch_model.py has no %s model; its rows have no PyTorch figure\n", bm_name(o->kinds[ki]));
+  if (ntk == 0) return;
+  bm_join(klist, sizeof klist, tk, ntk, 1);
   bm_join(tlist, sizeof tlist, o->threads, o->nthreads, 0);
   bm_theta_arg(theta, sizeof theta, kinds, o);
   snprintf(cmd, sizeof cmd,
@@ -535,7 +547,7 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
 
 static void bm_usage(void) {
   printf("usage: bench_model [options]\n"
-         "  --kinds LIST        comma-separated of mac,mag,mal,lmm,attn,swa (default all)\n"
+         "  --kinds LIST        comma-separated of mac,mag,mal,lmm,lm2,attn,swa (default all)\n"
          "  --threads LIST      comma-separated thread counts (default 1,2)\n"
          "  --steps N           most timed training steps (default 5)\n"
          "  --min-steps N       fewest timed training steps (default 2)\n"
@@ -559,7 +571,7 @@ static int bm_parse_list(int *out, int max, const char *s, int kinds) {
   for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
     if (n >= max) return -1;
     int v = kinds ? titans_block_from_name(tok) : atoi(tok);
-    if (kinds ? (v < 0 || v == TITANS_BLOCK_LM2) : (v < 1 || v > 1024)) return -1;
+    if (kinds ? v < 0 : (v < 1 || v > 1024)) return -1;
     out[n++] = v;
   }
   return n > 0 ? n : -1;
