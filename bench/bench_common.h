@@ -30,27 +30,29 @@ static inline void set_threads(int t) {
 }
 
 /* ---- FMA peak: independent FMA chains, enough of them to hide the latency --------------------- */
+
+/* BENCH_CHAINS independent chains acc = acc * a + c in the header's vector width, iters steps each,
+   from distinct starting values (or the compiler merges the chains into one); the fixed point
+   c / (1 - a) = 1, so nothing overflows or becomes subnormal. Returns a sum that must be used. */
+#define BENCH_CHAINS 16
+static inline float fma_chains(long iters) {
+  titans__vf acc[BENCH_CHAINS], va = titans__vset1(0.9999f), vc = titans__vset1(1e-4f);
+  for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vset1((float)j * 0.01f);
+  for (long i = 0; i < iters; i++)
+    for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vfma(acc[j], va, vc);
+  titans__vf s = acc[0];
+  for (int j = 1; j < BENCH_CHAINS; j++) s = titans__vadd(s, acc[j]);
+  return titans__vsum(s);
+}
+
+/* GFLOP/s of the calling thread by its CPU time: the core's peak, whatever else runs on the machine. */
 static inline double fma_peak_once(void) {
-  titans__vf x = titans__vset1(0.999f), y = titans__vset1(1e-4f);
-  /* distinct starting values, or the compiler merges the chains into one */
-  titans__vf s0 = titans__vset1(0.1f), s1 = titans__vset1(0.2f), s2 = titans__vset1(0.3f), s3 = titans__vset1(0.4f);
-  titans__vf s4 = titans__vset1(0.5f), s5 = titans__vset1(0.6f), s6 = titans__vset1(0.7f), s7 = titans__vset1(0.8f);
-  titans__vf s8 = titans__vset1(0.9f), s9 = titans__vset1(1.1f), s10 = titans__vset1(1.2f), s11 = titans__vset1(1.3f);
-  const long iters = 20000000 / TITANS__VW;
+  const long iters = 16000000 / TITANS__VW;
   double t0 = thread_sec();
-  for (long i = 0; i < iters; i++) {
-    s0 = titans__vfma(s0, x, y); s1 = titans__vfma(s1, x, y); s2 = titans__vfma(s2, x, y);
-    s3 = titans__vfma(s3, x, y); s4 = titans__vfma(s4, x, y); s5 = titans__vfma(s5, x, y);
-    s6 = titans__vfma(s6, x, y); s7 = titans__vfma(s7, x, y); s8 = titans__vfma(s8, x, y);
-    s9 = titans__vfma(s9, x, y); s10 = titans__vfma(s10, x, y); s11 = titans__vfma(s11, x, y);
-  }
+  volatile float sink = fma_chains(iters);
   double t = thread_sec() - t0;
-  titans__vf s = titans__vadd(titans__vadd(titans__vadd(s0, s1), titans__vadd(s2, s3)),
-                              titans__vadd(titans__vadd(s4, s5), titans__vadd(s6, s7)));
-  s = titans__vadd(s, titans__vadd(titans__vadd(s8, s9), titans__vadd(s10, s11)));
-  volatile float sink = titans__vsum(s);
   (void)sink;
-  return 12.0 * 2.0 * TITANS__VW * (double)iters / t * 1e-9;
+  return 2.0 * BENCH_CHAINS * TITANS__VW * (double)iters / t * 1e-9;
 }
 
 /* Peak GFLOP/s of nt threads together (best of 5). */
@@ -71,19 +73,7 @@ static inline double fma_peak(int nt) {
 }
 
 /* Wall-clock variant for the memory bench, whose 2-thread fractions are of what two threads really get
-   together: each thread runs BENCH_CHAINS independent chains acc = acc * a + c (the fixed point
-   c / (1 - a) = 1, so nothing overflows or becomes subnormal); the best of 7 timed blocks on nth threads. */
-#define BENCH_CHAINS 16
-static inline float fma_chains(long iters) {
-  titans__vf acc[BENCH_CHAINS], va = titans__vset1(0.9999f), vc = titans__vset1(1e-4f);
-  for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vset1((float)j * 0.01f);
-  for (long i = 0; i < iters; i++)
-    for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vfma(acc[j], va, vc);
-  titans__vf s = acc[0];
-  for (int j = 1; j < BENCH_CHAINS; j++) s = titans__vadd(s, acc[j]);
-  return titans__vsum(s);
-}
-
+   together: the best of 7 timed blocks of fma_chains on nth threads. */
 static inline double fma_peak_wall(int nth) {
   const long iters = 2000000;
   double best = 0.0;

@@ -57,10 +57,9 @@ typedef struct stats {
 
 static stats stats_of(double *t, int n) {
   stats s;
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  s.med = median(t, (size_t)n); /* sorts t */
   s.min = t[0];
   s.max = t[n - 1];
-  s.med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
   return s;
 }
 

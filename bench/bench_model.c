@@ -128,8 +128,7 @@ static double bm_other_cores(bm_cpu a, bm_cpu b) {
 static bm_stat bm_stats(double *secs, int n, double tokens) {
   bm_stat s = {0, 0, 0, n};
   if (n <= 0) return s;
-  qsort(secs, (size_t)n, sizeof *secs, cmp_double);
-  double med = n % 2 ? secs[n / 2] : 0.5 * (secs[n / 2 - 1] + secs[n / 2]);
+  double med = median(secs, (size_t)n); /* sorts secs */
   s.med = tokens / med;
   s.lo = tokens / secs[n - 1];
   s.hi = tokens / secs[0];
