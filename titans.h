@@ -534,10 +534,13 @@ TITANSDEF int titans_attention_backward(float *dq,           /* [Tq, H * d_a] +=
    titans_kv_cache_init allocates every slot; the caches of inference sessions start small and grow
    by use (doubling, up to the capacity), so a large capacity read from an untrusted file costs
    memory only as tokens arrive. Until the ring first fills, slots 0 .. count - 1 hold the rows in
-   order (next == count). */
+   order (next == count). Write k and v through these functions (append, set_prefix), not directly:
+   the keys are also kept transposed (kt). */
 typedef struct titans_kv_cache {
   float *k;         /* [P + reserved, H * d_a]: prefix rows, then the ring slots */
   float *v;         /* [P + reserved, H * d_a] */
+  float *kt;        /* k again, transposed in panels of 16 rows (the layout the attention's score kernel
+                       reads, docs/model.md section 3); the cache's functions keep it in step with k */
   int64_t *pos;     /* [reserved] position of each ring slot */
   size_t P;         /* prefix rows */
   size_t capacity;  /* ring slots */
@@ -4723,12 +4726,12 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
 /* ---- 5. Attention (implementation) ------------------------------------------------------------ */
 
 /* Bit-exactness between the code paths (fused and two-pass backward, batched forward and KV cache,
-   any thread count) rests on the private helpers below: a dot product is one vector accumulator,
-   reduced by one fixed tree (titans__attn_hsum), then a scalar tail, whether computed alone, four at a
-   time or in 4 x 4 blocks; a sum of scaled rows adds one fma per element and term (multiply-add in the
+   any thread count) rests on the private helpers below: a score q.k is one fma chain over the head's
+   elements in order (keys along the vector lanes, read from panels), whichever queries and keys are
+   computed with it; a sum of scaled rows adds one fma per element and term (multiply-add in the
    scalar tail) in term order, however the terms are grouped into calls or register blocks; exp is one
-   function. They are private copies (not titans__dot / titans__axpy) so
-   the guarantee does not depend on how the core implements those. */
+   function. They are private (not titans_gemm, titans__dot or titans__axpy) so the guarantee does not
+   depend on how the core picks its kernels. */
 
 /* Multiply-adds with one rounding rule for the whole part, so a scalar tail element gets the bits of a
    vector lane whatever the compiler's contraction setting (C++ and GNU C contract a * b + c into an
@@ -4750,175 +4753,169 @@ static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__v
 static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__vf c) { return titans__vfma(a, b, c); }
 #endif
 
-/* The sum of a vector's lanes by one fixed tree (lane i with i + VW/2, then i + VW/4, ...), spelt out
-   for AVX-512 so that titans__attn_dots, which reduces sixteen accumulators at once by the same tree,
-   gives the same bits whatever the compiler's reduction intrinsic does. */
-static inline float titans__attn_hsum(titans__vf v) {
-#ifdef TITANS__AVX512
-  __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
-  __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
-#else
-  return titans__vsum(v);
-#endif
-}
-
-static inline float titans__attn_dot(const float *a, const float *b, size_t n) {
-  titans__vf acc = titans__vset1(0.0f);
-  size_t i = 0;
-  for (; i + TITANS__VW <= n; i += TITANS__VW) acc = titans__attn_vfma(titans__vload(a + i), titans__vload(b + i), acc);
-  float s = titans__attn_hsum(acc);
-  for (; i < n; i++) s = titans__attn_fma(a[i], b[i], s);
-  return s;
-}
-
-/* s[t] = a . b_t for t < 4, each bit-identical to titans__attn_dot(a, b_t, n); four independent chains
-   hide the fma latency. */
-static inline void titans__attn_dot4(float *s, const float *a, const float *b0, const float *b1, const float *b2,
-                                     const float *b3, size_t n) {
-  titans__vf c0 = titans__vset1(0.0f), c1 = c0, c2 = c0, c3 = c0;
-  size_t i = 0;
-  for (; i + TITANS__VW <= n; i += TITANS__VW) {
-    titans__vf va = titans__vload(a + i);
-    c0 = titans__attn_vfma(va, titans__vload(b0 + i), c0);
-    c1 = titans__attn_vfma(va, titans__vload(b1 + i), c1);
-    c2 = titans__attn_vfma(va, titans__vload(b2 + i), c2);
-    c3 = titans__attn_vfma(va, titans__vload(b3 + i), c3);
-  }
-  float s0 = titans__attn_hsum(c0), s1 = titans__attn_hsum(c1), s2 = titans__attn_hsum(c2), s3 = titans__attn_hsum(c3);
-  for (; i < n; i++) {
-    s0 = titans__attn_fma(a[i], b0[i], s0);
-    s1 = titans__attn_fma(a[i], b1[i], s1);
-    s2 = titans__attn_fma(a[i], b2[i], s2);
-    s3 = titans__attn_fma(a[i], b3[i], s3);
-  }
-  s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
-}
-
-#ifdef TITANS__AVX512
-/* S[r lds + t] = a_r . b_t for r < 4 and t < 4 (a 4 x 4 block), each bit-identical to titans__attn_dot:
-   sixteen accumulators fed by eight loads a chunk, then the sixteen lane sums at once by
-   titans__attn_hsum's tree in transposed form (15 adds instead of 60), then the scalar tails. */
-TITANS__GEMM_INLINE void titans__attn_dots4x4(float *S, size_t lds, const float *a0p, const float *a1p,
-                                              const float *a2p, const float *a3p, const float *const *b, size_t n) {
-  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-  __m512 c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
-  const float *b0p = b[0], *b1p = b[1], *b2p = b[2], *b3p = b[3];
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 a0 = _mm512_loadu_ps(a0p + i), a1 = _mm512_loadu_ps(a1p + i);
-    __m512 a2 = _mm512_loadu_ps(a2p + i), a3 = _mm512_loadu_ps(a3p + i);
-    __m512 b0 = _mm512_loadu_ps(b0p + i), b1 = _mm512_loadu_ps(b1p + i);
-    __m512 b2 = _mm512_loadu_ps(b2p + i), b3 = _mm512_loadu_ps(b3p + i);
-#if defined(__GNUC__) || defined(__clang__)
-    /* keep the eight rows in registers: folded into the fmas as memory operands they would be loaded
-       four times each, and loads, not fmas, would set the pace */
-    __asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
-#endif
-    c0 = _mm512_fmadd_ps(a0, b0, c0), c1 = _mm512_fmadd_ps(a0, b1, c1);
-    c2 = _mm512_fmadd_ps(a0, b2, c2), c3 = _mm512_fmadd_ps(a0, b3, c3);
-    c4 = _mm512_fmadd_ps(a1, b0, c4), c5 = _mm512_fmadd_ps(a1, b1, c5);
-    c6 = _mm512_fmadd_ps(a1, b2, c6), c7 = _mm512_fmadd_ps(a1, b3, c7);
-    c8 = _mm512_fmadd_ps(a2, b0, c8), c9 = _mm512_fmadd_ps(a2, b1, c9);
-    c10 = _mm512_fmadd_ps(a2, b2, c10), c11 = _mm512_fmadd_ps(a2, b3, c11);
-    c12 = _mm512_fmadd_ps(a3, b0, c12), c13 = _mm512_fmadd_ps(a3, b1, c13);
-    c14 = _mm512_fmadd_ps(a3, b2, c14), c15 = _mm512_fmadd_ps(a3, b3, c15);
-  }
-  /* lanes i and i + 8: two accumulators a vector, [c_2u half sums | c_2u+1 half sums] */
-#define TITANS__H8(x, y) _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE))
-  /* lanes i and i + 4: each 128-bit quarter then holds the four partial sums of one accumulator */
-#define TITANS__H4(x, y) _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD))
-  /* lanes i and i + 2, then i and i + 1, inside each quarter */
-#define TITANS__H2(x, y) _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xEE))
-#define TITANS__H1(x, y) _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xDD))
-  __m512 lo = TITANS__H2(TITANS__H4(TITANS__H8(c0, c1), TITANS__H8(c2, c3)),
-                         TITANS__H4(TITANS__H8(c4, c5), TITANS__H8(c6, c7)));
-  __m512 hi = TITANS__H2(TITANS__H4(TITANS__H8(c8, c9), TITANS__H8(c10, c11)),
-                         TITANS__H4(TITANS__H8(c12, c13), TITANS__H8(c14, c15)));
-  __m512 sum = TITANS__H1(lo, hi); /* lane 4 t + r holds accumulator 4 r + t, a_r . b_t */
-#undef TITANS__H8
-#undef TITANS__H4
-#undef TITANS__H2
-#undef TITANS__H1
-  sum = _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), sum);
-  _mm_storeu_ps(S, _mm512_extractf32x4_ps(sum, 0)); /* now lane 4 r + t */
-  _mm_storeu_ps(S + lds, _mm512_extractf32x4_ps(sum, 1));
-  _mm_storeu_ps(S + 2 * lds, _mm512_extractf32x4_ps(sum, 2));
-  _mm_storeu_ps(S + 3 * lds, _mm512_extractf32x4_ps(sum, 3));
-  if (i < n) {
-    const float *ar[4] = {a0p, a1p, a2p, a3p};
-    for (size_t r = 0; r < 4; r++)
-      for (size_t t = 0; t < 4; t++) {
-        float v = S[r * lds + t];
-        for (size_t e = i; e < n; e++) v = titans__attn_fma(ar[r][e], b[t][e], v);
-        S[r * lds + t] = v;
-      }
-  }
-}
-#endif
-
-/* S[r * lds + t] = a_r . b_t (titans__attn_dot's bits) for r < na, t < nb: 4 x 4 blocks where the
-   vector layer has them, rows against four columns at a time otherwise. */
-static void titans__attn_dots(float *S, size_t lds, const float *const *a, size_t na, const float *const *b, size_t nb,
-                              size_t n) {
+/* out[r] = a_r . b_r for the n row pairs (row stride ld), each as the score kernel computes a score:
+   one fma chain over the elements in order from the first (the backward's D = dout.out, so that
+   dout.v - D is exactly 0 where a query's only key is v); four rows at a time, their chains
+   interleaved. */
+static void titans__attn_row_dots(float *out, const float *a, const float *b, size_t ld, size_t n, size_t d_a) {
   size_t r = 0;
-#ifdef TITANS__AVX512
-  if (n >= 16) {
-    for (; r + 4 <= na; r += 4) {
-      size_t t = 0;
-      for (; t + 4 <= nb; t += 4) titans__attn_dots4x4(S + r * lds + t, lds, a[r], a[r + 1], a[r + 2], a[r + 3], b + t, n);
-      for (; t < nb; t++)
-        for (size_t g = 0; g < 4; g++) S[(r + g) * lds + t] = titans__attn_dot(a[r + g], b[t], n);
-    }
+  for (; r + 4 <= n; r += 4) {
+    float s[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < d_a; i++)
+      for (size_t g = 0; g < 4; g++) s[g] = titans__attn_fma(a[(r + g) * ld + i], b[(r + g) * ld + i], s[g]);
+    for (size_t g = 0; g < 4; g++) out[r + g] = s[g];
   }
-#endif
-  for (; r < na; r++) {
-    size_t t = 0;
-    for (; t + 4 <= nb; t += 4) titans__attn_dot4(S + r * lds + t, a[r], b[t], b[t + 1], b[t + 2], b[t + 3], n);
-    for (; t < nb; t++) S[r * lds + t] = titans__attn_dot(a[r], b[t], n);
+  for (; r < n; r++) {
+    float s = 0.0f;
+    for (size_t i = 0; i < d_a; i++) s = titans__attn_fma(a[r * ld + i], b[r * ld + i], s);
+    out[r] = s;
   }
 }
 
-/* y += alpha[0] x_0 + ... + alpha[m-1] x_{m-1}, added in that order, one fma per element and term
-   (multiply-add in the scalar tail), so any split of the terms into calls gives the same bits; y stays
-   in registers across the m rows, four vectors at a time so that four independent fma chains hide the
-   latency. */
-static void titans__attn_axpy_many(float *y, const float *alpha, const float *const *x, size_t m, size_t n) {
-  size_t i = 0;
-  for (; i + 4 * TITANS__VW <= n; i += 4 * TITANS__VW) {
-    titans__vf a0 = titans__vload(y + i), a1 = titans__vload(y + i + TITANS__VW);
-    titans__vf a2 = titans__vload(y + i + 2 * TITANS__VW), a3 = titans__vload(y + i + 3 * TITANS__VW);
-    for (size_t t = 0; t < m; t++) {
-      titans__vf va = titans__vset1(alpha[t]);
-      const float *xt = x[t] + i;
-      a0 = titans__attn_vfma(va, titans__vload(xt), a0);
-      a1 = titans__attn_vfma(va, titans__vload(xt + TITANS__VW), a1);
-      a2 = titans__attn_vfma(va, titans__vload(xt + 2 * TITANS__VW), a2);
-      a3 = titans__attn_vfma(va, titans__vload(xt + 3 * TITANS__VW), a3);
+/* ---- scores from rows stored transposed, in panels ---------------------------------------------- */
+
+/* Keeps a loaded vector in a register: folded into the fmas as a memory operand, a row chunk that
+   several rows multiply would be loaded once per row, and loads, not fmas, would set the pace. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(TITANS__AVX512)
+#define TITANS__ATTN_PIN(x) __asm__("" : "+v"(x))
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(TITANS__AVX2)
+#define TITANS__ATTN_PIN(x) __asm__("" : "+x"(x))
+#else
+#define TITANS__ATTN_PIN(x) (void)0
+#endif
+
+/* The score kernels read the keys (the backward: the values too) transposed, in panels of
+   TITANS__ATTN_PW rows: panel p holds rows p PW .. p PW + PW - 1 of an [n, ld] matrix as [ld, PW], so
+   element e of row j sits at (j / PW) ld PW + e PW + j % PW, and head h's slice of a panel starts
+   h d_a PW floats in. Lanes of rows past n are zero. With the keys along the vector lanes, a score
+   is one fma chain over the head's elements in order (a matrix product's inner loop), not a vector of
+   partial sums to be reduced across lanes. */
+#define TITANS__ATTN_PW 16
+#define TITANS__ATTN_PV (TITANS__ATTN_PW / TITANS__VW) /* vectors per panel row */
+#define TITANS__ATTN_SR 4                                /* query rows per score-kernel call */
+#ifdef TITANS__AVX512
+#define TITANS__ATTN_SP 4 /* panels per score-kernel call: 16 accumulators */
+#else
+#define TITANS__ATTN_SP 1 /* 4 rows x 1 panel: 8 (AVX2), 16 (NEON) accumulators */
+#endif
+
+/* Floats of the panels of an [n, ld] matrix; 0 when the size overflows (n >= 1). */
+static size_t titans__attn_panel_floats(size_t n, size_t ld) {
+  size_t rows = n / TITANS__ATTN_PW + (n % TITANS__ATTN_PW != 0), f;
+  if (!titans_size_mul(rows, TITANS__ATTN_PW, &rows) || !titans_size_mul(rows, ld, &f) ||
+      !titans_size_mul(f, sizeof(float), &rows))
+    return 0;
+  return f;
+}
+
+/* Row j of the panels := row[0 .. ld-1]. */
+static void titans__attn_panel_put(float *pan, size_t ld, size_t j, const float *row) {
+  float *dst = pan + j / TITANS__ATTN_PW * ld * TITANS__ATTN_PW + j % TITANS__ATTN_PW;
+  for (size_t e = 0; e < ld; e++) dst[e * TITANS__ATTN_PW] = row[e];
+}
+
+/* The panels of src [n, ld], padding lanes zero. */
+static void titans__attn_panel_pack(float *pan, const float *src, size_t n, size_t ld) {
+  const size_t PW = TITANS__ATTN_PW;
+  size_t np = (n + PW - 1) / PW;
+#ifdef _OPENMP
+  int par = np > 1 && (double)n * (double)ld >= 65536.0 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (par)
+#endif
+  for (ptrdiff_t pp = 0; pp < (ptrdiff_t)np; pp++) {
+    size_t p = (size_t)pp, rows = n - p * PW < PW ? n - p * PW : PW;
+    float *dst = pan + p * ld * PW;
+    const float *s = src + p * PW * ld;
+    for (size_t e = 0; e < ld; e++) {
+      float *d = dst + e * PW;
+      size_t l = 0;
+      for (; l < rows; l++) d[l] = s[l * ld + e];
+      for (; l < PW; l++) d[l] = 0.0f;
     }
-    titans__vstore(y + i, a0);
-    titans__vstore(y + i + TITANS__VW, a1);
-    titans__vstore(y + i + 2 * TITANS__VW, a2);
-    titans__vstore(y + i + 3 * TITANS__VW, a3);
   }
-  for (; i + TITANS__VW <= n; i += TITANS__VW) {
-    titans__vf acc = titans__vload(y + i);
-    for (size_t t = 0; t < m; t++) acc = titans__attn_vfma(titans__vset1(alpha[t]), titans__vload(x[t] + i), acc);
-    titans__vstore(y + i, acc);
+}
+
+/* out[r lo + l] = a_r . (lane l of the NP panels at pan, pstride floats apart) for r < NR, l < NP PW.
+   Each score is one chain of fmas over the d_a elements in order from the first: its bits depend on
+   the query and the key only, never on the rows, panels or vector width it is computed with. */
+TITANS__GEMM_INLINE void titans__attn_score_kernel(float *out, size_t lo, const float *const *a, const float *pan,
+                                                   size_t pstride, size_t d_a, int NR, int NP) {
+  const int PV = TITANS__ATTN_PV, NV = NP * TITANS__ATTN_PV;
+  titans__vf acc[TITANS__ATTN_SR][TITANS__ATTN_SP * TITANS__ATTN_PV];
+  for (int r = 0; r < NR; r++)
+    for (int u = 0; u < NV; u++) acc[r][u] = titans__vset1(0.0f);
+  for (size_t i = 0; i < d_a; i++) {
+    titans__vf x[TITANS__ATTN_SP * TITANS__ATTN_PV];
+    for (int p = 0; p < NP; p++)
+      for (int v = 0; v < PV; v++)
+        x[p * PV + v] = titans__vload(pan + (size_t)p * pstride + i * TITANS__ATTN_PW + (size_t)v * TITANS__VW);
+    for (int u = 0; u < NV; u++) TITANS__ATTN_PIN(x[u]);
+    for (int r = 0; r < NR; r++) {
+      titans__vf ar = titans__vset1(a[r][i]);
+      for (int u = 0; u < NV; u++) acc[r][u] = titans__attn_vfma(ar, x[u], acc[r][u]);
+    }
   }
-  for (; i < n; i++) {
-    float acc = y[i];
-    for (size_t t = 0; t < m; t++) acc = titans__attn_fma(alpha[t], x[t][i], acc);
-    y[i] = acc;
+  for (int r = 0; r < NR; r++)
+    for (int u = 0; u < NV; u++) titans__vstore(out + (size_t)r * lo + (size_t)u * TITANS__VW, acc[r][u]);
+}
+
+/* titans__attn_score_kernel with nr <= SR rows and np <= SP panels as constants. */
+static void titans__attn_score_call(float *out, size_t lo, const float *const *a, const float *pan, size_t pstride,
+                                    size_t d_a, int nr, int np) {
+#if TITANS__ATTN_SP == 4
+#define TITANS__ATTN_SCORE_ROWS(NR)                                                          \
+  switch (np) {                                                                              \
+  case 4: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 4); return;           \
+  case 3: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 3); return;           \
+  case 2: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 2); return;           \
+  default: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 1); return;          \
+  }
+#else
+#define TITANS__ATTN_SCORE_ROWS(NR) (void)np; titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 1); return;
+#endif
+  switch (nr) {
+  case 4: TITANS__ATTN_SCORE_ROWS(4)
+  case 3: TITANS__ATTN_SCORE_ROWS(3)
+  case 2: TITANS__ATTN_SCORE_ROWS(2)
+  default: TITANS__ATTN_SCORE_ROWS(1)
+  }
+#undef TITANS__ATTN_SCORE_ROWS
+}
+
+/* S[r lds + t] = a_r . (key row rows[t]) for r < na, t < nt, the keys read from one head's panels (pan:
+   the head's slice of panel 0; pstride = ld PW). Consecutive rows go a run at a time, SP panels and
+   SR query rows a kernel call; a panel's lanes outside the run are computed and dropped. */
+static void titans__attn_scores(float *S, size_t lds, const float *const *a, size_t na, const float *pan,
+                                size_t pstride, const size_t *rows, size_t nt, size_t d_a) {
+  const size_t PW = TITANS__ATTN_PW, SW = TITANS__ATTN_SP * TITANS__ATTN_PW;
+  float blk[TITANS__ATTN_SR * TITANS__ATTN_SP * TITANS__ATTN_PW]; /* [SR, SW] a call's scores */
+  size_t t1;
+  for (size_t t0 = 0; t0 < nt; t0 = t1) {
+    for (t1 = t0 + 1; t1 < nt && rows[t1] == rows[t1 - 1] + 1; t1++) {
+    }
+    size_t first = rows[t0], end = first + (t1 - t0); /* the run: key rows [first, end) */
+    for (size_t pb = first - first % PW; pb < end; pb += SW) {
+      size_t span = end - pb < SW ? end - pb : SW;
+      int np = (int)((span + PW - 1) / PW);
+      size_t l0 = first > pb ? first - pb : 0, l1 = span; /* the lanes the run needs */
+      float *dst = S + t0 + (pb + l0 - first);
+      const float *pp = pan + pb / PW * pstride;
+      int direct = l0 == 0 && l1 == (size_t)np * PW;
+      for (size_t r = 0; r < na; r += TITANS__ATTN_SR) {
+        int nr = na - r < TITANS__ATTN_SR ? (int)(na - r) : TITANS__ATTN_SR;
+        titans__attn_score_call(direct ? dst + r * lds : blk, direct ? lds : SW, a + r, pp, pstride, d_a, nr, np);
+        if (!direct)
+          for (int g = 0; g < nr; g++) memcpy(dst + (r + (size_t)g) * lds, blk + (size_t)g * SW + l0, (l1 - l0) * sizeof(float));
+      }
+    }
   }
 }
 
 /* y_r += sum_t coef(r, t) x_t over the visible terms t < nt, for NR <= 4 rows and the NC <= 4 vector
    chunks from offset i, where coef(r, t) = coef[r cy + t ct] and visible means vis[r vy + t vt] != 0
-   (masked == 0: every term). Each row is a chain of fmas over t in order, so the bits are
-   titans__attn_axpy_many's; the NR x NC accumulators stay in registers and every x_t chunk is loaded
-   once for the NR rows. */
+   (masked == 0: every term). Each element of a row is a chain of fmas over t in order (a multiply-add
+   in the scalar tail), so any split of the terms or the rows into calls gives the same bits; the
+   NR x NC accumulators stay in registers and every x_t chunk is loaded once for the NR rows. */
 TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *coef, size_t cy, size_t ct,
                                                   const unsigned char *vis, size_t vy, size_t vt,
                                                   const float *const *x, size_t nt, size_t i, int NR, int NC,
@@ -4929,6 +4926,7 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
   for (size_t t = 0; t < nt; t++) {
     titans__vf xv[4];
     for (int u = 0; u < NC; u++) xv[u] = titans__vload(x[t] + i + (size_t)u * TITANS__VW);
+    for (int u = 0; u < NC; u++) TITANS__ATTN_PIN(xv[u]);
     for (int r = 0; r < NR; r++) {
       if (masked && !vis[(size_t)r * vy + t * vt]) continue;
       titans__vf a = titans__vset1(coef[(size_t)r * cy + t * ct]);
@@ -5114,7 +5112,7 @@ static void titans__attn_query_bounds(int64_t kp, int64_t window, int64_t *lo, i
    processed alongside nor on where a ring buffer wraps: the batched forward and the KV cache then
    fold the same tiles and give the same bits. */
 
-#define TITANS__ATTN_QB 8 /* query rows that share each key and value load in the forward */
+#define TITANS__ATTN_QB 32 /* query rows that share each key and value load in the forward */
 
 /* The online-softmax state of a block of query rows of one head. */
 typedef struct titans__attn_rows {
@@ -5132,7 +5130,10 @@ typedef struct titans__attn_tile {
   size_t n;
   int positioned;  /* 0: prefix rows, visible to every query */
   int64_t group;   /* floor(pos / TITANS_ATTN_TILE) of the tile's keys */
-  const float *k[TITANS_ATTN_TILE], *v[TITANS_ATTN_TILE]; /* [d_a] head slices */
+  const float *kpan; /* the keys' panels: the head's slice of panel 0 */
+  size_t pstride;    /* floats from one panel to the next (ld PW) */
+  size_t row[TITANS_ATTN_TILE];             /* each key's row in the panels */
+  const float *v[TITANS_ATTN_TILE];         /* [d_a] head slices of the values */
   int64_t pos[TITANS_ATTN_TILE];
 } titans__attn_tile;
 
@@ -5152,30 +5153,33 @@ static void titans__attn_rows_add(titans__attn_rows *R, float *o, const float *q
   titans__attn_key_bounds(qpos, window, &R->lo[r], &R->hi[r]);
 }
 
-/* The maximum of s[0..n-1] (n >= 1) as the loop "m = s[0]; m = s[t] > m ? s[t] : m" finds it: NaN
-   when s[0] is NaN, other NaNs ignored, and of two zeros the first. Sixteen lanes at a time where the
-   vector layer has them; the zeros' order is only known to the loop, which decides when the maximum is
-   a zero. */
+/* The largest of s[0..n-1] (n >= 1): a vector of running maxima over the chunks, then across its
+   lanes, then the tail; the same bits for the same sequence wherever it sits in a tile. (With a NaN
+   among the scores the result may or may not be that NaN; the outputs are NaN either way.) */
 static float titans__attn_row_max(const float *s, size_t n) {
   float m = s[0];
   size_t t = 1;
-#ifdef TITANS__AVX512
-  if (n >= 17) {
-    __m512 mv = _mm512_set1_ps(m);
-    for (; t + 16 <= n; t += 16) {
-      __m512 v = _mm512_loadu_ps(s + t);
-      mv = _mm512_mask_mov_ps(mv, _mm512_cmp_ps_mask(v, mv, _CMP_GT_OQ), v);
-    }
-    float lane[16];
-    _mm512_storeu_ps(lane, mv);
-    for (int u = 0; u < 16; u++) m = lane[u] > m ? lane[u] : m;
-    for (; t < n; t++) m = s[t] > m ? s[t] : m;
-    if (m != 0.0f) return m;
-    m = s[0], t = 1;
+  if (n >= TITANS__VW) {
+    titans__vf mv = titans__vload(s);
+    for (t = TITANS__VW; t + TITANS__VW <= n; t += TITANS__VW) mv = titans__vmax(mv, titans__vload(s + t));
+    float lane[TITANS__VW];
+    titans__vstore(lane, mv);
+    m = lane[0];
+    for (size_t u = 1; u < TITANS__VW; u++) m = lane[u] > m ? lane[u] : m;
   }
-#endif
   for (; t < n; t++) m = s[t] > m ? s[t] : m;
   return m;
+}
+
+/* s[0] + ... + s[n-1]: a vector of partial sums over the chunks, then across its lanes, then the tail;
+   the same bits for the same sequence wherever it sits in a tile. */
+static float titans__attn_row_sum(const float *s, size_t n) {
+  titans__vf acc = titans__vset1(0.0f);
+  size_t t = 0;
+  for (; t + TITANS__VW <= n; t += TITANS__VW) acc = titans__vadd(acc, titans__vload(s + t));
+  float sum = titans__vsum(acc);
+  for (; t < n; t++) sum += s[t];
+  return sum;
 }
 
 /* Which keys of the pending tile each row sees. Returns 0 when every row sees every key; otherwise
@@ -5248,8 +5252,9 @@ static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsi
     float *s = S + r * W, mr = R->m[r];
     for (size_t t = tb; t < te; t++) s[t] = titans__attn_exp(s[t] - mr); /* all t: vectorises */
   }
-  /* the sums, each in key order, the rows interleaved so that their add chains overlap. An invisible
-     weight is made +0 first: adding it leaves the sum (never -0) as skipping it would. */
+  /* An invisible weight is made +0 (o += p v skips it too). The sums: over the row's visible keys
+     [a, b) when they are a range, as the KV cache's tile of the same keys gives them; over [tb, te),
+     zeros included, otherwise. */
   if (vis)
     for (size_t r = 0; r < n; r++) {
       float *s = S + r * W;
@@ -5260,8 +5265,10 @@ static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsi
       for (size_t t = tb; t < a[r]; t++) s[t] = 0.0f;
       for (size_t t = b[r]; t < te; t++) s[t] = 0.0f;
     }
-  for (size_t t = tb; t < te; t++)
-    for (size_t r = 0; r < n; r++) R->l[r] += S[r * W + t];
+  for (size_t r = 0; r < n; r++) {
+    if (a[r] >= b[r]) continue;
+    R->l[r] += ranges ? titans__attn_row_sum(S + r * W + a[r], b[r] - a[r]) : titans__attn_row_sum(S + r * W + tb, te - tb);
+  }
 }
 
 /* Fold the pending tile into every row of the block. */
@@ -5279,7 +5286,7 @@ static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
     if (a[r] < b[r]) tb = a[r] < tb ? a[r] : tb, te = b[r] > te ? b[r] : te;
   if (tb < te) {
     /* scores q.k * scale (pairs no row sees are computed and never used) */
-    titans__attn_dots(S + tb, W, R->q, n, T->k + tb, te - tb, R->d_a);
+    titans__attn_scores(S + tb, W, R->q, n, T->kpan, T->pstride, T->row + tb, te - tb, R->d_a);
     for (size_t r = 0; r < n; r++)
       for (size_t t = tb; t < te; t++) S[r * W + t] *= R->scale;
     titans__attn_tile_softmax(R, S, vis, a, b, ranges, tb, te);
@@ -5295,19 +5302,22 @@ static int64_t titans__attn_group(int64_t pos) {
   return (g * TITANS_ATTN_TILE > pos) ? g - 1 : g;
 }
 
-static void titans__attn_tile_begin(titans__attn_tile *T, int positioned) {
+static void titans__attn_tile_begin(titans__attn_tile *T, int positioned, const float *kpan, size_t pstride) {
   T->n = 0;
   T->positioned = positioned;
   T->group = 0;
+  T->kpan = kpan;
+  T->pstride = pstride;
 }
 
-/* Add a key (head slices k, v) to the pending tile; folds the tile first when the key starts a new one. */
-static void titans__attn_tile_add(titans__attn_rows *R, titans__attn_tile *T, const float *k, const float *v,
+/* Add a key (its row in the panels, the head slice of its value) to the pending tile; folds the tile
+   first when the key starts a new one. */
+static void titans__attn_tile_add(titans__attn_rows *R, titans__attn_tile *T, size_t row, const float *v,
                                   int64_t pos) {
   int64_t g = T->positioned ? titans__attn_group(pos) : 0;
   if (T->n == TITANS_ATTN_TILE || (T->n > 0 && g != T->group)) titans__attn_fold(R, T);
   if (T->n == 0) T->group = g;
-  T->k[T->n] = k;
+  T->row[T->n] = row;
   T->v[T->n] = v;
   T->pos[T->n] = pos;
   T->n++;
@@ -5390,13 +5400,15 @@ TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size
 
 /* ---- forward: one block of query rows ----------------------------------------------------------- */
 
-#define TITANS__ATTN_QTILE 32 /* query rows per task */
+#define TITANS__ATTN_QTILE 32 /* query rows per task (forward) */
+#define TITANS__ATTN_BQ 64    /* query rows per tile (backward) */
 #define TITANS__ATTN_KTILE 16 /* key rows per task (two-pass backward) */
 #define TITANS__ATTN_PAR_WORK 65536 /* multiply-adds below which a call runs on one thread */
 
 /* Head h, query rows [i0, i1) (at most TITANS__ATTN_QB): the prefix, then every key that some row may
-   see (the rows' visibility filters the pairs). kh, vh point at the head's slice of row 0. */
-static void titans__attn_forward_block(float *out, float *lse, const float *q, const float *kh, const float *vh,
+   see (the rows' visibility filters the pairs). kpan is the head's slice of the keys' panel 0, vh of
+   the values' row 0. */
+static void titans__attn_forward_block(float *out, float *lse, const float *q, const float *kpan, const float *vh,
                                        const int64_t *qpos, const titans__attn_runs *kr, size_t i0, size_t i1,
                                        size_t P, size_t H, size_t h, size_t d_a, int64_t window, float scale) {
   size_t ld = H * d_a;
@@ -5409,25 +5421,26 @@ static void titans__attn_forward_block(float *out, float *lse, const float *q, c
     lo = R.lo[i - i0] < lo ? R.lo[i - i0] : lo;
     hi = R.hi[i - i0] > hi ? R.hi[i - i0] : hi;
   }
-  titans__attn_tile_begin(&T, 0);
-  for (size_t j = 0; j < P; j++) titans__attn_tile_add(&R, &T, kh + j * ld, vh + j * ld, 0);
+  titans__attn_tile_begin(&T, 0, kpan, ld * TITANS__ATTN_PW);
+  for (size_t j = 0; j < P; j++) titans__attn_tile_add(&R, &T, j, vh + j * ld, 0);
   titans__attn_fold(&R, &T);
-  titans__attn_tile_begin(&T, 1);
+  titans__attn_tile_begin(&T, 1, kpan, ld * TITANS__ATTN_PW);
   titans__attn_iter it;
   titans__attn_iter_init(&it, kr, lo, hi);
   size_t b, e;
   while (titans__attn_iter_next(&it, &b, &e))
-    for (size_t j = b; j < e; j++) titans__attn_tile_add(&R, &T, kh + (P + j) * ld, vh + (P + j) * ld, kr->pos[j]);
+    for (size_t j = b; j < e; j++) titans__attn_tile_add(&R, &T, P + j, vh + (P + j) * ld, kr->pos[j]);
   titans__attn_fold(&R, &T);
   titans__attn_rows_finish(&R, lse ? lse + i0 * H + h : NULL, H);
 }
 
-/* ---- backward: the pairs of a query tile or of a key ------------------------------------------- */
+/* ---- backward: the pairs of a query tile with a range of keys ---------------------------------- */
 
 /* Everything of one backward call. */
 typedef struct titans__attn_bwd {
   float *dq, *dk, *dv;
   const float *dout, *q, *k, *v, *out, *lse;
+  const float *kt, *vt; /* [P + Tk rounded up to PW, ld] the keys and the values in panels */
   const int64_t *qpos, *kpos;
   size_t Tq, P, Tk, H, d_a, ld;
   int64_t window;
@@ -5440,144 +5453,136 @@ typedef struct titans__attn_bwd {
 static inline float titans__attn_pair_p(float s, float scale, float lse) { return titans__attn_exp(s * scale - lse); }
 static inline float titans__attn_pair_g(float p, float dp, float D, float scale) { return scale * (p * (dp - D)); }
 
-/* The pairs of one key with n query rows (head slices; n <= TITANS_ATTN_TILE):
-       p = exp(q.k * scale - lse)  (the forward's softmax weight),  g = scale * p * (dout.v - D)
-   with D = dout.out of the row. Every scheme of the backward computes its pairs here, so they agree
-   bit for bit. */
-static void titans__attn_bwd_pairs(float *p, float *g, const float *kj, const float *vj, const float *const *qr,
-                                   const float *const *dr, const float *lse, const float *D, size_t n, size_t d_a,
-                                   float scale) {
-  float s[TITANS_ATTN_TILE], dp[TITANS_ATTN_TILE];
-  size_t t = 0;
-  for (; t + 4 <= n; t += 4) {
-    titans__attn_dot4(s + t, kj, qr[t], qr[t + 1], qr[t + 2], qr[t + 3], d_a); /* = q.k of the forward */
-    titans__attn_dot4(dp + t, vj, dr[t], dr[t + 1], dr[t + 2], dr[t + 3], d_a);
-  }
-  for (; t < n; t++) {
-    s[t] = titans__attn_dot(kj, qr[t], d_a);
-    dp[t] = titans__attn_dot(vj, dr[t], d_a);
-  }
-  for (t = 0; t < n; t++) p[t] = titans__attn_pair_p(s[t], scale, lse[t]);
-  for (t = 0; t < n; t++) g[t] = titans__attn_pair_g(p[t], dp[t], D[t], scale);
-}
-
-/* The rows of a query tile that see at least one key. */
+/* Query rows of one head that see at least one key, in index order. */
 typedef struct titans__attn_qtile {
   size_t n;
-  const float *q[TITANS__ATTN_QTILE];     /* [d_a] head slices of the rows */
-  const float *dout[TITANS__ATTN_QTILE];
-  float *dq[TITANS__ATTN_QTILE];
-  float lse[TITANS__ATTN_QTILE], D[TITANS__ATTN_QTILE];
-  int64_t lo[TITANS__ATTN_QTILE], hi[TITANS__ATTN_QTILE]; /* positions of the keys each row sees */
+  const float *q[TITANS__ATTN_BQ];     /* [d_a] head slices of the rows */
+  const float *dout[TITANS__ATTN_BQ];
+  float *dq[TITANS__ATTN_BQ];
+  float lse[TITANS__ATTN_BQ], D[TITANS__ATTN_BQ];
+  int64_t lo[TITANS__ATTN_BQ], hi[TITANS__ATTN_BQ]; /* positions of the keys each row sees */
 } titans__attn_qtile;
 
-#define TITANS__ATTN_KGROUP 32 /* keys whose pairs with a query tile are computed together */
+/* Appends query row i of head h (D = dout.out of the row) to a query tile. */
+static void titans__attn_qtile_add(titans__attn_qtile *qt, const titans__attn_bwd *c, size_t h, size_t i, float D) {
+  size_t off = i * c->ld + h * c->d_a, n = qt->n++;
+  qt->q[n] = c->q + off, qt->dout[n] = c->dout + off, qt->dq[n] = c->dq + off;
+  qt->lse[n] = c->lse[i * c->H + h], qt->D[n] = D;
+  titans__attn_key_bounds(c->qpos[i], c->window, &qt->lo[n], &qt->hi[n]);
+}
 
-/* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time: the pairs as
-   titans__attn_bwd_pairs computes them (the same dot products, as blocks, and weights), then dq_r += sum_j g k_j (keys in
-   order) and, when dkdv, dk_j += sum_r g q_r and dv_j += sum_r p dout_r (rows in order). Each key row is
-   read and written once per tile instead of once per query row. */
+#define TITANS__ATTN_KGROUP 64 /* keys whose pairs with a query tile are computed together */
+enum { TITANS__ATTN_DQ = 1, TITANS__ATTN_DKDV = 2 };
+
+/* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time: the pairs
+       p = exp(q.k * scale - lse)  (the forward's softmax weight),  g = scale * p * (dout.v - D)
+   (q.k and dout.v by the score kernel, as the forward computes q.k), then, as `what` asks,
+   dq_r += sum_j g k_j (keys in order) and dk_j += sum_r g q_r, dv_j += sum_r p dout_r (rows in order,
+   invisible pairs skipped). Every scheme of the backward computes its pairs and sums here, so they
+   agree bit for bit. */
 static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans__attn_qtile *qt, size_t h, size_t b,
-                                        size_t e, int dkdv) {
-  const size_t KG = TITANS__ATTN_KGROUP;
+                                        size_t e, int what) {
+  const size_t KG = TITANS__ATTN_KGROUP, pstride = c->ld * TITANS__ATTN_PW;
   size_t ld = c->ld, d_a = c->d_a, ho = h * d_a, n = qt->n;
-  float P[TITANS__ATTN_QTILE * TITANS__ATTN_KGROUP]; /* [n, KG] q.k, then p */
-  float G[TITANS__ATTN_QTILE * TITANS__ATTN_KGROUP]; /* [n, KG] dout.v, then g */
-  unsigned char vis[TITANS__ATTN_QTILE * TITANS__ATTN_KGROUP]; /* [n, KG] */
-  const float *kl[TITANS__ATTN_KGROUP], *vl[TITANS__ATTN_KGROUP];
+  const float *kpan = c->kt + ho * TITANS__ATTN_PW, *vpan = c->vt + ho * TITANS__ATTN_PW;
+  float P[TITANS__ATTN_BQ * TITANS__ATTN_KGROUP]; /* [n, KG] q.k, then p */
+  float G[TITANS__ATTN_BQ * TITANS__ATTN_KGROUP]; /* [n, KG] dout.v, then g */
+  unsigned char vis[TITANS__ATTN_BQ * TITANS__ATTN_KGROUP]; /* [n, KG] */
+  size_t rows[TITANS__ATTN_KGROUP];
+  const float *kl[TITANS__ATTN_KGROUP];
   float *dkl[TITANS__ATTN_KGROUP], *dvl[TITANS__ATTN_KGROUP];
+  int64_t lo_max = INT64_MIN, hi_min = INT64_MAX; /* every row sees the positions in [lo_max, hi_min] */
+  for (size_t r = 0; r < n; r++) {
+    lo_max = qt->lo[r] > lo_max ? qt->lo[r] : lo_max;
+    hi_min = qt->hi[r] < hi_min ? qt->hi[r] : hi_min;
+  }
   for (size_t j0 = b; j0 < e; j0 += KG) {
     size_t nk = e - j0 < KG ? e - j0 : KG, seen = 0;
+    int all = 1; /* every row sees every key of the group */
     for (size_t t = 0; t < nk; t++) {
       size_t j = j0 + t;
-      int64_t kp = j < c->P ? 0 : c->kpos[j - c->P];
-      kl[t] = c->k + j * ld + ho, vl[t] = c->v + j * ld + ho;
+      rows[t] = j, kl[t] = c->k + j * ld + ho;
       dkl[t] = c->dk + j * ld + ho, dvl[t] = c->dv + j * ld + ho;
-      for (size_t r = 0; r < n; r++) {
-        int v = j < c->P || (kp >= qt->lo[r] && kp <= qt->hi[r]);
-        vis[r * KG + t] = (unsigned char)v;
-        seen += (size_t)v;
-      }
+      if (j >= c->P) all &= c->kpos[j - c->P] >= lo_max && c->kpos[j - c->P] <= hi_min;
     }
+    if (all) seen = n * nk;
+    else
+      for (size_t t = 0; t < nk; t++) {
+        size_t j = j0 + t;
+        int64_t kp = j < c->P ? 0 : c->kpos[j - c->P];
+        for (size_t r = 0; r < n; r++) {
+          int v = j < c->P || (kp >= qt->lo[r] && kp <= qt->hi[r]);
+          vis[r * KG + t] = (unsigned char)v;
+          seen += (size_t)v;
+        }
+      }
     if (seen == 0) continue;
-    titans__attn_dots(P, KG, qt->q, n, kl, nk, d_a);    /* = q.k of the forward */
-    titans__attn_dots(G, KG, qt->dout, n, vl, nk, d_a); /* dout.v */
+    titans__attn_scores(P, KG, qt->q, n, kpan, pstride, rows, nk, d_a);    /* = q.k of the forward */
+    titans__attn_scores(G, KG, qt->dout, n, vpan, pstride, rows, nk, d_a); /* dout.v */
     for (size_t r = 0; r < n; r++) {
       float *pr = P + r * KG, *gr = G + r * KG, lse = qt->lse[r], D = qt->D[r];
       for (size_t t = 0; t < nk; t++) pr[t] = titans__attn_pair_p(pr[t], c->scale, lse); /* all t: vectorises */
       for (size_t t = 0; t < nk; t++) gr[t] = titans__attn_pair_g(pr[t], gr[t], D, c->scale);
     }
     const unsigned char *vm = seen == n * nk ? NULL : vis; /* NULL: every pair is visible */
-    if (dkdv) {
+    if (what & TITANS__ATTN_DKDV) {
       titans__attn_madd(dkl, nk, G, 1, KG, vm, 1, KG, qt->q, n, d_a);
       titans__attn_madd(dvl, nk, P, 1, KG, vm, 1, KG, qt->dout, n, d_a);
     }
-    titans__attn_madd(qt->dq, n, G, KG, 1, vm, KG, 1, kl, nk, d_a);
+    if (what & TITANS__ATTN_DQ) titans__attn_madd(qt->dq, n, G, KG, 1, vm, KG, 1, kl, nk, d_a);
   }
 }
 
-/* Head h, query rows [i0, i1) (at most a tile): dq of the rows and, when dkdv, their dk, dv terms.
+/* Head h, query rows [i0, i1) (at most a tile): dq of the rows and, as `what` asks, their dk, dv terms.
    Stores D = dout.out of each row in Dsave [Tq, H] when it is not NULL. */
-static void titans__attn_bwd_qtile_run(const titans__attn_bwd *c, size_t h, size_t i0, size_t i1, int dkdv,
+static void titans__attn_bwd_qtile_run(const titans__attn_bwd *c, size_t h, size_t i0, size_t i1, int what,
                                        float *Dsave) {
   titans__attn_qtile qt;
   int64_t lo = INT64_MAX, hi = INT64_MIN;
+  float Dr[TITANS__ATTN_BQ]; /* [i1 - i0] dout.out of each row */
+  titans__attn_row_dots(Dr, c->dout + i0 * c->ld + h * c->d_a, c->out + i0 * c->ld + h * c->d_a, c->ld, i1 - i0,
+                        c->d_a);
   qt.n = 0;
   for (size_t i = i0; i < i1; i++) {
-    size_t off = i * c->ld + h * c->d_a, n = qt.n;
-    float D = titans__attn_dot(c->dout + off, c->out + off, c->d_a);
+    float D = Dr[i - i0];
     if (Dsave) Dsave[i * c->H + h] = D;
     if (c->lse[i * c->H + h] == -INFINITY) continue; /* sees no key: no gradient */
-    qt.q[n] = c->q + off, qt.dout[n] = c->dout + off, qt.dq[n] = c->dq + off;
-    qt.lse[n] = c->lse[i * c->H + h], qt.D[n] = D;
-    titans__attn_key_bounds(c->qpos[i], c->window, &qt.lo[n], &qt.hi[n]);
-    lo = qt.lo[n] < lo ? qt.lo[n] : lo;
-    hi = qt.hi[n] > hi ? qt.hi[n] : hi;
-    qt.n++;
+    titans__attn_qtile_add(&qt, c, h, i, D);
+    lo = qt.lo[qt.n - 1] < lo ? qt.lo[qt.n - 1] : lo;
+    hi = qt.hi[qt.n - 1] > hi ? qt.hi[qt.n - 1] : hi;
   }
   if (qt.n == 0) return;
-  titans__attn_bwd_qtile_keys(c, &qt, h, 0, c->P, dkdv);
+  titans__attn_bwd_qtile_keys(c, &qt, h, 0, c->P, what);
   titans__attn_iter it; /* keys some row of the tile may see; the rows filter them */
   titans__attn_iter_init(&it, &c->kr, lo, hi);
   size_t b, e;
-  while (titans__attn_iter_next(&it, &b, &e)) titans__attn_bwd_qtile_keys(c, &qt, h, c->P + b, c->P + e, dkdv);
+  while (titans__attn_iter_next(&it, &b, &e)) titans__attn_bwd_qtile_keys(c, &qt, h, c->P + b, c->P + e, what);
 }
 
-/* Key j, head h, query rows [i0, i1) that see it: the dk, dv terms, as the query-tile pass adds them
-   (same pairs, rows in order). D is [Tq, H] from the dq pass. */
-static void titans__attn_bwd_key_queries(const titans__attn_bwd *c, const float *D, size_t j, size_t h, size_t i0,
-                                         size_t i1) {
-  float p[TITANS_ATTN_TILE], g[TITANS_ATTN_TILE], lq[TITANS_ATTN_TILE], Dq[TITANS_ATTN_TILE];
-  const float *qr[TITANS_ATTN_TILE], *dr[TITANS_ATTN_TILE];
-  size_t ld = c->ld, d_a = c->d_a, ho = h * d_a;
-  while (i0 < i1) {
-    size_t m = 0, i = i0;
-    for (; i < i1 && m < TITANS_ATTN_TILE; i++) {
-      if (c->lse[i * c->H + h] == -INFINITY) continue;
-      qr[m] = c->q + i * ld + ho, dr[m] = c->dout + i * ld + ho;
-      lq[m] = c->lse[i * c->H + h], Dq[m] = D[i * c->H + h];
-      m++;
-    }
-    i0 = i;
-    if (m == 0) continue;
-    titans__attn_bwd_pairs(p, g, c->k + j * ld + ho, c->v + j * ld + ho, qr, dr, lq, Dq, m, d_a, c->scale);
-    titans__attn_axpy_many(c->dk + j * ld + ho, g, qr, m, d_a);
-    titans__attn_axpy_many(c->dv + j * ld + ho, p, dr, m, d_a);
+/* Head h, key rows [j0, j1): the dk, dv terms of every query row that may see one of the keys, rows in
+   index order, a query tile at a time (the pairs' visibility filters them), as the fused pass adds
+   them. D is [Tq, H] from the dq pass. */
+static void titans__attn_bwd_ktile_run(const titans__attn_bwd *c, const float *D, size_t h, size_t j0, size_t j1) {
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  int prefix = j0 < c->P; /* a prefix key is seen by every query */
+  for (size_t j = j0 > c->P ? j0 : c->P; j < j1; j++) {
+    int64_t a, z;
+    titans__attn_query_bounds(c->kpos[j - c->P], c->window, &a, &z);
+    lo = a < lo ? a : lo;
+    hi = z > hi ? z : hi;
   }
-}
-
-/* Key j, head h: all query rows that see it, in index order. */
-static void titans__attn_bwd_key_run(const titans__attn_bwd *c, const float *D, size_t j, size_t h) {
-  if (j < c->P) {
-    titans__attn_bwd_key_queries(c, D, j, h, 0, c->Tq);
-    return;
-  }
-  int64_t lo, hi;
-  titans__attn_query_bounds(c->kpos[j - c->P], c->window, &lo, &hi);
+  titans__attn_qtile qt;
+  qt.n = 0;
   titans__attn_iter it;
-  titans__attn_iter_init(&it, &c->qr, lo, hi);
+  titans__attn_iter_init(&it, &c->qr, prefix ? INT64_MIN : lo, prefix ? INT64_MAX : hi);
   size_t b, e;
-  while (titans__attn_iter_next(&it, &b, &e)) titans__attn_bwd_key_queries(c, D, j, h, b, e);
+  while (titans__attn_iter_next(&it, &b, &e))
+    for (size_t i = b; i < e; i++) {
+      if (c->lse[i * c->H + h] == -INFINITY) continue;
+      titans__attn_qtile_add(&qt, c, h, i, D[i * c->H + h]);
+      if (qt.n == TITANS__ATTN_BQ) titans__attn_bwd_qtile_keys(c, &qt, h, j0, j1, TITANS__ATTN_DKDV), qt.n = 0;
+    }
+  if (qt.n > 0) titans__attn_bwd_qtile_keys(c, &qt, h, j0, j1, TITANS__ATTN_DKDV);
 }
 
 /* ---- the forward and the backward -------------------------------------------------------------- */
@@ -5597,6 +5602,13 @@ TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, c
   if (st != TITANS_OK) return st;
   if (Tq == 0) return TITANS_OK;
   if (!out || !q || !qpos || ((P + Tk) > 0 && (!k || !v)) || (Tk > 0 && !kpos)) return TITANS_ERR_ARG;
+  float *kt = NULL; /* [P + Tk rounded up to PW, ld] the keys in panels */
+  if (P + Tk > 0) {
+    size_t nf = titans__attn_panel_floats(P + Tk, ld);
+    if (nf == 0) return TITANS_ERR_ARG;
+    if (!(kt = titans_alloc_floats(nf))) return TITANS_ERR_NOMEM;
+    titans__attn_panel_pack(kt, k, P + Tk, ld);
+  }
   titans__attn_runs kr;
   titans__attn_runs_init(&kr, kpos, Tk);
   float scale = titans__attn_scale(d_a);
@@ -5609,11 +5621,12 @@ TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, c
   for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
     size_t h = (size_t)task % H, i0 = (size_t)task / H * TITANS__ATTN_QTILE;
     size_t i1 = i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq;
-    const float *kh = k ? k + h * d_a : NULL, *vh = v ? v + h * d_a : NULL;
+    const float *kpan = kt ? kt + h * d_a * TITANS__ATTN_PW : NULL, *vh = v ? v + h * d_a : NULL;
     for (size_t b = i0; b < i1; b += TITANS__ATTN_QB)
-      titans__attn_forward_block(out, lse, q, kh, vh, qpos, &kr, b, b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1,
+      titans__attn_forward_block(out, lse, q, kpan, vh, qpos, &kr, b, b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1,
                                  P, H, h, d_a, window, scale);
   }
+  titans_free(kt);
   return TITANS_OK;
 }
 
@@ -5647,21 +5660,31 @@ static int titans__attention_backward_mode(float *dq, float *dk, float *dv, cons
   (void)par;
   /* two passes cost ~1.8x the work of the fused pass, which only has H tasks: worth it from 3H threads */
   if (mode == TITANS__ATTN_BWD_AUTO) mode = (size_t)nth >= 3 * H ? TITANS__ATTN_BWD_TWO_PASS : TITANS__ATTN_BWD_FUSED;
-  float *D = NULL;
+  float *D = NULL; /* [Tq, H] dout.out of each row (two passes) */
   if (mode == TITANS__ATTN_BWD_TWO_PASS) {
     D = titans_alloc_floats(Tq * H); /* Tq * H <= Tq * ld: checked above */
     if (!D) mode = TITANS__ATTN_BWD_FUSED;
   }
-  size_t nqt = (Tq + TITANS__ATTN_QTILE - 1) / TITANS__ATTN_QTILE;
+  size_t nf = titans__attn_panel_floats(P + Tk, c.ld);
+  float *kvt = nf && nf <= SIZE_MAX / 2 / sizeof(float) ? titans_alloc_floats(2 * nf) : NULL; /* k, then v panels */
+  if (!kvt) {
+    titans_free(D);
+    return nf && nf <= SIZE_MAX / 2 / sizeof(float) ? TITANS_ERR_NOMEM : TITANS_ERR_ARG;
+  }
+  titans__attn_panel_pack(kvt, k, P + Tk, c.ld);
+  titans__attn_panel_pack(kvt + nf, v, P + Tk, c.ld);
+  c.kt = kvt, c.vt = kvt + nf;
+  size_t nqt = (Tq + TITANS__ATTN_BQ - 1) / TITANS__ATTN_BQ;
   if (mode == TITANS__ATTN_BWD_FUSED) {
     /* the dk, dv rows of a head are only touched by its task, query tiles in order */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static, 1) if (par && H > 1)
 #endif
     for (ptrdiff_t hh = 0; hh < (ptrdiff_t)H; hh++)
-      for (size_t i0 = 0; i0 < Tq; i0 += TITANS__ATTN_QTILE)
-        titans__attn_bwd_qtile_run(&c, (size_t)hh, i0, i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq, 1,
-                                   NULL);
+      for (size_t i0 = 0; i0 < Tq; i0 += TITANS__ATTN_BQ)
+        titans__attn_bwd_qtile_run(&c, (size_t)hh, i0, i0 + TITANS__ATTN_BQ < Tq ? i0 + TITANS__ATTN_BQ : Tq,
+                                   TITANS__ATTN_DQ | TITANS__ATTN_DKDV, NULL);
+    titans_free(kvt);
     return TITANS_OK;
   }
   size_t ntask = H * nqt;
@@ -5669,8 +5692,9 @@ static int titans__attention_backward_mode(float *dq, float *dk, float *dv, cons
 #pragma omp parallel for schedule(dynamic, 1) if (par)
 #endif
   for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
-    size_t h = (size_t)task % H, i0 = (size_t)task / H * TITANS__ATTN_QTILE;
-    titans__attn_bwd_qtile_run(&c, h, i0, i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq, 0, D);
+    size_t h = (size_t)task % H, i0 = (size_t)task / H * TITANS__ATTN_BQ;
+    titans__attn_bwd_qtile_run(&c, h, i0, i0 + TITANS__ATTN_BQ < Tq ? i0 + TITANS__ATTN_BQ : Tq, TITANS__ATTN_DQ,
+                               D);
   }
   size_t nkt = (P + Tk + TITANS__ATTN_KTILE - 1) / TITANS__ATTN_KTILE;
   ntask = H * nkt;
@@ -5679,9 +5703,9 @@ static int titans__attention_backward_mode(float *dq, float *dk, float *dv, cons
 #endif
   for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
     size_t h = (size_t)task % H, j0 = (size_t)task / H * TITANS__ATTN_KTILE;
-    size_t j1 = j0 + TITANS__ATTN_KTILE < P + Tk ? j0 + TITANS__ATTN_KTILE : P + Tk;
-    for (size_t j = j0; j < j1; j++) titans__attn_bwd_key_run(&c, D, j, h);
+    titans__attn_bwd_ktile_run(&c, D, h, j0, j0 + TITANS__ATTN_KTILE < P + Tk ? j0 + TITANS__ATTN_KTILE : P + Tk);
   }
+  titans_free(kvt);
   titans_free(D);
   return TITANS_OK;
 }
@@ -5708,14 +5732,16 @@ static int titans__kv_cache_init_reserve(titans_kv_cache *cache, size_t P, size_
   if (capacity == 0 || H == 0 || d_a == 0 || window < 0)
     return titans__error(cache->error, TITANS_ERR_ARG, "kv cache: capacity, H and d_a must be > 0, window >= 0");
   if (!titans_size_mul(H, d_a, &ld) || !titans_size_add(P, capacity, &rows) || !titans_size_mul(rows, ld, &n) ||
-      !titans_size_mul(capacity, sizeof(int64_t), &n))
+      !titans_size_mul(capacity, sizeof(int64_t), &n) || titans__attn_panel_floats(rows, ld) == 0)
     return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: size overflows");
   reserve = reserve < 1 ? 1 : reserve > capacity ? capacity : reserve;
   rows = P + reserve;
   cache->k = titans_alloc_floats(rows * ld);
   cache->v = titans_alloc_floats(rows * ld);
   cache->pos = (int64_t *)titans_alloc_bytes(reserve, sizeof(int64_t));
-  if (!cache->k || !cache->v || !cache->pos) {
+  size_t nf = cache->k && cache->v && cache->pos ? titans__attn_panel_floats(rows, ld) : 0;
+  cache->kt = nf ? titans_alloc_floats(nf) : NULL; /* zero, as k */
+  if (!cache->k || !cache->v || !cache->pos || !cache->kt) {
     titans_kv_cache_free(cache);
     return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: out of memory (%zu rows of %zu floats)", rows, ld);
   }
@@ -5751,10 +5777,16 @@ static int titans__kv_cache_reserve(titans_kv_cache *cache, size_t slots) {
   int64_t *pos = (int64_t *)TITANS_REALLOC(cache->pos, grow * sizeof(int64_t));
   if (!pos) return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: cannot grow to %zu rows", grow);
   cache->pos = pos;
+  size_t old_nf = titans__attn_panel_floats(cache->P + cache->reserved, ld);
+  size_t nf = titans__attn_panel_floats(cache->P + grow, ld); /* <= the capacity's: checked at init */
+  float *kt = (float *)TITANS_REALLOC(cache->kt, nf * sizeof(float));
+  if (!kt) return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: cannot grow to %zu rows", grow);
+  cache->kt = kt;
   /* new rows start at zero, as titans_kv_cache_init's: a restored state need not write rows it lacks */
   size_t old = cache->P + cache->reserved, add = (grow - cache->reserved) * ld;
   memset(cache->k + old * ld, 0, add * sizeof(float));
   memset(cache->v + old * ld, 0, add * sizeof(float));
+  memset(cache->kt + old_nf, 0, (nf - old_nf) * sizeof(float)); /* the old panels' spare lanes are zero */
   cache->reserved = grow;
   return TITANS_OK;
 }
@@ -5763,6 +5795,7 @@ TITANSDEF void titans_kv_cache_free(titans_kv_cache *cache) {
   if (!cache) return;
   titans_free(cache->k);
   titans_free(cache->v);
+  titans_free(cache->kt);
   titans_free(cache->pos);
   memset(cache, 0, sizeof(*cache));
 }
@@ -5772,6 +5805,13 @@ TITANSDEF void titans_kv_cache_set_prefix(titans_kv_cache *cache, const float *k
   if (n == 0) return;
   memcpy(cache->k, k_prefix, n * sizeof(float));
   memcpy(cache->v, v_prefix, n * sizeof(float));
+  size_t ld = cache->H * cache->d_a;
+  for (size_t j = 0; j < cache->P; j++) titans__attn_panel_put(cache->kt, ld, j, cache->k + j * ld);
+}
+
+/* kt := the panels of every allocated row of k, after k was written directly (a restored state). */
+static void titans__kv_cache_sync(titans_kv_cache *cache) {
+  titans__attn_panel_pack(cache->kt, cache->k, cache->P + cache->reserved, cache->H * cache->d_a);
 }
 
 TITANSDEF void titans_kv_cache_reset(titans_kv_cache *cache) {
@@ -5788,6 +5828,8 @@ TITANSDEF int titans_kv_cache_copy(titans_kv_cache *dst, const titans_kv_cache *
   size_t n = (src->P + src->count) * src->H * src->d_a;
   memcpy(dst->k, src->k, n * sizeof(float));
   memcpy(dst->v, src->v, n * sizeof(float));
+  /* the panels of those rows; the spare lanes of the last one are zero on both sides */
+  memcpy(dst->kt, src->kt, titans__attn_panel_floats(src->P + src->count, src->H * src->d_a) * sizeof(float));
   if (src->count) memcpy(dst->pos, src->pos, src->count * sizeof(int64_t));
   dst->window = src->window;
   dst->count = src->count;
@@ -5816,6 +5858,7 @@ TITANSDEF int titans_kv_cache_append(titans_kv_cache *cache, const float *k, con
     size_t slot = cache->next;
     memcpy(cache->k + (cache->P + slot) * ld, k + r * ld, ld * sizeof(float));
     memcpy(cache->v + (cache->P + slot) * ld, v + r * ld, ld * sizeof(float));
+    titans__attn_panel_put(cache->kt, ld, cache->P + slot, k + r * ld);
     cache->pos[slot] = pos[r];
     cache->next = slot + 1 == cap ? 0 : slot + 1;
     if (cache->count < cap) cache->count++;
@@ -5827,21 +5870,21 @@ TITANSDEF int titans_kv_cache_append(titans_kv_cache *cache, const float *k, con
 static float titans__kv_cache_attend_head(const titans_kv_cache *c, float *o, const float *qh, size_t h, int64_t qp,
                                           float scale) {
   size_t ld = c->H * c->d_a, cap = c->capacity;
-  const float *kh = c->k + h * c->d_a, *vh = c->v + h * c->d_a;
+  const float *kpan = c->kt + h * c->d_a * TITANS__ATTN_PW, *vh = c->v + h * c->d_a;
   titans__attn_rows R;
   titans__attn_tile T;
   float lse;
   titans__attn_rows_init(&R, c->d_a, scale);
   titans__attn_rows_add(&R, o, qh, qp, c->window);
-  titans__attn_tile_begin(&T, 0);
-  for (size_t j = 0; j < c->P; j++) titans__attn_tile_add(&R, &T, kh + j * ld, vh + j * ld, 0);
+  titans__attn_tile_begin(&T, 0, kpan, ld * TITANS__ATTN_PW);
+  for (size_t j = 0; j < c->P; j++) titans__attn_tile_add(&R, &T, j, vh + j * ld, 0);
   titans__attn_fold(&R, &T);
-  titans__attn_tile_begin(&T, 1);
+  titans__attn_tile_begin(&T, 1, kpan, ld * TITANS__ATTN_PW);
   size_t oldest = (c->next + cap - c->count) % cap;
   for (size_t m = 0; m < c->count; m++) {
     size_t s = (oldest + m) % cap;
     if (c->pos[s] >= R.lo[0] && c->pos[s] <= R.hi[0])
-      titans__attn_tile_add(&R, &T, kh + (c->P + s) * ld, vh + (c->P + s) * ld, c->pos[s]);
+      titans__attn_tile_add(&R, &T, c->P + s, vh + (c->P + s) * ld, c->pos[s]);
   }
   titans__attn_fold(&R, &T);
   titans__attn_rows_finish(&R, &lse, 1);
@@ -9328,6 +9371,7 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
         if (!isfinite(sl->kv.k[j]) || !isfinite(sl->kv.v[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's KV cache holds a non-finite value", l);
       sl->kv_nonfinite = 0;
+      titans__kv_cache_sync(&sl->kv); /* the rows were read into k */
       titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), k->keys == TITANS__KEYS_SEGMENT);
       if (k->keys == TITANS__KEYS_SEGMENT) sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
     }
