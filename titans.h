@@ -486,10 +486,11 @@ TITANSDEF int titans_rope_backward(float *dx,           /* [T, H * d_a] in place
 /* Masked multi-head attention forward (mask: see above). For each query row i and head h:
        out[i, h] = sum_j softmax_j(q[i, h] . k[j, h] / sqrt(d_a)) v[j, h]   over the visible keys j
        lse[i, h] = log sum_j exp(q[i, h] . k[j, h] / sqrt(d_a))            (-INFINITY if none visible)
-   lse may be NULL (inference). out must not overlap q, k or v. Allocates nothing. Threads over heads x tiles of query rows; every
-   output element is computed by one thread in a fixed order (bit-identical for any thread count).
-   Returns TITANS_ERR_ARG for d_a == 0, H == 0, window < 0, sizes that overflow, or a NULL buffer that
-   is needed. */
+   lse may be NULL (inference). out must not overlap q, k or v. Allocates a transposed copy of k
+   ((P + Tk) * H * d_a floats, rounded up to 16 rows) for its score kernel. Threads over heads x tiles
+   of query rows; every output element is computed by one thread in a fixed order (bit-identical for
+   any thread count). Returns TITANS_ERR_ARG for d_a == 0, H == 0, window < 0, sizes that overflow, or
+   a NULL buffer that is needed, TITANS_ERR_NOMEM when the copy cannot be allocated. */
 TITANSDEF int titans_attention_forward(float *out,           /* [Tq, H * d_a] */
                                        float *lse,           /* [Tq, H] or NULL */
                                        const float *q,       /* [Tq, H * d_a] */
@@ -507,9 +508,9 @@ TITANSDEF int titans_attention_forward(float *out,           /* [Tq, H * d_a] */
    in index order) whatever the thread count. It threads over heads in one fused pass (query tiles in
    order, each adding its dq and its dk, dv terms), or, when there are at least three times as many
    threads as heads, in two passes (dq over heads x query tiles, then dk, dv over heads x key tiles)
-   that cost about 1.8 times the work but give bit-identical results. The two-pass scheme allocates
-   Tq * H floats; if that fails it falls back to the fused pass, so the call never fails for lack of
-   memory. */
+   that cost about 1.8 times the work but give bit-identical results. Allocates transposed copies of k
+   and v (twice the forward's copy; TITANS_ERR_NOMEM when that fails); the two-pass scheme also
+   allocates Tq * H floats, and if that fails it falls back to the fused pass. */
 TITANSDEF int titans_attention_backward(float *dq,           /* [Tq, H * d_a] += */
                                         float *dk,           /* [P + Tk, H * d_a] += */
                                         float *dv,           /* [P + Tk, H * d_a] += */
@@ -5594,19 +5595,21 @@ static double titans__attn_work(size_t Tq, size_t P, size_t Tk, size_t ld) {
 }
 #endif
 
-TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                       const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                       size_t H, size_t d_a, int64_t window) {
+/* titans_attention_forward with the keys' panels in ws (titans__attn_panel_floats(P + Tk, H d_a)
+   floats), or in memory of its own when ws is NULL. */
+static int titans__attention_forward_ws(float *out, float *lse, const float *q, const float *k, const float *v,
+                                        const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
+                                        size_t H, size_t d_a, int64_t window, float *ws) {
   size_t ld;
   int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
   if (st != TITANS_OK) return st;
   if (Tq == 0) return TITANS_OK;
   if (!out || !q || !qpos || ((P + Tk) > 0 && (!k || !v)) || (Tk > 0 && !kpos)) return TITANS_ERR_ARG;
-  float *kt = NULL; /* [P + Tk rounded up to PW, ld] the keys in panels */
+  float *kt = NULL, *own = NULL; /* [P + Tk rounded up to PW, ld] the keys in panels */
   if (P + Tk > 0) {
     size_t nf = titans__attn_panel_floats(P + Tk, ld);
     if (nf == 0) return TITANS_ERR_ARG;
-    if (!(kt = titans_alloc_floats(nf))) return TITANS_ERR_NOMEM;
+    if (!(kt = ws) && !(kt = own = titans_alloc_floats(nf))) return TITANS_ERR_NOMEM;
     titans__attn_panel_pack(kt, k, P + Tk, ld);
   }
   titans__attn_runs kr;
@@ -5626,8 +5629,14 @@ TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, c
       titans__attn_forward_block(out, lse, q, kpan, vh, qpos, &kr, b, b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1,
                                  P, H, h, d_a, window, scale);
   }
-  titans_free(kt);
+  titans_free(own);
   return TITANS_OK;
+}
+
+TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                       const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
+                                       size_t H, size_t d_a, int64_t window) {
+  return titans__attention_forward_ws(out, lse, q, k, v, qpos, kpos, Tq, P, Tk, H, d_a, window, NULL);
 }
 
 enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_TWO_PASS = 2 };
@@ -5635,11 +5644,13 @@ enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_T
 /* The backward with a chosen scheme (tests compare them):
    FUSED     one task per head: query tiles in order, each adding its dq and its dk, dv terms;
    TWO_PASS  dq over heads x query tiles, then dk, dv over heads x key tiles (recomputes the pairs).
-   Both add every gradient element's terms in the same order with the same arithmetic. */
-static int titans__attention_backward_mode(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                           const float *k, const float *v, const float *out, const float *lse,
-                                           const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                           size_t H, size_t d_a, int64_t window, int mode) {
+   Both add every gradient element's terms in the same order with the same arithmetic. The keys' and
+   the values' panels go in ws (2 titans__attn_panel_floats(P + Tk, H d_a) floats), or in memory of its
+   own when ws is NULL. */
+static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                         const float *k, const float *v, const float *out, const float *lse,
+                                         const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
+                                         size_t H, size_t d_a, int64_t window, int mode, float *ws) {
   titans__attn_bwd c;
   int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &c.ld);
   if (st != TITANS_OK) return st;
@@ -5666,10 +5677,14 @@ static int titans__attention_backward_mode(float *dq, float *dk, float *dv, cons
     if (!D) mode = TITANS__ATTN_BWD_FUSED;
   }
   size_t nf = titans__attn_panel_floats(P + Tk, c.ld);
-  float *kvt = nf && nf <= SIZE_MAX / 2 / sizeof(float) ? titans_alloc_floats(2 * nf) : NULL; /* k, then v panels */
+  if (nf == 0 || nf > SIZE_MAX / 2 / sizeof(float)) {
+    titans_free(D);
+    return TITANS_ERR_ARG;
+  }
+  float *own = NULL, *kvt = ws ? ws : (own = titans_alloc_floats(2 * nf)); /* [2, nf] k, then v panels */
   if (!kvt) {
     titans_free(D);
-    return nf && nf <= SIZE_MAX / 2 / sizeof(float) ? TITANS_ERR_NOMEM : TITANS_ERR_ARG;
+    return TITANS_ERR_NOMEM;
   }
   titans__attn_panel_pack(kvt, k, P + Tk, c.ld);
   titans__attn_panel_pack(kvt + nf, v, P + Tk, c.ld);
@@ -5684,7 +5699,7 @@ static int titans__attention_backward_mode(float *dq, float *dk, float *dv, cons
       for (size_t i0 = 0; i0 < Tq; i0 += TITANS__ATTN_BQ)
         titans__attn_bwd_qtile_run(&c, (size_t)hh, i0, i0 + TITANS__ATTN_BQ < Tq ? i0 + TITANS__ATTN_BQ : Tq,
                                    TITANS__ATTN_DQ | TITANS__ATTN_DKDV, NULL);
-    titans_free(kvt);
+    titans_free(own);
     return TITANS_OK;
   }
   size_t ntask = H * nqt;
@@ -5705,9 +5720,18 @@ static int titans__attention_backward_mode(float *dq, float *dk, float *dv, cons
     size_t h = (size_t)task % H, j0 = (size_t)task / H * TITANS__ATTN_KTILE;
     titans__attn_bwd_ktile_run(&c, D, h, j0, j0 + TITANS__ATTN_KTILE < P + Tk ? j0 + TITANS__ATTN_KTILE : P + Tk);
   }
-  titans_free(kvt);
+  titans_free(own);
   titans_free(D);
   return TITANS_OK;
+}
+
+/* The backward with a chosen scheme and memory of its own (tests compare the schemes). */
+static int titans__attention_backward_mode(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                           const float *k, const float *v, const float *out, const float *lse,
+                                           const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
+                                           size_t H, size_t d_a, int64_t window, int mode) {
+  return titans__attention_backward_ws(dq, dk, dv, dout, q, k, v, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, window,
+                                       mode, NULL);
 }
 
 TITANSDEF int titans_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -7453,6 +7477,11 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
     sv->lse = titans__arena_alloc(ar, B * Tq * H);
     if (!sv->q || !sv->k || !sv->v || !sv->att || !sv->lse) return TITANS_ERR_NOMEM;
   }
+  float *kt = NULL; /* [panels of S rows] the keys of one row in panels, for the kernel */
+  if (ar && !cache && S > 0) {
+    size_t nf = titans__attn_panel_floats(S, d);
+    if (nf == 0 || !(kt = titans__arena_alloc(ar, nf))) return TITANS_ERR_NOMEM;
+  }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, xq, d, L->attn_wq, d, 0.0f, sv->q, d);
   titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wk, d, 0.0f, sv->k, d);
   titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wv, d, 0.0f, sv->v, d);
@@ -7466,7 +7495,7 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
       TITANS__TRY(titans_kv_cache_attend(cache, att, NULL, q, qp[0]));
       continue;
     }
-    TITANS__TRY(titans_attention_forward(att, sv->lse + b * Tq * H, q, k, v, qp, kp, Tq, P, Tk, H, da, window));
+    TITANS__TRY(titans__attention_forward_ws(att, sv->lse + b * Tq * H, q, k, v, qp, kp, Tq, P, Tk, H, da, window, kt));
   }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
   return TITANS_OK;
@@ -7482,15 +7511,18 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
   float *datt = titans__arena_alloc(ar, B * Tq * d), *dq = titans__arena_zalloc(ar, B * Tq * d);
   float *dk = titans__arena_zalloc(ar, B * S * d), *dv = titans__arena_zalloc(ar, B * S * d);
-  if (!datt || !dq || !dk || !dv) return TITANS_ERR_NOMEM;
+  size_t nf = S > 0 ? titans__attn_panel_floats(S, d) : 0;
+  float *kvt = nf ? titans__arena_alloc(ar, 2 * nf) : NULL; /* [2, panels of S rows] one row's keys and values */
+  if (!datt || !dq || !dk || !dv || (S > 0 && !kvt)) return TITANS_ERR_NOMEM;
   /* out = att wo^T */
   titans_gemm(1, 0, d, d, B * Tq, 1.0f, dout, d, sv->att, d, 1.0f, G->attn_wo, d);
   titans_gemm(0, 0, B * Tq, d, d, 1.0f, dout, d, L->attn_wo, d, 0.0f, datt, d);
   for (size_t b = 0; b < B; b++) {
     const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] */
-    int rc = titans_attention_backward(dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d,
-                                       sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
-                                       sv->lse + b * Tq * H, qp, kp, Tq, P, Tk, H, da, window);
+    int rc = titans__attention_backward_ws(dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d,
+                                           sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d,
+                                           sv->att + b * Tq * d, sv->lse + b * Tq * H, qp, kp, Tq, P, Tk, H, da, window,
+                                           TITANS__ATTN_BWD_AUTO, kvt);
     if (rc) return rc;
     titans_rope_backward(dq + b * Tq * d, qp, Tq, H, da);
     titans_rope_backward(dk + (b * S + P) * d, kp, Tk, H, da);
