@@ -5609,7 +5609,8 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
   if (P + Tk > 0) {
     size_t nf = titans__attn_panel_floats(P + Tk, ld);
     if (nf == 0) return TITANS_ERR_ARG;
-    if (!(kt = ws) && !(kt = own = titans_alloc_floats(nf))) return TITANS_ERR_NOMEM;
+    /* not zeroed: the packing writes every float, padding included */
+    if (!(kt = ws) && !(kt = own = (float *)TITANS_MALLOC(nf * sizeof(float)))) return TITANS_ERR_NOMEM;
     titans__attn_panel_pack(kt, k, P + Tk, ld);
   }
   titans__attn_runs kr;
@@ -5681,7 +5682,8 @@ static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const 
     titans_free(D);
     return TITANS_ERR_ARG;
   }
-  float *own = NULL, *kvt = ws ? ws : (own = titans_alloc_floats(2 * nf)); /* [2, nf] k, then v panels */
+  /* [2, nf] k, then v panels; not zeroed: the packing writes every float, padding included */
+  float *own = NULL, *kvt = ws ? ws : (own = (float *)TITANS_MALLOC(2 * nf * sizeof(float)));
   if (!kvt) {
     titans_free(D);
     return TITANS_ERR_NOMEM;
