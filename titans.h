@@ -4775,16 +4775,6 @@ static void titans__attn_row_dots(float *out, const float *a, const float *b, si
 
 /* ---- scores from rows stored transposed, in panels ---------------------------------------------- */
 
-/* Keeps a loaded vector in a register: folded into the fmas as a memory operand, a row chunk that
-   several rows multiply would be loaded once per row, and loads, not fmas, would set the pace. */
-#if (defined(__GNUC__) || defined(__clang__)) && defined(TITANS__AVX512)
-#define TITANS__ATTN_PIN(x) __asm__("" : "+v"(x))
-#elif (defined(__GNUC__) || defined(__clang__)) && defined(TITANS__AVX2)
-#define TITANS__ATTN_PIN(x) __asm__("" : "+x"(x))
-#else
-#define TITANS__ATTN_PIN(x) (void)0
-#endif
-
 /* The score kernels read the keys (the backward: the values too) transposed, in panels of
    TITANS__ATTN_PW rows: panel p holds rows p PW .. p PW + PW - 1 of an [n, ld] matrix as [ld, PW], so
    element e of row j sits at (j / PW) ld PW + e PW + j % PW, and head h's slice of a panel starts
@@ -4850,7 +4840,6 @@ TITANS__GEMM_INLINE void titans__attn_score_kernel(float *out, size_t lo, const 
     for (int p = 0; p < NP; p++)
       for (int v = 0; v < PV; v++)
         x[p * PV + v] = titans__vload(pan + (size_t)p * pstride + i * TITANS__ATTN_PW + (size_t)v * TITANS__VW);
-    for (int u = 0; u < NV; u++) TITANS__ATTN_PIN(x[u]);
     for (int r = 0; r < NR; r++) {
       titans__vf ar = titans__vset1(a[r][i]);
       for (int u = 0; u < NV; u++) acc[r][u] = titans__attn_vfma(ar, x[u], acc[r][u]);
@@ -4927,7 +4916,6 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
   for (size_t t = 0; t < nt; t++) {
     titans__vf xv[4];
     for (int u = 0; u < NC; u++) xv[u] = titans__vload(x[t] + i + (size_t)u * TITANS__VW);
-    for (int u = 0; u < NC; u++) TITANS__ATTN_PIN(xv[u]);
     for (int r = 0; r < NR; r++) {
       if (masked && !vis[(size_t)r * vy + t * vt]) continue;
       titans__vf a = titans__vset1(coef[(size_t)r * cy + t * ct]);
