@@ -541,7 +541,7 @@ typedef struct titans_kv_cache {
   float *k;         /* [P + reserved, H * d_a]: prefix rows, then the ring slots */
   float *v;         /* [P + reserved, H * d_a] */
   float *kt;        /* k again, transposed in panels of 16 rows (the layout the attention's score kernel
-                       reads, docs/model.md section 3); the cache's functions keep it in step with k */
+                       reads, docs/model.md section 2); the cache's functions keep it in step with k */
   int64_t *pos;     /* [reserved] position of each ring slot */
   size_t P;         /* prefix rows */
   size_t capacity;  /* ring slots */
@@ -4792,11 +4792,11 @@ static void titans__attn_row_dots(float *out, const float *a, const float *b, si
 
 /* Floats of the panels of an [n, ld] matrix; 0 when the size overflows (n >= 1). */
 static size_t titans__attn_panel_floats(size_t n, size_t ld) {
-  size_t rows = n / TITANS__ATTN_PW + (n % TITANS__ATTN_PW != 0), f;
-  if (!titans_size_mul(rows, TITANS__ATTN_PW, &rows) || !titans_size_mul(rows, ld, &f) ||
-      !titans_size_mul(f, sizeof(float), &rows))
+  size_t panels = n / TITANS__ATTN_PW + (n % TITANS__ATTN_PW != 0), rows, floats, bytes;
+  if (!titans_size_mul(panels, TITANS__ATTN_PW, &rows) || !titans_size_mul(rows, ld, &floats) ||
+      !titans_size_mul(floats, sizeof(float), &bytes))
     return 0;
-  return f;
+  return floats;
 }
 
 /* Row j of the panels := row[0 .. ld-1]. */
@@ -5428,7 +5428,7 @@ static void titans__attn_forward_block(float *out, float *lse, const float *q, c
 /* Everything of one backward call. */
 typedef struct titans__attn_bwd {
   float *dq, *dk, *dv;
-  const float *dout, *q, *k, *v, *out, *lse;
+  const float *dout, *q, *k, *out, *lse; /* k: the rows dq adds; scores read the panels */
   const float *kt, *vt; /* [P + Tk rounded up to PW, ld] the keys and the values in panels */
   const int64_t *qpos, *kpos;
   size_t Tq, P, Tk, H, d_a, ld;
@@ -5646,7 +5646,7 @@ static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const 
   if (Tq == 0 || P + Tk == 0) return TITANS_OK;
   if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse || !qpos || (Tk > 0 && !kpos))
     return TITANS_ERR_ARG;
-  c.dq = dq, c.dk = dk, c.dv = dv, c.dout = dout, c.q = q, c.k = k, c.v = v, c.out = out, c.lse = lse;
+  c.dq = dq, c.dk = dk, c.dv = dv, c.dout = dout, c.q = q, c.k = k, c.out = out, c.lse = lse;
   c.qpos = qpos, c.kpos = kpos;
   c.Tq = Tq, c.P = P, c.Tk = Tk, c.H = H, c.d_a = d_a, c.window = window;
   c.scale = titans__attn_scale(d_a);
