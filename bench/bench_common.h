@@ -111,6 +111,32 @@ static inline double load_average(void) {
   return l;
 }
 
+/* What starting an empty parallel region of nth threads costs, in microseconds, when ~50 us of serial
+   work precede it (as between a model's parallel regions: long enough for a thread under
+   OMP_WAIT_POLICY=passive to sleep, short against the default policy's spinning); 0 without OpenMP or
+   with one thread. */
+static inline double omp_region_cost_us(int nth) {
+#ifdef _OPENMP
+  const int regions = 2000;
+  const double gap = 50e-6;
+  if (nth < 2) return 0.0;
+  double t0 = now_sec();
+  for (int r = 0; r < regions; r++) {
+#pragma omp parallel num_threads(nth)
+    {
+      __asm__ __volatile__("" ::: "memory"); /* an empty body the compiler keeps */
+    }
+    double until = now_sec() + gap;
+    while (now_sec() < until) {
+    }
+  }
+  return ((now_sec() - t0) / regions - gap) * 1e6;
+#else
+  (void)nth;
+  return 0.0;
+#endif
+}
+
 static inline int cmp_double(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
   return (a > b) - (a < b);

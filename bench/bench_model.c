@@ -657,6 +657,13 @@ static void bm_header(const bm_opts *o) {
          "%d streams\n",
          o->budget, o->min_steps, o->max_steps, o->infer_tokens, o->infer_reps);
   printf("OpenMP threads available: %d; load average at start: %s\n", max_threads, load);
+#ifdef _OPENMP
+  if (max_threads > 1) {
+    const char *policy = getenv("OMP_WAIT_POLICY");
+    printf("an empty parallel region of %d threads after 50 us of serial work: %.1f us (OMP_WAIT_POLICY=%s)\n",
+           max_threads, omp_region_cost_us(max_threads), policy ? policy : "unset");
+  }
+#endif
   fflush(stdout);
 }
 
