@@ -4805,13 +4805,12 @@ static void titans__attn_panel_put(float *pan, size_t ld, size_t j, const float 
   for (size_t e = 0; e < ld; e++) dst[e * TITANS__ATTN_PW] = row[e];
 }
 
-/* The panels of src [n, ld], padding lanes zero. */
+/* The panels of src [n, ld], padding lanes zero (n * ld fits: the callers sized the panels first). */
 static void titans__attn_panel_pack(float *pan, const float *src, size_t n, size_t ld) {
   const size_t PW = TITANS__ATTN_PW;
   size_t np = (n + PW - 1) / PW;
 #ifdef _OPENMP
-  int par = np > 1 && (double)n * (double)ld >= 65536.0 && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (titans__ops_par(n * ld, np))
 #endif
   for (ptrdiff_t pp = 0; pp < (ptrdiff_t)np; pp++) {
     size_t p = (size_t)pp, rows = n - p * PW < PW ? n - p * PW : PW;
