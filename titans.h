@@ -4039,6 +4039,18 @@ TITANSDEF int titans_mem_state_copy(titans_mem_state *dst, const titans_mem_stat
   return TITANS_OK;
 }
 
+/* Row dr of dst becomes row sr of src: weights, momentum and the four conv tails (not the position). */
+static void titans__mem_state_copy_row(titans_mem_state *dst, size_t dr, const titans_mem_state *src, size_t sr) {
+  titans__mem_dims m = titans__mem_get_dims(&src->cfg);
+  size_t row = m.H * m.head_size, tail = m.K > 0 ? (m.K - 1) * m.dm : 0;
+  float *to[8] = {dst->w_chunk, dst->w, dst->s_chunk, dst->s, dst->tail_q, dst->tail_k, dst->tail_v, dst->tail_rq};
+  const float *from[8] = {src->w_chunk, src->w, src->s_chunk, src->s, src->tail_q, src->tail_k, src->tail_v, src->tail_rq};
+  for (int i = 0; i < 8; i++) {
+    size_t n = i < 4 ? row : tail;
+    if (n) memcpy(to[i] + dr * n, from[i] + sr * n, n * sizeof(float));
+  }
+}
+
 /* dst takes src's memory, momentum, position and update-stream conv tails, and keeps its own
    retrieval-stream tail (MAC commits the memory at a segment start this way). */
 static void titans__mem_state_commit(titans_mem_state *dst, const titans_mem_state *src) {
@@ -7694,6 +7706,11 @@ typedef struct titans__layer_fwd {
   size_t mem_prefix;              /* MAG: persistent tokens the memory read first in this forward (N_p or 0) */
   titans_mem_ctx *ctxs;  /* [nctx] kept between steps (MAC: 2 per segment) */
   size_t nctx;
+  /* MAC runs each batch row as its own forward, so the rows can run on threads (titans__mac_forward):
+     rows[b] is row b's, with B = 1 and its own arena; kept between steps. */
+  struct titans__layer_fwd *rows; /* [nrows] */
+  size_t nrows;
+  titans__arena row_arena;        /* (a row's forward) its activations and its backward's work */
 } titans__layer_fwd;
 
 struct titans__fwd {
@@ -7997,15 +8014,15 @@ static const float *titans__mac_learn_rows(const titans_config *c, const float *
   return c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? x : y;
 }
 
-static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
-                               const int64_t *pos, size_t B, size_t T) {
-  (void)pos; /* MAC's attention reads local positions 0..n-1 within each segment */
+/* The segment loop over lf's B rows (titans__mac_forward calls it with one row), from the memory state
+   lf->st holds. MAC's attention reads local positions 0..n-1 within each segment. */
+static int titans__mac_forward_rows(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
+                                    titans__arena *ar, size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment;
   lf->nseg = (T + C - 1) / C;
   lf->segs = (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
   /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
   TITANS__NEED(lf->segs && titans__layer_ctx(lf, 2 * lf->nseg - 1));
-  TITANS__TRY(titans__layer_state(c, L, lf, B));
   for (size_t s = 0; s < lf->nseg; s++) {
     titans__mac_seg *sg = &lf->segs[s];
     size_t n = T - s * C < C ? T - s * C : C;
@@ -8042,10 +8059,11 @@ static int titans__mac_forward(const titans_config *c, const titans_layer *L, ti
   return TITANS_OK;
 }
 
-static int titans__mac_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
-                                const int64_t *pos, size_t B, size_t T) {
-  (void)pos;
+/* Backward of titans__mac_forward_rows: dxn [B, T, d] (added to) from dmix; the weight gradients are
+   added into G. */
+static int titans__mac_backward_rows(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                     titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix, size_t B,
+                                     size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
   titans__mem_dims m = titans__mem_get_dims(&c->mem);
   size_t dstate = B * m.H * 2 * m.head_size, dtail = 4 * B * (m.K > 0 ? m.K - 1 : 0) * m.dm;
@@ -8088,6 +8106,119 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
     dnext_tail_r = cr->dtails_init;
     titans__rows_unslice(dxn, dxs, B, T, sg->t0, n, d, 1);
   }
+  return TITANS_OK;
+}
+
+/* MAC by batch rows. A segment's products are small (n rows per batch row, n = 64 by default), and
+   splitting each of them over threads costs more in thread wake-ups than it saves: thousands of
+   parallel regions a step, each about 50-100 us under OMP_WAIT_POLICY=passive on the development
+   machine. The batch rows are independent sequences, so each runs the whole segment loop as a forward
+   of its own (lf->rows[b], B = 1, with its own arena and memory contexts), and the rows are spread over
+   the threads: one parallel region per layer and pass, inside which every kernel runs on its thread.
+   In the backward each row adds its weight gradients to a slab of its own; the slabs are summed into G
+   in row order afterwards, so the result is the same for any thread count. */
+
+/* lf->rows has B rows, each with a memory state of one row. */
+static int titans__mac_rows_ready(const titans_config *c, titans__layer_fwd *lf, size_t B) {
+  if (lf->nrows < B) {
+    titans__layer_fwd *rows = (titans__layer_fwd *)titans_alloc_bytes(B, sizeof *rows); /* zeroed */
+    if (!rows) return TITANS_ERR_NOMEM;
+    if (lf->rows) memcpy(rows, lf->rows, lf->nrows * sizeof *rows);
+    titans_free(lf->rows);
+    lf->rows = rows;
+    lf->nrows = B;
+  }
+  for (size_t b = 0; b < B; b++) {
+    titans__layer_fwd *row = &lf->rows[b];
+    if (!row->st_ready) {
+      if (titans_mem_state_init(&row->st, &c->mem, 1)) return TITANS_ERR_NOMEM;
+      row->st_ready = 1;
+    }
+  }
+  return TITANS_OK;
+}
+
+/* out: a view of the layer gradients G whose mixer parameters live in slab instead. The mixer's
+   parameters are those from norm1 up to norm2 in the model's order (titans__model_walk), so slab holds
+   G->norm2 - G->norm1 floats; the view's other pointers (norm2, the FFN) are NULL. titans_layer holds
+   float pointers only, which the loop relies on. */
+typedef char titans__layer_holds_float_pointers_only[sizeof(titans_layer) % sizeof(float *) == 0 ? 1 : -1];
+static void titans__layer_grad_view(titans_layer *out, const titans_layer *G, float *slab) {
+  enum { N = sizeof(titans_layer) / sizeof(float *) };
+  float *p[N];
+  memcpy(p, G, sizeof p);
+  for (size_t i = 0; i < N; i++)
+    p[i] = p[i] && p[i] >= G->norm1 && p[i] < G->norm2 ? slab + (p[i] - G->norm1) : NULL;
+  memcpy(out, p, sizeof p);
+}
+
+/* g [n] += slabs[0] [n] + ... + slabs[count - 1], added in that order for every element */
+static void titans__sum_slabs(float *g, float *const *slabs, size_t count, size_t n) {
+  ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(n, TITANS__OPS_BLOCK);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (titans__ops_par(n * count, (size_t)nb))
+#endif
+  for (ptrdiff_t blk = 0; blk < nb; blk++) {
+    size_t i0 = (size_t)blk * TITANS__OPS_BLOCK, i1 = i0 + TITANS__OPS_BLOCK < n ? i0 + TITANS__OPS_BLOCK : n;
+    for (size_t r = 0; r < count; r++) {
+      const float *s = slabs[r];
+      for (size_t i = i0; i < i1; i++) g[i] += s[i];
+    }
+  }
+}
+
+static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
+                               const int64_t *pos, size_t B, size_t T) {
+  (void)pos;
+  size_t d = (size_t)c->d;
+  TITANS__TRY(titans__layer_state(c, L, lf, B)); /* every row's start: w0, or what a stream carries */
+  TITANS__TRY(titans__mac_rows_ready(c, lf, B));
+  int *status = (int *)(void *)titans__arena_alloc(ar, B); /* [B] each row's return code */
+  TITANS__NEED(status);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (B > 1 && !omp_in_parallel())
+#endif
+  for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++) {
+    titans__layer_fwd *row = &lf->rows[b];
+    titans__arena_reset(&row->row_arena);
+    titans__mem_state_copy_row(&row->st, 0, &lf->st, (size_t)b);
+    row->st.position = lf->st.position;
+    row->xn = lf->xn + (size_t)b * T * d;
+    row->mix = lf->mix + (size_t)b * T * d;
+    row->carry = lf->carry; /* read by the backward only to know that the state was carried */
+    row->fresh = lf->fresh ? lf->fresh + b : NULL;
+    status[b] = titans__mac_forward_rows(c, L, row, &row->row_arena, 1, T);
+    if (!status[b]) titans__mem_state_copy_row(&lf->st, (size_t)b, &row->st, 0);
+  }
+  for (size_t b = 0; b < B; b++) TITANS__TRY(status[b]);
+  lf->st.position = lf->rows[0].st.position;
+  return TITANS_OK;
+}
+
+static int titans__mac_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                const int64_t *pos, size_t B, size_t T) {
+  (void)pos;
+  size_t d = (size_t)c->d, nmix = (size_t)(G->norm2 - G->norm1);
+  int *status = (int *)(void *)titans__arena_alloc(ar, B); /* [B] each row's return code */
+  float **slabs = (float **)(void *)titans__arena_alloc(ar, B * ((sizeof(float *) + sizeof(float) - 1) / sizeof(float))); /* [B] */
+  TITANS__NEED(status && slabs);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (B > 1 && !omp_in_parallel())
+#endif
+  for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++) {
+    titans__layer_fwd *row = &lf->rows[b];
+    titans_layer row_grads;
+    slabs[b] = titans__arena_zalloc(&row->row_arena, nmix); /* [nmix] row b's mixer gradients */
+    status[b] = TITANS_ERR_NOMEM;
+    if (slabs[b]) {
+      titans__layer_grad_view(&row_grads, G, slabs[b]);
+      status[b] = titans__mac_backward_rows(c, L, &row_grads, row, &row->row_arena, dxn + (size_t)b * T * d,
+                                            dmix + (size_t)b * T * d, 1, T);
+    }
+  }
+  for (size_t b = 0; b < B; b++) TITANS__TRY(status[b]);
+  titans__sum_slabs(G->norm1, slabs, B, nmix);
   return TITANS_OK;
 }
 
@@ -8644,15 +8775,22 @@ static int titans__block_backward(const titans_config *c, const titans_layer *L,
 
 /* ---- the whole model -------------------------------------------------------------------------- */
 
+/* What a layer's forward keeps between steps: its memory state and contexts, MAC's rows */
+static void titans__layer_fwd_free(titans__layer_fwd *lf) {
+  if (lf->st_ready) titans_mem_state_free(&lf->st);
+  for (size_t i = 0; i < lf->nctx; i++) titans_mem_ctx_free(&lf->ctxs[i]);
+  titans_free(lf->ctxs);
+  for (size_t b = 0; b < lf->nrows; b++) titans__layer_fwd_free(&lf->rows[b]);
+  titans_free(lf->rows);
+  titans__arena_free(&lf->row_arena);
+}
+
 static void titans__fwd_free(struct titans__fwd *f, int n_layers) {
   if (!f) return;
   titans__arena_free(&f->arena);
   if (f->layers) {
     for (int l = 0; l < n_layers; l++) {
-      titans__layer_fwd *lf = &f->layers[l];
-      if (lf->st_ready) titans_mem_state_free(&lf->st);
-      for (size_t i = 0; i < lf->nctx; i++) titans_mem_ctx_free(&lf->ctxs[i]);
-      titans_free(lf->ctxs);
+      titans__layer_fwd_free(&f->layers[l]);
     }
     titans_free(f->layers);
   }
