@@ -58,6 +58,7 @@ typedef struct bm_opts {
   size_t infer_tokens; /* tokens of one inference stream */
   int infer_reps;      /* timed streams */
   int train, infer;    /* measure training, inference */
+  int interleave;      /* timed training steps take the thread counts in turn (see bm_train_interleaved) */
   int torch;           /* run bench/torch_model.py */
   const char *python;  /* interpreter */
   const char *script;  /* NULL: found in ./bench or next to this program */
@@ -167,25 +168,41 @@ static titans_config bm_config(const bm_opts *o, int kind) {
 
 /* ---- the C library ------------------------------------------------------------------------------ */
 
-/* Warm-up and timed training steps on the current thread count. first: the trainer's first steps. */
-static int bm_train(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int *tokens, const bm_opts *o,
-                    int first) {
-  double secs[BM_MAX_SAMPLES], warm = 0, page = (double)sysconf(_SC_PAGESIZE);
+/* Warm-up training steps on the current thread count (first: the trainer's first steps, two of them);
+   *warm: the last one's seconds. */
+static int bm_warm(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int *tokens, const bm_opts *o, int first,
+                   double *warm) {
+  double page = (double)sysconf(_SC_PAGESIZE);
   float loss = 0.0f;
-  int rc = TITANS_OK;
   for (int w = 0; w < (first ? 2 : 1); w++) {
     long f0 = bm_faults();
     double t0 = now_sec();
-    rc = titans_train_step(tr, tokens, 1, o->B, o->T, &loss);
-    warm = now_sec() - t0;
+    int rc = titans_train_step(tr, tokens, 1, o->B, o->T, &loss);
+    *warm = now_sec() - t0;
     if (rc) return rc;
     if (first && w == 0) kind->loss = loss;
     cell->warm_steps++;
     cell->warm_mb += (double)(bm_faults() - f0) * (page > 0 ? page : 4096) / 1e6;
   }
+  return TITANS_OK;
+}
+
+/* Timed steps for a warm-up step of warm seconds: budget / warm, clamped to [min_steps, max_steps] */
+static int bm_timed_steps(const bm_opts *o, double warm) {
   int steps = (int)(o->budget / (warm > 1e-9 ? warm : 1e-9));
   if (steps > o->max_steps) steps = o->max_steps;
   if (steps < o->min_steps) steps = o->min_steps;
+  return steps;
+}
+
+/* Warm-up and timed training steps on the current thread count. first: the trainer's first steps. */
+static int bm_train(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int *tokens, const bm_opts *o,
+                    int first) {
+  double secs[BM_MAX_SAMPLES], warm = 0;
+  float loss = 0.0f;
+  int rc = bm_warm(cell, kind, tr, tokens, o, first, &warm);
+  if (rc) return rc;
+  int steps = bm_timed_steps(o, warm);
   long f0 = bm_faults();
   bm_cpu c0 = bm_cpu_sample();
   for (int i = 0; i < steps; i++) {
@@ -197,6 +214,50 @@ static int bm_train(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int 
   cell->other_cores = bm_other_cores(c0, bm_cpu_sample());
   cell->step_faults = (double)(bm_faults() - f0) / steps;
   cell->train = bm_stats(secs, steps, (double)(o->B * o->T));
+  return TITANS_OK;
+}
+
+/* --interleave: every thread count's warm-up, then the timed steps in turns (1 thread, 2 threads, 1, 2,
+   ...), as many per thread count as the first one's warm-up step sets. On a machine whose speed drifts
+   over tens of seconds (a shared host), the thread counts then see the same drift, and their ratio
+   does not depend on which one ran first. */
+static int bm_train_interleaved(bm_cell *cells, bm_kind *kind, titans_trainer *tr, const int *tokens,
+                                const bm_opts *o) {
+  static double secs[BM_MAX_THREADS][BM_MAX_SAMPLES];
+  bm_cpu spent[BM_MAX_THREADS]; /* summed over the timed steps: wall time, busy CPU time, this process's */
+  long faults[BM_MAX_THREADS];
+  double warm = 0, first_warm = 0;
+  float loss = 0.0f;
+  for (int ti = 0; ti < o->nthreads; ti++) {
+    set_threads(o->threads[ti]);
+    int rc = bm_warm(&cells[ti], kind, tr, tokens, o, ti == 0, &warm);
+    if (rc) return rc;
+    if (ti == 0) first_warm = warm;
+    memset(&spent[ti], 0, sizeof spent[ti]);
+    faults[ti] = 0;
+  }
+  int steps = bm_timed_steps(o, first_warm);
+  for (int i = 0; i < steps; i++)
+    for (int ti = 0; ti < o->nthreads; ti++) {
+      set_threads(o->threads[ti]);
+      long f0 = bm_faults();
+      bm_cpu c0 = bm_cpu_sample();
+      double t0 = now_sec();
+      int rc = titans_train_step(tr, tokens, 1, o->B, o->T, &loss);
+      secs[ti][i] = now_sec() - t0;
+      if (rc) return rc;
+      bm_cpu c1 = bm_cpu_sample();
+      spent[ti].t += c1.t - c0.t;
+      spent[ti].busy += c1.busy - c0.busy;
+      spent[ti].self += c1.self - c0.self;
+      faults[ti] += bm_faults() - f0;
+    }
+  bm_cpu zero = {0, 0, 0};
+  for (int ti = 0; ti < o->nthreads; ti++) {
+    cells[ti].other_cores = bm_other_cores(zero, spent[ti]);
+    cells[ti].step_faults = (double)faults[ti] / steps;
+    cells[ti].train = bm_stats(secs[ti], steps, (double)(o->B * o->T));
+  }
   return TITANS_OK;
 }
 
@@ -264,9 +325,13 @@ static int bm_measure(bm_cell *cells, bm_kind *kind, int k, const titans_config 
   }
   float *logits = titans_alloc_floats((size_t)c->vocab); /* [V] */
   if (!logits) rc = TITANS_ERR_NOMEM;
+  if (rc == TITANS_OK && o->train && o->interleave) {
+    rc = bm_train_interleaved(cells, kind, &tr, tokens, o);
+    if (rc) fprintf(stderr, "bench_model: %s: train step failed: %s\n", bm_name(k), tr.error);
+  }
   for (int ti = 0; ti < o->nthreads && rc == TITANS_OK; ti++) {
     set_threads(o->threads[ti]);
-    if (o->train) {
+    if (o->train && !o->interleave) {
       rc = bm_train(&cells[ti], kind, &tr, tokens, o, ti == 0);
       if (rc) fprintf(stderr, "bench_model: %s: train step failed: %s\n", bm_name(k), tr.error);
     }
@@ -558,6 +623,8 @@ static void bm_usage(void) {
          "  --theta-max X       memory inner learning-rate bound (default: the library's)\n"
          "  --infer-tokens N    tokens of one inference stream (default 256)\n"
          "  --infer-reps N      timed inference streams (default 3)\n"
+         "  --interleave        timed training steps take the thread counts in turns (1, 2, 1, 2, ...)\n"
+         "                      after every count's warm-up; steps per count from the first count's warm-up\n"
          "  --no-train, --no-infer, --no-torch   skip a part\n"
          "  --python PATH       interpreter for bench/torch_model.py (default /usr/bin/python3)\n"
          "  --script PATH       path of torch_model.py\n");
@@ -606,6 +673,7 @@ static int bm_parse(bm_opts *o, int argc, char **argv) {
     if (!strcmp(a, "--no-torch")) { o->torch = 0; continue; }
     if (!strcmp(a, "--no-train")) { o->train = 0; continue; }
     if (!strcmp(a, "--no-infer")) { o->infer = 0; continue; }
+    if (!strcmp(a, "--interleave")) { o->interleave = 1; continue; }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bm_usage(); exit(0); }
     if (!v) { fprintf(stderr, "bench_model: %s needs a value\n", a); return -1; }
     i++;
@@ -653,15 +721,20 @@ static void bm_header(const bm_opts *o) {
          c.n_persist, c.mem.heads, c.mem.head_dim, c.mem.depth, c.mem.hidden_mult, c.mem.chunk, c.mem.conv_width,
          (double)c.mem.theta_max);
   printf("training: warm-up (2 steps, 1 at later thread counts), then "
-         "clamp(%g s / step time, %d, %d) timed steps; inference: %zu tokens one per call with logits, warm-up + "
+         "clamp(%g s / step time, %d, %d) timed steps%s; inference: %zu tokens one per call with logits, warm-up + "
          "%d streams\n",
-         o->budget, o->min_steps, o->max_steps, o->infer_tokens, o->infer_reps);
+         o->budget, o->min_steps, o->max_steps, o->interleave ? " per thread count, taken in turns" : "",
+         o->infer_tokens, o->infer_reps);
   printf("OpenMP threads available: %d; load average at start: %s\n", max_threads, load);
 #ifdef _OPENMP
   if (max_threads > 1) {
     const char *policy = getenv("OMP_WAIT_POLICY");
     printf("an empty parallel region of %d threads after 50 us of serial work: %.1f us (OMP_WAIT_POLICY=%s)\n",
            max_threads, omp_region_cost_us(max_threads), policy ? policy : "unset");
+    /* a shared host can give the threads less than a core each with no load showing inside this machine */
+    printf("FMA peak by the wall clock, %d threads over 1: %.2fx (the most a thread count can gain now; %d on "
+           "an idle machine)\n",
+           max_threads, fma_peak_wall(max_threads) / fma_peak_wall(1), max_threads);
   }
 #endif
   fflush(stdout);
