@@ -8152,21 +8152,6 @@ static void titans__layer_grad_view(titans_layer *out, const titans_layer *G, fl
   memcpy(out, p, sizeof p);
 }
 
-/* g [n] += slabs[0] [n] + ... + slabs[count - 1], added in that order for every element */
-static void titans__sum_slabs(float *g, float *const *slabs, size_t count, size_t n) {
-  ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(n, TITANS__OPS_BLOCK);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (titans__ops_par(n * count, (size_t)nb))
-#endif
-  for (ptrdiff_t blk = 0; blk < nb; blk++) {
-    size_t i0 = (size_t)blk * TITANS__OPS_BLOCK, i1 = i0 + TITANS__OPS_BLOCK < n ? i0 + TITANS__OPS_BLOCK : n;
-    for (size_t r = 0; r < count; r++) {
-      const float *s = slabs[r];
-      for (size_t i = i0; i < i1; i++) g[i] += s[i];
-    }
-  }
-}
-
 static int titans__mac_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
                                const int64_t *pos, size_t B, size_t T) {
   (void)pos;
@@ -8218,7 +8203,7 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
     }
   }
   for (size_t b = 0; b < B; b++) TITANS__TRY(status[b]);
-  titans__sum_slabs(G->norm1, slabs, B, nmix);
+  for (size_t b = 0; b < B; b++) titans__axpy(G->norm1, 1.0f, slabs[b], nmix); /* in row order: any thread count */
   return TITANS_OK;
 }
 
