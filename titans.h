@@ -8434,14 +8434,22 @@ static void titans__lm2_bank_kv(const titans_lm2_weights *W, float *kb, float *v
 /* A stream's windows are whole segments, so each starts with a bank a session would have. */
 static size_t titans__lm2_stream_unit(const titans_config *c) { return (size_t)c->segment; }
 
-/* One segment's read for one batch row (training and sessions): a [n, N_s] = softmax(q kb^T / sqrt(d));
-   emem [n, d] = a vb; g [n, d] = sigma(emem w_out^T); mix [n, d] = E + g * emem. q [n, d] = E wq^T and
-   the bank's kb, vb are given (training projects all rows at once; a session keeps kb, vb per segment). */
-static void titans__lm2_read(const titans_lm2_weights *W, float *mix, float *a, float *emem, float *g, const float *kb,
-                             const float *vb, const float *q, const float *E, size_t n, size_t Ns, size_t d) {
+/* A read has two halves: the attention over the slots (titans__lm2_read_attend, one segment of one batch
+   row: it reads that row's bank) and the gate (titans__lm2_read_gate, any rows: training gates all B x T
+   rows in one product, a session its one token). */
+
+/* a [n, N_s] = softmax(q kb^T / sqrt(d)); emem [n, d] = a vb. q [n, d] = E wq^T and the bank's kb, vb
+   are given (training projects all rows at once; a session keeps kb, vb per segment). */
+static void titans__lm2_read_attend(float *a, float *emem, const float *kb, const float *vb, const float *q, size_t n,
+                                    size_t Ns, size_t d) {
   titans_gemm(0, 1, n, Ns, d, 1.0f / sqrtf((float)d), q, d, kb, d, 0.0f, a, Ns);
   titans_softmax_forward(a, a, n, Ns);
   titans_gemm(0, 0, n, d, Ns, 1.0f, a, Ns, vb, d, 0.0f, emem, d);
+}
+
+/* g [n, d] = sigma(emem w_out^T); mix [n, d] = E + g * emem. */
+static void titans__lm2_read_gate(const titans_lm2_weights *W, float *mix, float *g, const float *emem, const float *E,
+                                  size_t n, size_t d) {
   titans__linear(g, emem, W->w_out, n, d, d);
   titans_sigmoid_forward(g, g, n * d);
   for (size_t j = 0; j < n * d; j++) mix[j] = E[j] + g[j] * emem[j];
@@ -8505,26 +8513,32 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
   titans__linear(sv->q, E, W->wq, B * T, d, d);
   titans__linear(sv->ku, E, W->uk, B * T, d, d);
   titans__linear(sv->vu, E, W->uv, B * T, d, d);
-  /* the chain of writes: bank s + 1 from bank s and segment s */
+  /* The chain of writes: bank s + 1 from bank s and segment s. Each batch row's chain is a task of its
+     own: a write's products are small (N_s rows), too small to split over threads one at a time. */
   for (size_t b = 0; b < B; b++) /* a stream's carried bank, or m0 where a row starts a document */
     memcpy(sv->bank + b * Ns * d, lf->bank_carry && !lf->fresh[b] ? lf->bank_carry + b * Ns * d : W->m0,
            Ns * d * sizeof(float));
-  for (size_t s = 0; s < NW; s++)
-    for (size_t b = 0; b < B; b++) {
-      size_t o = s * slab + b * Ns * d, r = (b * T + s * C) * d; /* this row's bank; its segment's first row */
-      titans__lm2_write(W, sv->bank + o + slab, sv->qu + o, sv->aw + (s * B + b) * Ns * C, sv->u + o, sv->gi + o,
-                        sv->tu + o, sv->gf + o, sv->bank + o, sv->ku + r, sv->vu + r, C, Ns, d);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (B > 1 && !omp_in_parallel())
+#endif
+  for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++)
+    for (size_t s = 0; s < NW; s++) {
+      size_t o = s * slab + (size_t)b * Ns * d, r = ((size_t)b * T + s * C) * d; /* row b's bank; its segment's first row */
+      titans__lm2_write(W, sv->bank + o + slab, sv->qu + o, sv->aw + (s * B + (size_t)b) * Ns * C, sv->u + o,
+                        sv->gi + o, sv->tu + o, sv->gf + o, sv->bank + o, sv->ku + r, sv->vu + r, C, Ns, d);
     }
-  /* every segment's read of its starting bank */
-  for (size_t s = 0; s < S; s++) {
-    size_t n = s + 1 < S ? C : T - s * C;
-    for (size_t b = 0; b < B; b++) {
-      size_t o = s * slab + b * Ns * d, t = b * T + s * C;
-      titans__lm2_bank_kv(W, sv->kb + o, sv->vb + o, sv->bank + o, Ns, d);
-      titans__lm2_read(W, lf->mix + t * d, sv->a + t * Ns, sv->emem + t * d, sv->g + t * d, sv->kb + o, sv->vb + o,
-                       sv->q + t * d, E + t * d, n, Ns, d);
-    }
+  /* the read keys and values of every segment's starting bank (banks 0..S-1 are contiguous), in one product */
+  titans__lm2_bank_kv(W, sv->kb, sv->vb, sv->bank, S * B * Ns, d);
+  /* every segment's read of its starting bank: the (segment, row) pairs are independent tasks */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (S * B > 1 && !omp_in_parallel())
+#endif
+  for (ptrdiff_t i = 0; i < (ptrdiff_t)(S * B); i++) {
+    size_t s = (size_t)i / B, b = (size_t)i % B, n = s + 1 < S ? C : T - s * C;
+    size_t o = s * slab + b * Ns * d, t = b * T + s * C;
+    titans__lm2_read_attend(sv->a + t * Ns, sv->emem + t * d, sv->kb + o, sv->vb + o, sv->q + t * d, n, Ns, d);
   }
+  titans__lm2_read_gate(W, lf->mix, sv->g, sv->emem, E, B * T, d);
   return TITANS_OK;
 }
 
@@ -8543,15 +8557,18 @@ static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *
 }
 
 /* Backward of one segment's write (one batch row): from carry [N_s, d] = dL/d bank_out, accumulates
-   dbank [N_s, d] (dL/d bank_in), dku, dvu [n, d] and G's write weights. scratch: 3 N_s d + 2 N_s n floats. */
-static void titans__lm2_write_backward(const titans_lm2_weights *W, const titans_lm2_weights *G, float *dbank,
-                                       float *dku, float *dvu, float *scratch, const float *carry, const float *bank_in,
-                                       const float *qu, const float *aw, const float *u, const float *gi,
-                                       const float *tu, const float *gf, const float *ku, const float *vu, size_t n,
-                                       size_t Ns, size_t d) {
+   dbank [N_s, d] (dL/d bank_in), dku, dvu [n, d], and writes dzi, dzf, dqu [N_s, d]: the gradients of
+   the write's three products by weights, zi = u w_in^T, zf = u w_f^T + b_f, qu = bank_in uq^T. Those
+   weights' gradients are sums over every segment and row, which titans__lm2_backward forms in one product
+   each once the chains are done. scratch: N_s d + 2 N_s n floats. */
+static void titans__lm2_write_backward(const titans_lm2_weights *W, float *dbank, float *dku, float *dvu, float *dzi,
+                                       float *dzf, float *dqu, float *scratch, const float *carry, const float *bank_in,
+                                       const float *qu, const float *aw, const float *gi, const float *tu,
+                                       const float *gf, const float *ku, const float *vu, size_t n, size_t Ns,
+                                       size_t d) {
   float scale = 1.0f / sqrtf((float)d);
-  float *dzi = scratch, *dzf = dzi + Ns * d, *du = dzf + Ns * d; /* [N_s, d] each */
-  float *daw = du + Ns * d, *ds = daw + Ns * n;                  /* [N_s, n] each */
+  float *du = scratch;                          /* [N_s, d] */
+  float *daw = du + Ns * d, *ds = daw + Ns * n; /* [N_s, n] each */
   /* bank_out = gi * tu + gf * bank_in, gi = sigma(zi), gf = sigma(zf), tu = tanh(u) */
   for (size_t j = 0; j < Ns * d; j++) {
     float cj = carry[j];
@@ -8561,9 +8578,6 @@ static void titans__lm2_write_backward(const titans_lm2_weights *W, const titans
     dbank[j] += cj * gf[j];
   }
   /* zi = u w_in^T, zf = u w_f^T + b_f */
-  titans_gemm(1, 0, d, d, Ns, 1.0f, dzi, d, u, d, 1.0f, G->w_in, d);
-  titans_gemm(1, 0, d, d, Ns, 1.0f, dzf, d, u, d, 1.0f, G->w_f, d);
-  for (size_t r = 0; r < Ns; r++) titans__axpy(G->b_f, 1.0f, dzf + r * d, d);
   titans_gemm(0, 0, Ns, d, d, 1.0f, dzi, d, W->w_in, d, 1.0f, du, d);
   titans_gemm(0, 0, Ns, d, d, 1.0f, dzf, d, W->w_f, d, 1.0f, du, d);
   /* u = aw vu, aw = softmax(qu ku^T / sqrt(d)) over the segment */
@@ -8572,10 +8586,8 @@ static void titans__lm2_write_backward(const titans_lm2_weights *W, const titans
   memset(ds, 0, Ns * n * sizeof(float));
   titans_softmax_backward(ds, daw, aw, Ns, n);
   titans_gemm(1, 0, n, d, Ns, scale, ds, n, qu, d, 1.0f, dku, d);
-  float *dqu = dzi; /* dzi is spent: reuse it for the queries' gradient [N_s, d] */
   titans_gemm(0, 0, Ns, d, n, scale, ds, n, ku, d, 0.0f, dqu, d);
   /* qu = bank_in uq^T */
-  titans_gemm(1, 0, d, d, Ns, 1.0f, dqu, d, bank_in, d, 1.0f, G->uq, d);
   titans_gemm(0, 0, Ns, d, d, 1.0f, dqu, d, W->uq, d, 1.0f, dbank, d);
 }
 
@@ -8593,8 +8605,13 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   float *dvu = titans__arena_zalloc(ar, BT * d);                                         /* [B, T, d] */
   float *dbank = titans__arena_zalloc(ar, S * slab);                                     /* [S, B, N_s, d] */
   float *dkb = titans__arena_alloc(ar, S * slab), *dvb = titans__arena_alloc(ar, S * slab); /* [S, B, N_s, d] */
-  float *scratch = titans__arena_alloc(ar, 3 * Ns * d + 2 * Ns * nmax + 2 * nmax * Ns);
-  TITANS__NEED(dE && demem && dz && dq && dku && dvu && dbank && dkb && dvb && scratch);
+  size_t NB = S - 1, read_work = 2 * nmax * Ns, write_work = Ns * d + 2 * Ns * C; /* NB: writes back-propagated */
+  float *dzi = titans__arena_alloc(ar, NB * slab + 1), *dzf = titans__arena_alloc(ar, NB * slab + 1); /* [NB, B, N_s, d] */
+  float *dqu = titans__arena_alloc(ar, NB * slab + 1);                                                 /* [NB, B, N_s, d] */
+  float *read_scratch = titans__arena_alloc(ar, S * B * read_work);  /* [S * B, read_work] one per read */
+  float *write_scratch = titans__arena_alloc(ar, B * write_work);    /* [B, write_work] one per batch row */
+  TITANS__NEED(dE && demem && dz && dq && dku && dvu && dbank && dkb && dvb && dzi && dzf && dqu && read_scratch &&
+               write_scratch);
   /* mix = E + g * emem, g = sigma(emem w_out^T) */
   for (size_t j = 0; j < BT * d; j++) {
     float gj = sv->g[j];
@@ -8604,27 +8621,44 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   }
   titans_gemm(1, 0, d, d, BT, 1.0f, dz, d, sv->emem, d, 1.0f, GW->w_out, d);
   titans_gemm(0, 0, BT, d, d, 1.0f, dz, d, W->w_out, d, 1.0f, demem, d);
-  /* every read: dq, and the read keys' and values' gradients, then the bank's through wk, wv */
-  for (size_t s = 0; s < S; s++) {
-    size_t n = s + 1 < S ? C : T - s * C;
-    for (size_t b = 0; b < B; b++) {
-      size_t o = s * slab + b * Ns * d, t = b * T + s * C;
-      titans__lm2_read_backward(dq + t * d, dkb + o, dvb + o, scratch, demem + t * d, sv->a + t * Ns, sv->q + t * d,
-                                sv->kb + o, sv->vb + o, n, Ns, d);
-    }
+  /* every read: dq, and the read keys' and values' gradients (each (segment, row) pair writes its own
+     rows: independent tasks), then the bank's through wk, wv */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (S * B > 1 && !omp_in_parallel())
+#endif
+  for (ptrdiff_t i = 0; i < (ptrdiff_t)(S * B); i++) {
+    size_t s = (size_t)i / B, b = (size_t)i % B, n = s + 1 < S ? C : T - s * C;
+    size_t o = s * slab + b * Ns * d, t = b * T + s * C;
+    titans__lm2_read_backward(dq + t * d, dkb + o, dvb + o, read_scratch + (size_t)i * read_work, demem + t * d,
+                              sv->a + t * Ns, sv->q + t * d, sv->kb + o, sv->vb + o, n, Ns, d);
   }
   titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dkb, d, sv->bank, d, 1.0f, GW->wk, d);
   titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dvb, d, sv->bank, d, 1.0f, GW->wv, d);
   titans_gemm(0, 0, S * B * Ns, d, d, 1.0f, dkb, d, W->wk, d, 1.0f, dbank, d);
   titans_gemm(0, 0, S * B * Ns, d, d, 1.0f, dvb, d, W->wv, d, 1.0f, dbank, d);
-  /* the writes in reverse: dbank[s + 1] is complete (its read, and the write that read it) when write s runs */
-  for (size_t s = S - 1; s-- > 0;)
-    for (size_t b = 0; b < B; b++) {
-      size_t o = s * slab + b * Ns * d, r = (b * T + s * C) * d;
-      titans__lm2_write_backward(W, GW, dbank + o, dku + r, dvu + r, scratch, dbank + o + slab, sv->bank + o,
-                                 sv->qu + o, sv->aw + (s * B + b) * Ns * C, sv->u + o, sv->gi + o, sv->tu + o,
-                                 sv->gf + o, sv->ku + r, sv->vu + r, C, Ns, d);
+  /* the writes in reverse, each batch row's chain a task of its own: dbank[s + 1] is complete (its read,
+     and the write that read it) when write s runs. (A stream's last write, s = S - 1, fed only the carried
+     bank, whose gradient is dropped.) */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (B > 1 && !omp_in_parallel())
+#endif
+  for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++)
+    for (size_t s = NB; s-- > 0;) {
+      size_t o = s * slab + (size_t)b * Ns * d, r = ((size_t)b * T + s * C) * d;
+      titans__lm2_write_backward(W, dbank + o, dku + r, dvu + r, dzi + o, dzf + o, dqu + o,
+                                 write_scratch + (size_t)b * write_work, dbank + o + slab, sv->bank + o, sv->qu + o,
+                                 sv->aw + (s * B + (size_t)b) * Ns * C, sv->gi + o, sv->tu + o, sv->gf + o, sv->ku + r,
+                                 sv->vu + r, C, Ns, d);
     }
+  /* the write weights' gradients over every back-propagated write at once: zi = u w_in^T, zf = u w_f^T + b_f,
+     qu = bank_in uq^T (u, bank_in: the first NB writes' rows, contiguous) */
+  if (NB > 0) {
+    size_t rows = NB * B * Ns;
+    titans_gemm(1, 0, d, d, rows, 1.0f, dzi, d, sv->u, d, 1.0f, GW->w_in, d);
+    titans_gemm(1, 0, d, d, rows, 1.0f, dzf, d, sv->u, d, 1.0f, GW->w_f, d);
+    titans_gemm(1, 0, d, d, rows, 1.0f, dqu, d, sv->bank, d, 1.0f, GW->uq, d);
+    for (size_t r = 0; r < rows; r++) titans__axpy(GW->b_f, 1.0f, dzf + r * d, d);
+  }
   for (size_t b = 0; b < B; b++) /* rows that started at m0; a carried bank is a constant (truncated BPTT) */
     if (!lf->bank_carry || lf->fresh[b]) titans__axpy(GW->m0, 1.0f, dbank + b * Ns * d, Ns * d);
   /* q = E wq^T, ku = E uk^T, vu = E uv^T */
@@ -8693,7 +8727,8 @@ static int titans__lm2_step(titans_session *s, int l, float *mix, const float *x
   titans__lm2_session_carve(&ls, sl->lm2, Ns, d);
   TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, xn, 1, p, p, w)); /* y = E [d] */
   titans__linear(w->q, w->y, L->lm2.wq, 1, d, d);
-  titans__lm2_read(&L->lm2, mix, w->a, w->emem, w->g, ls.kb, ls.vb, w->q, w->y, 1, Ns, d);
+  titans__lm2_read_attend(w->a, w->emem, ls.kb, ls.vb, w->q, 1, Ns, d);
+  titans__lm2_read_gate(&L->lm2, mix, w->g, w->emem, w->y, 1, d);
   /* the write's scores qu_j . ku / sqrt(d), folded into each slot's running softmax */
   titans__linear(w->k, w->y, L->lm2.uk, 1, d, d);
   titans__linear(w->v, w->y, L->lm2.uv, 1, d, d);
