@@ -21,6 +21,7 @@
      TITANS_NO_STDIO      no file functions; error messages are not formatted
      TITANS_NO_FSYNC      saves do not fsync the file and its folder (faster, not durable across a
                           power loss); fsync is only used on POSIX systems (__unix__, __APPLE__)
+     TITANS_COUNT_FLOPS   titans_gemm counts its multiply-adds (titans_gemm_madds), for benchmarks
 
    CONVENTIONS
      - float32 everywhere. Matrices are row-major; linear weights are stored [out, in] (y = W x).
@@ -140,6 +141,13 @@ TITANSDEF int titans_threads(void);
    shape only, whatever the thread count: results are bit-identical for any number of threads. */
 TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
                            size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc);
+
+#ifdef TITANS_COUNT_FLOPS
+/* The multiply-adds of every titans_gemm call since the program started (m n k of each call that reads
+   A and B), the library's own calls included: what a benchmark divides by its time for GFLOP/s. The
+   count is kept only where TITANS_COUNT_FLOPS is defined (one atomic add per call). */
+TITANSDEF unsigned long long titans_gemm_madds(void);
+#endif
 
 /* The plain scalar reference of titans_gemm (same contract, no SIMD, no threads); tests and
    benchmarks compare the fast path against it. */
@@ -2340,6 +2348,18 @@ static int titans__gemm_method(int trans_a, int trans_b, size_t m, size_t n, siz
   return TITANS__GEMM_PACKED;
 }
 
+#ifdef TITANS_COUNT_FLOPS
+static unsigned long long titans__gemm_madd_count;
+TITANSDEF unsigned long long titans_gemm_madds(void) {
+  unsigned long long n;
+#ifdef _OPENMP
+#pragma omp atomic read
+#endif
+  n = titans__gemm_madd_count;
+  return n;
+}
+#endif
+
 TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
                            size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
   if (m == 0 || n == 0) return;
@@ -2348,6 +2368,15 @@ TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t 
       for (size_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
+#ifdef TITANS_COUNT_FLOPS
+  {
+    unsigned long long madds = (unsigned long long)m * n * k;
+#ifdef _OPENMP
+#pragma omp atomic
+#endif
+    titans__gemm_madd_count += madds;
+  }
+#endif
   titans__gemm_job g;
   g.trans_a = trans_a;
   g.trans_b = trans_b;

@@ -23,6 +23,7 @@
        ./build/default/bench_model --help */
 #define _POSIX_C_SOURCE 200809L /* popen, pclose, clock_gettime, getrusage, sysconf */
 #define TITANS_IMPLEMENTATION
+#define TITANS_COUNT_FLOPS /* titans_gemm_madds: the matrix products' flops of a training step */
 #include "titans.h"
 #include "bench_common.h"
 
@@ -86,8 +87,11 @@ typedef struct bm_kind { /* what does not depend on the thread count */
   double loss;          /* loss of the first step: near ln(vocab) at initialisation */
   float theta_max;      /* memory inner learning-rate bound used */
   float theta_default;
+  double gemm_mflop;    /* MFLOP per training token in titans_gemm (forward, backward), from a warm-up step */
   int failed;
 } bm_kind;
+
+static double bm_peak1; /* GFLOP/s of the FMA-chain loop on one thread by the wall clock, at the start */
 
 static long bm_faults(void) {
   struct rusage r;
@@ -176,11 +180,15 @@ static int bm_warm(bm_cell *cell, bm_kind *kind, titans_trainer *tr, const int *
   float loss = 0.0f;
   for (int w = 0; w < (first ? 2 : 1); w++) {
     long f0 = bm_faults();
+    unsigned long long madds = titans_gemm_madds();
     double t0 = now_sec();
     int rc = titans_train_step(tr, tokens, 1, o->B, o->T, &loss);
     *warm = now_sec() - t0;
     if (rc) return rc;
-    if (first && w == 0) kind->loss = loss;
+    if (first && w == 0) {
+      kind->loss = loss;
+      kind->gemm_mflop = 2.0 * (double)(titans_gemm_madds() - madds) / (double)(o->B * o->T) / 1e6;
+    }
     cell->warm_steps++;
     cell->warm_mb += (double)(bm_faults() - f0) * (page > 0 ? page : 4096) / 1e6;
   }
@@ -579,6 +587,25 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
                c0->other_cores, o->threads[0], o->threads[0] > 1 ? "s" : "", c->other_cores, o->threads[ti]);
       }
   }
+  /* the matrix products' share of the FMA peak: a training token's flops in titans_gemm (a lower bound of
+     its flops: attention's own kernels and the elementwise work are not counted) at the measured speeds;
+     PyTorch's models have the same products, so the same flops at its speed say how far 3x its speed is
+     from what the machine can do */
+  printf("\nmatrix products (titans_gemm) per training token, at the speeds above; %% of the FMA peak "
+         "(%.1f GFLOP/s on 1 thread at the start, times the threads):\n", bm_peak1);
+  for (int ki = 0; ki < o->nkinds; ki++)
+    for (int ti = 0; ti < o->nthreads; ti++) {
+      const bm_cell *c = &cells[ki][ti];
+      double mf = kinds[ki].gemm_mflop, peak = bm_peak1 * o->threads[ti];
+      if (c->train.n == 0 || mf <= 0 || peak <= 0) continue;
+      double ours = mf * c->train.med / 1e3, theirs = mf * c->torch.med / 1e3;
+      printf("  %-4s %d thr: %.1f MFLOP/token: titans.h %.1f GFLOP/s (%.0f%%)", bm_name(o->kinds[ki]), o->threads[ti],
+             mf, ours, 100.0 * ours / peak);
+      if (c->torch.n > 0)
+        printf(", PyTorch %.1f (%.0f%%); 3x PyTorch needs %.0f%% of the peak", theirs, 100.0 * theirs / peak,
+               300.0 * theirs / peak);
+      printf("\n");
+    }
   /* step-0 losses: both models start near ln(vocab) from their own random weights */
   for (int ki = 0; ki < o->nkinds; ki++) {
     const bm_cell *c = &cells[ki][0];
@@ -595,11 +622,12 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
              "train_min=%.1f train_max=%.1f train_steps=%d warmup_steps=%d warmup_mb=%.0f step_faults=%.0f other_cores=%.2f "
              "infer_tok_s=%.1f infer_min=%.1f infer_max=%.1f torch_tok_s=%.1f torch_min=%.1f torch_max=%.1f "
              "torch_steps=%d torch_threads=%d blas_threads=%d torch_params=%zu torch_loss=%.4f torch_other_cores=%.2f "
-             "titans_over_torch=%.3f\n",
+             "titans_over_torch=%.3f gemm_mflop_token=%.2f peak1_gflops=%.1f\n",
              bm_name(o->kinds[ki]), o->threads[ti], kinds[ki].params, (double)kinds[ki].theta_max, kinds[ki].failed,
              kinds[ki].loss, c->train.med, c->train.lo, c->train.hi, c->train.n, c->warm_steps, c->warm_mb,
              c->step_faults, c->other_cores, c->infer.med, c->infer.lo, c->infer.hi, c->torch.med, c->torch.lo, c->torch.hi,
-             c->torch.n, c->torch_threads, c->blas_threads, c->torch_params, c->torch_loss, c->torch_other, bm_ratio(c->train.med, c->torch.med));
+             c->torch.n, c->torch_threads, c->blas_threads, c->torch_params, c->torch_loss, c->torch_other, bm_ratio(c->train.med, c->torch.med),
+             kinds[ki].gemm_mflop, bm_peak1);
       if (c->torch.n > 0 && c->torch_params != kinds[ki].params)
         printf("WARNING: %s: the PyTorch model has %zu parameters, titans.h %zu\n", bm_name(o->kinds[ki]),
                c->torch_params, kinds[ki].params);
@@ -726,6 +754,8 @@ static void bm_header(const bm_opts *o) {
          o->budget, o->min_steps, o->max_steps, o->interleave ? " per thread count, taken in turns" : "",
          o->infer_tokens, o->infer_reps);
   printf("OpenMP threads available: %d; load average at start: %s\n", max_threads, load);
+  bm_peak1 = fma_peak_wall(1);
+  printf("FMA peak of 1 thread by the wall clock: %.1f GFLOP/s\n", bm_peak1);
 #ifdef _OPENMP
   if (max_threads > 1) {
     const char *policy = getenv("OMP_WAIT_POLICY");
@@ -734,7 +764,7 @@ static void bm_header(const bm_opts *o) {
     /* a shared host can give the threads less than a core each with no load showing inside this machine */
     printf("FMA peak by the wall clock, %d threads over 1: %.2fx (the most a thread count can gain now; %d on "
            "an idle machine)\n",
-           max_threads, fma_peak_wall(max_threads) / fma_peak_wall(1), max_threads);
+           max_threads, fma_peak_wall(max_threads) / bm_peak1, max_threads);
   }
 #endif
   fflush(stdout);

@@ -1,8 +1,9 @@
 /* test_gemm: the fast titans_gemm against the scalar titans_gemm_ref over many shapes, the four
    layouts, alpha/beta combinations, leading dimensions larger than the widths (padding must stay
    untouched and is never read), beta == 0 over a NaN-filled C, and bit-identical results for 1 and 2
-   threads. */
+   threads; the multiply-add counter of TITANS_COUNT_FLOPS (bench_model's flops). */
 #define TITANS_IMPLEMENTATION
+#define TITANS_COUNT_FLOPS
 #include "titans.h"
 #include "tests/harness.h"
 
@@ -150,6 +151,32 @@ int main(void) {
     float cn[4] = {NAN, NAN, NAN, NAN}, z[4] = {0, 0, 0, 0};
     titans_gemm(0, 0, 2, 2, 0, 1.0f, NULL, 1, NULL, 2, 0.0f, cn, 2);
     th_close("k == 0, beta == 0 over NaN: C = 0", th_max_abs_diff(cn, z, 4), 0.0);
+  }
+
+  /* TITANS_COUNT_FLOPS: m n k per call that reads A and B, from any thread; nothing for k == 0, alpha == 0
+     or an empty C */
+  {
+    float a[6 * 5], b[5 * 4], c[6 * 4];
+    fill(a, 30, &rng);
+    fill(b, 20, &rng);
+    unsigned long long before = titans_gemm_madds();
+    titans_gemm(0, 0, 6, 4, 5, 1.0f, a, 5, b, 4, 0.0f, c, 4);
+    titans_gemm(1, 1, 4, 6, 5, 1.0f, b, 4, a, 5, 0.0f, c, 6); /* op(A) = B^T [4 x 5], op(B) = A^T [5 x 6] */
+    titans_gemm(0, 0, 6, 4, 0, 1.0f, a, 5, b, 4, 0.5f, c, 4);
+    titans_gemm(0, 0, 6, 4, 5, 0.0f, a, 5, b, 4, 0.5f, c, 4);
+    titans_gemm(0, 0, 0, 4, 5, 1.0f, a, 5, b, 4, 0.0f, c, 4);
+    th_check(titans_gemm_madds() - before == 2 * 6 * 4 * 5, "the multiply-add counter adds m n k per product: %llu (want %d)",
+             titans_gemm_madds() - before, 2 * 6 * 4 * 5);
+#ifdef _OPENMP
+    before = titans_gemm_madds();
+#pragma omp parallel for num_threads(2) schedule(static)
+    for (int i = 0; i < 1000; i++) {
+      float cl[6 * 4];
+      titans_gemm(0, 0, 6, 4, 5, 1.0f, a, 5, b, 4, 0.0f, cl, 4);
+    }
+    th_check(titans_gemm_madds() - before == 1000ULL * 120, "... from two threads at once: %llu (want %llu)",
+             titans_gemm_madds() - before, 1000ULL * 120);
+#endif
   }
 
 #ifdef _OPENMP
