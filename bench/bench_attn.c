@@ -8,7 +8,10 @@
    a sliding window of 64 (SWA's default). Flops count only the useful products over the visible
    (query, key) pairs: 2 d_a per pair and product, 2 products in the forward (q.k, p v), 4 in the
    backward (dout.v, dq, dk, dv); the backward's recomputation of q.k is not counted. Each figure is the
-   median over the repetitions of its fraction of the FMA peak measured just before that repetition. */
+   median over the repetitions of its fraction of the FMA peak measured just before that repetition.
+   Last, the backward's inner step alone (titans__attn_bwd_qtile_keys: 64 query rows against 64 keys,
+   every pair visible) on one tile, again and again, hot in cache: the ceiling of the backward's kernels,
+   against which the whole backward shows what it loses around them. */
 #define _POSIX_C_SOURCE 200809L
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
@@ -139,6 +142,48 @@ static timing time_problem(attn_problem *p, int reps, int threads) {
   return t;
 }
 
+/* The backward's inner step on one 64 x 64 tile of row 0, head 0 (queries 64..127 against keys 0..63,
+   all visible), `calls` times in a row; returns the median over reps of GFLOP/s counting the five
+   products it computes (credited: x 4/5) and of its fraction of the 1-thread FMA peak. */
+static void tile_ceiling(attn_problem *p, int reps, double *gf5, double *frac5) {
+  enum { TQ = 128, TILE = 64 };
+  size_t ld = p->H * p->d_a;
+  float *out = titans_alloc_floats(TQ * ld), *lse = titans_alloc_floats(TQ * p->H);
+  float *grads = titans_alloc_floats(3 * TQ * ld); /* dq, dk, dv [TQ, ld] each */
+  size_t nf = titans__attn_panel_floats(TQ, ld);
+  float *kvt = titans_alloc_floats(2 * nf); /* [2, nf] the keys', then the values' panels */
+  if (!out || !lse || !grads || !kvt ||
+      titans_attention_forward(out, lse, p->q, p->k, p->v, p->pos, p->pos, TQ, 0, TQ, p->H, p->d_a, 0) != TITANS_OK) {
+    fprintf(stderr, "bench_attn: tile setup failed\n");
+    exit(1);
+  }
+  titans__attn_panel_pack(kvt, p->k, TQ, ld);
+  titans__attn_panel_pack(kvt + nf, p->v, TQ, ld);
+  titans__attn_bwd c;
+  memset(&c, 0, sizeof c);
+  c.dq = grads, c.dk = grads + TQ * ld, c.dv = grads + 2 * TQ * ld;
+  c.dout = p->dout, c.q = p->q, c.k = p->k, c.out = out, c.lse = lse, c.kt = kvt, c.vt = kvt + nf;
+  c.qpos = c.kpos = p->pos;
+  c.Tq = c.Tk = TQ, c.P = 0, c.H = p->H, c.d_a = p->d_a, c.ld = ld, c.window = 0;
+  c.scale = titans__attn_scale(p->d_a);
+  titans__attn_runs_init(&c.kr, p->pos, TQ);
+  titans__attn_runs_init(&c.qr, p->pos, TQ);
+  titans__attn_qtile qt;
+  qt.n = 0;
+  for (size_t i = TILE; i < 2 * TILE; i++) titans__attn_qtile_add(&qt, &c, 0, i, 0.0f);
+  const int calls = 4000;
+  double g[MAX_REPS], f[MAX_REPS];
+  for (int r = 0; r < reps; r++) {
+    memset(grads, 0, 3 * TQ * ld * sizeof(float));
+    double peak = fma_peak(1), t0 = now_sec();
+    for (int i = 0; i < calls; i++) titans__attn_bwd_qtile_keys(&c, &qt, 0, 0, TILE, TITANS__ATTN_DQ | TITANS__ATTN_DKDV);
+    g[r] = 5.0 * 2.0 * TILE * TILE * (double)p->d_a * calls / (now_sec() - t0) * 1e-9;
+    f[r] = g[r] / peak;
+  }
+  *gf5 = median(g, (size_t)reps), *frac5 = median(f, (size_t)reps);
+  titans_free(out), titans_free(lse), titans_free(grads), titans_free(kvt);
+}
+
 int main(int argc, char **argv) {
   int reps = 7, threads[2] = {1, 2}, nthreads = 2;
   for (int i = 1; i < argc; i++) {
@@ -175,6 +220,11 @@ int main(int argc, char **argv) {
   }
   printf("%% peak: the median over the repetitions of GFLOP/s over the FMA peak (independent FMA chains, "
          "per-thread CPU time, best of 5) measured just before each repetition\n");
+  double gf5, frac5;
+  set_threads(1);
+  tile_ceiling(&probs[0], reps, &gf5, &frac5);
+  printf("the backward's inner step alone, one 64 x 64 tile hot in cache, 1 thread: %.1f GFLOP/s in its 5 products "
+         "(%.0f%% of the peak), %.1f credited with 4 (%.0f%%)\n", gf5, 100 * frac5, 0.8 * gf5, 80 * frac5);
   for (int w = 0; w < 2; w++) problem_free(&probs[w]);
   return 0;
 }
