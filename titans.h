@@ -8476,6 +8476,19 @@ static void titans__lm2_read_attend(float *a, float *emem, const float *kb, cons
   titans_gemm(0, 0, n, d, Ns, 1.0f, a, Ns, vb, d, 0.0f, emem, d);
 }
 
+/* Training's read task i (titans__lm2_forward, _backward): segment s = i / B of batch row b = i % B, with
+   n tokens, the offset o of its bank in an [S, B, N_s, d] array and its first row t of [B, T]. */
+typedef struct titans__lm2_read_task {
+  size_t n, o, t;
+} titans__lm2_read_task;
+
+static titans__lm2_read_task titans__lm2_read_task_of(size_t i, size_t B, size_t T, size_t C, size_t S, size_t Ns,
+                                                      size_t d) {
+  size_t s = i / B, b = i % B;
+  titans__lm2_read_task k = {s + 1 < S ? C : T - s * C, (s * B + b) * Ns * d, b * T + s * C};
+  return k;
+}
+
 /* g [n, d] = sigma(emem w_out^T); mix [n, d] = E + g * emem. */
 static void titans__lm2_read_gate(const titans_lm2_weights *W, float *mix, float *g, const float *emem, const float *E,
                                   size_t n, size_t d) {
@@ -8563,9 +8576,9 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
 #pragma omp parallel for schedule(static) if (S * B > 1 && !omp_in_parallel())
 #endif
   for (ptrdiff_t i = 0; i < (ptrdiff_t)(S * B); i++) {
-    size_t s = (size_t)i / B, b = (size_t)i % B, n = s + 1 < S ? C : T - s * C;
-    size_t o = s * slab + b * Ns * d, t = b * T + s * C;
-    titans__lm2_read_attend(sv->a + t * Ns, sv->emem + t * d, sv->kb + o, sv->vb + o, sv->q + t * d, n, Ns, d);
+    titans__lm2_read_task k = titans__lm2_read_task_of((size_t)i, B, T, C, S, Ns, d);
+    titans__lm2_read_attend(sv->a + k.t * Ns, sv->emem + k.t * d, sv->kb + k.o, sv->vb + k.o, sv->q + k.t * d, k.n,
+                            Ns, d);
   }
   titans__lm2_read_gate(W, lf->mix, sv->g, sv->emem, E, B * T, d);
   return TITANS_OK;
@@ -8656,10 +8669,10 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
 #pragma omp parallel for schedule(static) if (S * B > 1 && !omp_in_parallel())
 #endif
   for (ptrdiff_t i = 0; i < (ptrdiff_t)(S * B); i++) {
-    size_t s = (size_t)i / B, b = (size_t)i % B, n = s + 1 < S ? C : T - s * C;
-    size_t o = s * slab + b * Ns * d, t = b * T + s * C;
-    titans__lm2_read_backward(dq + t * d, dkb + o, dvb + o, read_scratch + (size_t)i * read_work, demem + t * d,
-                              sv->a + t * Ns, sv->q + t * d, sv->kb + o, sv->vb + o, n, Ns, d);
+    titans__lm2_read_task k = titans__lm2_read_task_of((size_t)i, B, T, C, S, Ns, d);
+    titans__lm2_read_backward(dq + k.t * d, dkb + k.o, dvb + k.o, read_scratch + (size_t)i * read_work,
+                              demem + k.t * d, sv->a + k.t * Ns, sv->q + k.t * d, sv->kb + k.o, sv->vb + k.o, k.n,
+                              Ns, d);
   }
   titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dkb, d, sv->bank, d, 1.0f, GW->wk, d);
   titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dvb, d, sv->bank, d, 1.0f, GW->wv, d);
