@@ -5479,6 +5479,21 @@ typedef struct titans__attn_bwd {
   titans__attn_runs kr, qr;
 } titans__attn_bwd;
 
+/* Everything of a backward call but the panels kt, vt (packed afterwards); ld = H d_a, checked by the
+   caller. */
+static void titans__attn_bwd_init(titans__attn_bwd *c, float *dq, float *dk, float *dv, const float *dout,
+                                  const float *q, const float *k, const float *out, const float *lse,
+                                  const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk, size_t H,
+                                  size_t d_a, size_t ld, int64_t window) {
+  c->dq = dq, c->dk = dk, c->dv = dv, c->dout = dout, c->q = q, c->k = k, c->out = out, c->lse = lse;
+  c->kt = c->vt = NULL;
+  c->qpos = qpos, c->kpos = kpos;
+  c->Tq = Tq, c->P = P, c->Tk = Tk, c->H = H, c->d_a = d_a, c->ld = ld, c->window = window;
+  c->scale = titans__attn_scale(d_a);
+  titans__attn_runs_init(&c->kr, kpos, Tk);
+  titans__attn_runs_init(&c->qr, qpos, Tq);
+}
+
 /* The backward's weights of one (query, key) pair from its score s = q.k and dp = dout.v:
    p = exp(s * scale - lse), the forward's softmax weight, and g = scale * p * (dp - D). */
 static inline float titans__attn_pair_p(float s, float scale, float lse) { return titans__attn_exp(s * scale - lse); }
@@ -5683,17 +5698,13 @@ static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const 
                                          const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
                                          size_t H, size_t d_a, int64_t window, int mode, float *ws) {
   titans__attn_bwd c;
-  int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &c.ld);
+  size_t ld;
+  int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
   if (st != TITANS_OK) return st;
   if (Tq == 0 || P + Tk == 0) return TITANS_OK;
   if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse || !qpos || (Tk > 0 && !kpos))
     return TITANS_ERR_ARG;
-  c.dq = dq, c.dk = dk, c.dv = dv, c.dout = dout, c.q = q, c.k = k, c.out = out, c.lse = lse;
-  c.qpos = qpos, c.kpos = kpos;
-  c.Tq = Tq, c.P = P, c.Tk = Tk, c.H = H, c.d_a = d_a, c.window = window;
-  c.scale = titans__attn_scale(d_a);
-  titans__attn_runs_init(&c.kr, kpos, Tk);
-  titans__attn_runs_init(&c.qr, qpos, Tq);
+  titans__attn_bwd_init(&c, dq, dk, dv, dout, q, k, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, ld, window);
   int par = 0, nth = 1;
 #ifdef _OPENMP
   par = titans__attn_work(Tq, P, Tk, c.ld) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
@@ -8476,19 +8487,6 @@ static void titans__lm2_read_attend(float *a, float *emem, const float *kb, cons
   titans_gemm(0, 0, n, d, Ns, 1.0f, a, Ns, vb, d, 0.0f, emem, d);
 }
 
-/* Training's read task i (titans__lm2_forward, _backward): segment s = i / B of batch row b = i % B, with
-   n tokens, the offset o of its bank in an [S, B, N_s, d] array and its first row t of [B, T]. */
-typedef struct titans__lm2_read_task {
-  size_t n, o, t;
-} titans__lm2_read_task;
-
-static titans__lm2_read_task titans__lm2_read_task_of(size_t i, size_t B, size_t T, size_t C, size_t S, size_t Ns,
-                                                      size_t d) {
-  size_t s = i / B, b = i % B;
-  titans__lm2_read_task k = {s + 1 < S ? C : T - s * C, (s * B + b) * Ns * d, b * T + s * C};
-  return k;
-}
-
 /* g [n, d] = sigma(emem w_out^T); mix [n, d] = E + g * emem. */
 static void titans__lm2_read_gate(const titans_lm2_weights *W, float *mix, float *g, const float *emem, const float *E,
                                   size_t n, size_t d) {
@@ -8522,6 +8520,19 @@ static void titans__lm2_write(const titans_lm2_weights *W, float *bank_out, floa
   titans_softmax_forward(aw, aw, Ns, n); /* each slot attends over the segment's tokens */
   titans_gemm(0, 0, Ns, d, n, 1.0f, aw, n, vu, d, 0.0f, u, d);
   titans__lm2_update(W, bank_out, gi, tu, gf, u, bank_in, Ns, d);
+}
+
+/* Training's read task i (titans__lm2_forward, _backward): segment s = i / B of batch row b = i % B, with
+   n tokens, the offset o of its bank in an [S, B, N_s, d] array and its first row t of [B, T]. */
+typedef struct titans__lm2_read_task {
+  size_t n, o, t;
+} titans__lm2_read_task;
+
+static titans__lm2_read_task titans__lm2_read_task_of(size_t i, size_t B, size_t T, size_t C, size_t S, size_t Ns,
+                                                      size_t d) {
+  size_t s = i / B, b = i % B;
+  titans__lm2_read_task k = {s + 1 < S ? C : T - s * C, (s * B + b) * Ns * d, b * T + s * C};
+  return k;
 }
 
 static int titans__lm2_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,

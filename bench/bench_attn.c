@@ -160,14 +160,9 @@ static void tile_ceiling(attn_problem *p, int reps, double *gf5, double *frac5) 
   titans__attn_panel_pack(kvt, p->k, TQ, ld);
   titans__attn_panel_pack(kvt + nf, p->v, TQ, ld);
   titans__attn_bwd c;
-  memset(&c, 0, sizeof c);
-  c.dq = grads, c.dk = grads + TQ * ld, c.dv = grads + 2 * TQ * ld;
-  c.dout = p->dout, c.q = p->q, c.k = p->k, c.out = out, c.lse = lse, c.kt = kvt, c.vt = kvt + nf;
-  c.qpos = c.kpos = p->pos;
-  c.Tq = c.Tk = TQ, c.P = 0, c.H = p->H, c.d_a = p->d_a, c.ld = ld, c.window = 0;
-  c.scale = titans__attn_scale(p->d_a);
-  titans__attn_runs_init(&c.kr, p->pos, TQ);
-  titans__attn_runs_init(&c.qr, p->pos, TQ);
+  titans__attn_bwd_init(&c, grads, grads + TQ * ld, grads + 2 * TQ * ld, p->dout, p->q, p->k, out, lse, p->pos, p->pos,
+                        TQ, 0, TQ, p->H, p->d_a, ld, 0);
+  c.kt = kvt, c.vt = kvt + nf;
   titans__attn_qtile qt;
   qt.n = 0;
   for (size_t i = TILE; i < 2 * TILE; i++) titans__attn_qtile_add(&qt, &c, 0, i, 0.0f);
