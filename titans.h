@@ -4866,11 +4866,12 @@ static void titans__attn_panel_pack(float *pan, const float *src, size_t n, size
   }
 }
 
-/* out[r lo + l] = a_r . (lane l of the NP panels at pan, pstride floats apart) for r < NR, l < NP PW.
-   Each score is one chain of fmas over the d_a elements in order from the first: its bits depend on
-   the query and the key only, never on the rows, panels or vector width it is computed with. */
+/* out[r lo + l] = (a_r . (lane l of the NP panels at pan, pstride floats apart)) * scale for r < NR,
+   l < NP PW. Each score is one chain of fmas over the d_a elements in order from the first, then one
+   multiply (exact for scale 1): its bits depend on the query, the key and the scale only, never on the
+   rows, panels or vector width it is computed with. */
 TITANS__GEMM_INLINE void titans__attn_score_kernel(float *out, size_t lo, const float *const *a, const float *pan,
-                                                   size_t pstride, size_t d_a, int NR, int NP) {
+                                                   size_t pstride, size_t d_a, float scale, int NR, int NP) {
   const int PV = TITANS__ATTN_PV, NV = NP * TITANS__ATTN_PV;
   titans__vf acc[TITANS__ATTN_SR][TITANS__ATTN_SP * TITANS__ATTN_PV];
   for (int r = 0; r < NR; r++)
@@ -4887,23 +4888,24 @@ TITANS__GEMM_INLINE void titans__attn_score_kernel(float *out, size_t lo, const 
       for (int u = 0; u < NV; u++) acc[r][u] = titans__attn_vfma(ar, x[u], acc[r][u]);
     }
   }
+  titans__vf vs = titans__vset1(scale);
   for (int r = 0; r < NR; r++)
-    for (int u = 0; u < NV; u++) titans__vstore(out + (size_t)r * lo + (size_t)u * TITANS__VW, acc[r][u]);
+    for (int u = 0; u < NV; u++) titans__vstore(out + (size_t)r * lo + (size_t)u * TITANS__VW, titans__vmul(acc[r][u], vs));
 }
 
 /* titans__attn_score_kernel with nr <= SR rows and np <= SP panels as constants. */
 static void titans__attn_score_call(float *out, size_t lo, const float *const *a, const float *pan, size_t pstride,
-                                    size_t d_a, int nr, int np) {
+                                    size_t d_a, float scale, int nr, int np) {
 #if TITANS__ATTN_SP == 4
 #define TITANS__ATTN_SCORE_ROWS(NR)                                                          \
   switch (np) {                                                                              \
-  case 4: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 4); return;           \
-  case 3: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 3); return;           \
-  case 2: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 2); return;           \
-  default: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 1); return;          \
+  case 4: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, scale, NR, 4); return;    \
+  case 3: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, scale, NR, 3); return;    \
+  case 2: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, scale, NR, 2); return;    \
+  default: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, scale, NR, 1); return;   \
   }
 #else
-#define TITANS__ATTN_SCORE_ROWS(NR) (void)np; titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, NR, 1); return;
+#define TITANS__ATTN_SCORE_ROWS(NR) (void)np; titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, scale, NR, 1); return;
 #endif
   switch (nr) {
   case 4: TITANS__ATTN_SCORE_ROWS(4)
@@ -4914,11 +4916,11 @@ static void titans__attn_score_call(float *out, size_t lo, const float *const *a
 #undef TITANS__ATTN_SCORE_ROWS
 }
 
-/* S[r lds + t] = a_r . (key row rows[t]) for r < na, t < nt, the keys read from one head's panels (pan:
+/* S[r lds + t] = (a_r . (key row rows[t])) * scale for r < na, t < nt, the keys read from one head's panels (pan:
    the head's slice of panel 0; pstride = ld PW). Consecutive rows go a run at a time, SP panels and
    SR query rows a kernel call; a panel's lanes outside the run are computed and dropped. */
 static void titans__attn_scores(float *S, size_t lds, const float *const *a, size_t na, const float *pan,
-                                size_t pstride, const size_t *rows, size_t nt, size_t d_a) {
+                                size_t pstride, const size_t *rows, size_t nt, size_t d_a, float scale) {
   const size_t PW = TITANS__ATTN_PW, SW = TITANS__ATTN_SP * TITANS__ATTN_PW;
   float blk[TITANS__ATTN_SR * TITANS__ATTN_SP * TITANS__ATTN_PW]; /* [SR, SW] a call's scores */
   size_t t1;
@@ -4935,7 +4937,8 @@ static void titans__attn_scores(float *S, size_t lds, const float *const *a, siz
       int direct = l0 == 0 && l1 == (size_t)np * PW;
       for (size_t r = 0; r < na; r += TITANS__ATTN_SR) {
         int nr = na - r < TITANS__ATTN_SR ? (int)(na - r) : TITANS__ATTN_SR;
-        titans__attn_score_call(direct ? dst + r * lds : blk, direct ? lds : SW, a + r, pp, pstride, d_a, nr, np);
+        titans__attn_score_call(direct ? dst + r * lds : blk, direct ? lds : SW, a + r, pp, pstride, d_a, scale, nr,
+                                np);
         if (!direct)
           for (int g = 0; g < nr; g++) memcpy(dst + (r + (size_t)g) * lds, blk + (size_t)g * SW + l0, (l1 - l0) * sizeof(float));
       }
@@ -5007,34 +5010,91 @@ static void titans__attn_madd(float *const *y, size_t ny, const float *coef, siz
 }
 #undef TITANS__ATTN_MADD_CASE
 
-/* exp(x) in float from plain arithmetic that compilers vectorise (the softmax evaluates it once per
-   pair, and a libm call per pair costs a third of the forward): Cody-Waite reduction x = n ln2 + r,
-   a degree-7 polynomial for e^r (Cephes expf coefficients), scaling by 2^n through the exponent bits.
-   Relative error below 1.4 ulp on [-87, 1]; 0 below -87.3 (where expf is subnormal); NaN stays NaN.
-   Every code path of the kernels uses it, so they agree bit for bit. */
+/* exp(x) for the softmax, as a scalar and as a vector function that give the same bits lane for lane
+   (a vector loop's scalar tail then agrees with its body, and every path of the kernels computes a
+   weight the same way): Cody-Waite reduction x = n ln2 + r, a degree-7 polynomial for e^r (Cephes expf
+   coefficients), 2^n written into the exponent bits. Every multiply-add is an explicit fma, so no
+   compiler's contraction setting can round the two versions differently. Relative error below 1.4 ulp
+   on [-87, 1]; 0 below -87.3 (where expf is subnormal); NaN stays NaN. (A libm call per pair cost a
+   third of the forward.) */
+#define TITANS__ATTN_EXP_LO (-87.33654f) /* below: 0 */
+#define TITANS__ATTN_EXP_HI 88.0f        /* clamped above: e^88 is still finite */
+#define TITANS__ATTN_EXP_SHIFT 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
+static const float titans__attn_exp_c[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+static const float titans__attn_ln2_hi = 0.693359375f, titans__attn_ln2_lo = -2.12194440e-4f; /* n ln2_hi is exact */
+
 static inline float titans__attn_exp(float x) {
-  const float lo = -87.33654f, hi = 88.0f, log2e = 1.44269504088896341f;
-  const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f, shifter = 12582912.0f; /* 1.5 * 2^23 */
-  float xc = x > lo ? x : lo;
-  xc = xc < hi ? xc : hi;
-  float t = xc * log2e + shifter; /* adding 1.5 * 2^23 rounds to an integer, held in t's low bits */
-  float n = t - shifter;
-  float r = xc - n * ln2_hi;
-  r = r - n * ln2_lo;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * (r * r) + r + 1.0f;
-  int32_t ti, bits;
-  memcpy(&ti, &t, sizeof(ti));
-  bits = (ti - 0x4B400000 + 127) * (1 << 23); /* 2^n, n in [-126, 127] */
-  float scale;
-  memcpy(&scale, &bits, sizeof(scale));
-  y = y * scale;
-  return x < lo ? 0.0f : (x != x ? x : y);
+  float xc = x < TITANS__ATTN_EXP_LO ? TITANS__ATTN_EXP_LO : x; /* NaN passes through, as in the vector clamp */
+  xc = xc > TITANS__ATTN_EXP_HI ? TITANS__ATTN_EXP_HI : xc;
+  float t = titans__attn_fma(xc, 1.44269504088896341f, TITANS__ATTN_EXP_SHIFT), n = t - TITANS__ATTN_EXP_SHIFT;
+  float r = titans__attn_fma(n, -titans__attn_ln2_hi, xc);
+  r = titans__attn_fma(n, -titans__attn_ln2_lo, r);
+  float y = titans__attn_exp_c[0];
+  for (int i = 1; i < 6; i++) y = titans__attn_fma(y, r, titans__attn_exp_c[i]);
+  y = titans__attn_fma(y, r * r, r) + 1.0f;
+  uint32_t bits; /* t's bits are 0x4B400000 + n: 2^n is (n + 127) << 23, n in [-126, 127] */
+  memcpy(&bits, &t, sizeof(bits));
+  bits = (bits - (0x4B400000u - 127u)) << 23;
+  float p2n;
+  memcpy(&p2n, &bits, sizeof(p2n));
+  y = y * p2n;
+  return x < TITANS__ATTN_EXP_LO ? 0.0f : y;
+}
+
+#if defined(TITANS__SCALAR)
+static inline titans__vf titans__attn_vexp(titans__vf x) { return titans__attn_exp(x); }
+#else
+/* 2^n from t = n + 1.5 * 2^23 as titans__attn_exp forms it */
+#if defined(TITANS__AVX512)
+static inline titans__vf titans__attn_vpow2(titans__vf t) {
+  __m512i e = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000 - 127));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+}
+#elif defined(TITANS__AVX2)
+static inline titans__vf titans__attn_vpow2(titans__vf t) {
+  __m256i e = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000 - 127));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+#else /* NEON */
+static inline titans__vf titans__attn_vpow2(titans__vf t) {
+  return vreinterpretq_f32_s32(vshlq_n_s32(vsubq_s32(vreinterpretq_s32_f32(t), vdupq_n_s32(0x4B400000 - 127)), 23));
+}
+#endif
+/* titans__attn_exp on every lane, the same operations in the same order */
+static inline titans__vf titans__attn_vexp(titans__vf x) {
+  titans__vf xc = titans__ops_vclamp(x, TITANS__ATTN_EXP_LO, TITANS__ATTN_EXP_HI);
+  titans__vf t = titans__attn_vfma(xc, titans__vset1(1.44269504088896341f), titans__vset1(TITANS__ATTN_EXP_SHIFT));
+  titans__vf n = titans__vsub(t, titans__vset1(TITANS__ATTN_EXP_SHIFT));
+  titans__vf r = titans__attn_vfma(n, titans__vset1(-titans__attn_ln2_hi), xc);
+  r = titans__attn_vfma(n, titans__vset1(-titans__attn_ln2_lo), r);
+  titans__vf y = titans__vset1(titans__attn_exp_c[0]);
+  for (int i = 1; i < 6; i++) y = titans__attn_vfma(y, r, titans__vset1(titans__attn_exp_c[i]));
+  y = titans__vadd(titans__attn_vfma(y, titans__vmul(r, r), r), titans__vset1(1.0f));
+  y = titans__vmul(y, titans__attn_vpow2(t));
+  return titans__ops_vsel_lt(x, titans__vset1(TITANS__ATTN_EXP_LO), titans__vset1(0.0f), y);
+}
+#endif
+
+/* s[t] = exp(s[t] - m) for t < n (the softmax's weights from scaled scores: exactly 1 where s = m).
+   Returns their sum as titans__attn_row_sum adds them when `sum`. */
+static float titans__attn_exp_row(float *s, size_t n, float m, int sum) {
+  titans__vf acc = titans__vset1(0.0f), vm = titans__vset1(m);
+  size_t t = 0;
+  for (; t + TITANS__VW <= n; t += TITANS__VW) {
+    titans__vf p = titans__attn_vexp(titans__vsub(titans__vload(s + t), vm));
+    titans__vstore(s + t, p);
+    acc = titans__vadd(acc, p);
+  }
+  float total = sum ? titans__vsum(acc) : 0.0f;
+  if (t < n) { /* the tail through one vector (the same bits as the scalar exp), then added in order */
+    float pad[TITANS__VW] = {0};
+    memcpy(pad, s + t, (n - t) * sizeof(float));
+    titans__vstore(pad, titans__attn_vexp(titans__vsub(titans__vload(pad), vm)));
+    memcpy(s + t, pad, (n - t) * sizeof(float));
+    for (; t < n; t++) total += s[t];
+  }
+  return total;
 }
 
 /* ---- visible ranges: maximal non-decreasing runs of a position array, bisection within each ---- */
@@ -5184,8 +5244,25 @@ static void titans__attn_rows_add(titans__attn_rows *R, float *o, const float *q
   titans__attn_key_bounds(qpos, window, &R->lo[r], &R->hi[r]);
 }
 
-/* The largest of s[0..n-1] (n >= 1): a vector of running maxima over the chunks, then across its
-   lanes, then the tail; the same bits for the same sequence wherever it sits in a tile. (With a NaN
+/* The largest lane of v, in registers (which of +0 and -0 when they tie, or which NaN, is the
+   instruction set's choice, the same on every call). */
+static inline float titans__attn_vmax_lanes(titans__vf v) {
+#if defined(TITANS__AVX512)
+  return _mm512_reduce_max_ps(v);
+#elif defined(TITANS__AVX2)
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+#elif defined(TITANS__NEON)
+  return vmaxvq_f32(v);
+#else
+  return v;
+#endif
+}
+
+/* The largest of s[0..n-1] (n >= 1): a vector of running maxima over the chunks and the last VW
+   elements, then across its lanes (a scalar loop below VW elements); the same bits for the same
+   sequence wherever it sits in a tile. (With a NaN
    among the scores the result may or may not be that NaN; the outputs are NaN either way.) */
 static float titans__attn_row_max(const float *s, size_t n) {
   float m = s[0];
@@ -5193,10 +5270,8 @@ static float titans__attn_row_max(const float *s, size_t n) {
   if (n >= TITANS__VW) {
     titans__vf mv = titans__vload(s);
     for (t = TITANS__VW; t + TITANS__VW <= n; t += TITANS__VW) mv = titans__vmax(mv, titans__vload(s + t));
-    float lane[TITANS__VW];
-    titans__vstore(lane, mv);
-    m = lane[0];
-    for (size_t u = 1; u < TITANS__VW; u++) m = lane[u] > m ? lane[u] : m;
+    if (t < n) mv = titans__vmax(mv, titans__vload(s + n - TITANS__VW)); /* the tail, overlapping: max is idempotent */
+    return titans__attn_vmax_lanes(mv);
   }
   for (; t < n; t++) m = s[t] > m ? s[t] : m;
   return m;
@@ -5252,10 +5327,10 @@ static int titans__attn_tile_visibility(const titans__attn_rows *R, const titans
   return 1;
 }
 
-/* The online softmax's step for the tile: S [n, W] holds the scores over [tb, te); each row that sees a
-   key updates its running maximum (rescaling its sum and output when it grows), turns its scores into
-   weights exp(s - m) and adds the visible ones to its sum in key order. vis, a, b, ranges as
-   titans__attn_tile_visibility gives them (vis NULL: every row sees [tb, te)). */
+/* The online softmax's step for the tile: S [n, W] holds the scores q.k * scale over [tb, te); each
+   row that sees a key updates its running maximum (rescaling its sum and output when it grows), turns
+   its scores into weights exp(s - m) and adds the visible ones to its sum in key order. vis, a, b,
+   ranges as titans__attn_tile_visibility gives them (vis NULL: every row sees [tb, te)). */
 static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsigned char *vis, const size_t *a,
                                       const size_t *b, int ranges, size_t tb, size_t te) {
   const size_t W = TITANS_ATTN_TILE;
@@ -5280,25 +5355,25 @@ static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsi
       }
       R->m[r] = mt[r];
     }
-    float *s = S + r * W, mr = R->m[r];
-    for (size_t t = tb; t < te; t++) s[t] = titans__attn_exp(s[t] - mr); /* all t: vectorises */
   }
-  /* An invisible weight is made +0 (o += p v skips it too). The sums: over the row's visible keys
-     [a, b) when they are a range, as the KV cache's tile of the same keys gives them; over [tb, te),
-     zeros included, otherwise. */
-  if (vis)
-    for (size_t r = 0; r < n; r++) {
-      float *s = S + r * W;
-      if (!ranges || a[r] >= b[r]) {
-        for (size_t t = tb; t < te; t++) s[t] = vis[r * W + t] ? s[t] : 0.0f;
-        continue;
-      }
+  /* The weights, and the sums: over the row's visible keys [a, b) when they are a range, as the KV
+     cache's tile of the same keys gives them; over [tb, te), zeros included, otherwise. An invisible
+     weight is +0 (o += p v skips it too). */
+  for (size_t r = 0; r < n; r++) {
+    float *s = S + r * W;
+    if (a[r] >= b[r]) {
+      for (size_t t = tb; t < te; t++) s[t] = 0.0f;
+      continue;
+    }
+    if (ranges) {
       for (size_t t = tb; t < a[r]; t++) s[t] = 0.0f;
       for (size_t t = b[r]; t < te; t++) s[t] = 0.0f;
+      R->l[r] += titans__attn_exp_row(s + a[r], b[r] - a[r], R->m[r], 1);
+      continue;
     }
-  for (size_t r = 0; r < n; r++) {
-    if (a[r] >= b[r]) continue;
-    R->l[r] += ranges ? titans__attn_row_sum(S + r * W + a[r], b[r] - a[r]) : titans__attn_row_sum(S + r * W + tb, te - tb);
+    titans__attn_exp_row(s + tb, te - tb, R->m[r], 0);
+    for (size_t t = tb; t < te; t++) s[t] = vis[r * W + t] ? s[t] : 0.0f;
+    R->l[r] += titans__attn_row_sum(s + tb, te - tb);
   }
 }
 
@@ -5306,7 +5381,7 @@ static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsi
 static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
   const size_t W = TITANS_ATTN_TILE;
   size_t nt = T->n, n = R->n;
-  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE];             /* [n, W] scores, then weights */
+  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE];             /* [n, W] raw scores, then weights */
   unsigned char vis_buf[TITANS__ATTN_QB * TITANS_ATTN_TILE]; /* [n, W] */
   size_t a[TITANS__ATTN_QB], b[TITANS__ATTN_QB];            /* each row's visible keys lie in [a, b) */
   int ranges;
@@ -5317,9 +5392,7 @@ static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
     if (a[r] < b[r]) tb = a[r] < tb ? a[r] : tb, te = b[r] > te ? b[r] : te;
   if (tb < te) {
     /* scores q.k * scale (pairs no row sees are computed and never used) */
-    titans__attn_scores(S + tb, W, R->q, n, T->kpan, T->pstride, T->row + tb, te - tb, R->d_a);
-    for (size_t r = 0; r < n; r++)
-      for (size_t t = tb; t < te; t++) S[r * W + t] *= R->scale;
+    titans__attn_scores(S + tb, W, R->q, n, T->kpan, T->pstride, T->row + tb, te - tb, R->d_a, R->scale);
     titans__attn_tile_softmax(R, S, vis, a, b, ranges, tb, te);
     /* o += p v over the visible terms, in key order */
     titans__attn_madd(R->o, n, S + tb, W, 1, vis ? vis + tb : NULL, W, 1, T->v + tb, te - tb, R->d_a);
@@ -5494,9 +5567,8 @@ static void titans__attn_bwd_init(titans__attn_bwd *c, float *dq, float *dk, flo
   titans__attn_runs_init(&c->qr, qpos, Tq);
 }
 
-/* The backward's weights of one (query, key) pair from its score s = q.k and dp = dout.v:
-   p = exp(s * scale - lse), the forward's softmax weight, and g = scale * p * (dp - D). */
-static inline float titans__attn_pair_p(float s, float scale, float lse) { return titans__attn_exp(s * scale - lse); }
+/* The backward's weight g = scale * p * (dp - D) of a (query, key) pair from its softmax weight p
+   and dp = dout.v. */
 static inline float titans__attn_pair_g(float p, float dp, float D, float scale) { return scale * (p * (dp - D)); }
 
 /* Query rows of one head that see at least one key, in index order. */
@@ -5520,16 +5592,45 @@ static void titans__attn_qtile_add(titans__attn_qtile *qt, const titans__attn_bw
 #define TITANS__ATTN_KGROUP 64 /* keys whose pairs with a query tile are computed together */
 enum { TITANS__ATTN_DQ = 1, TITANS__ATTN_DKDV = 2 };
 
-/* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time: the pairs
-       p = exp(q.k * scale - lse)  (the forward's softmax weight),  g = scale * p * (dout.v - D)
-   (q.k and dout.v by the score kernel, as the forward computes q.k), then, as `what` asks,
-   dq_r += sum_j g k_j (keys in order) and dk_j += sum_r g q_r, dv_j += sum_r p dout_r (rows in order,
-   invisible pairs skipped). Every scheme of the backward computes its pairs and sums here, so they
-   agree bit for bit. */
+#define TITANS__ATTN_SUBROWS 16 /* query rows of a partly visible group whose keys are narrowed together */
+
+/* The pairs of one group of keys with one block of a query tile's rows, where the rows' keys
+   kl[t0 .. t1-1] lie (t: the key's place in its group): p = exp(q.k scale - lse) (the forward's
+   softmax weight) and g = scale * p * (dout.v - D), q.k and dout.v by the score kernel as the forward
+   computes q.k, then, as `what` asks, dq_r += sum_t g k_t and dk_t += sum_r g q_r, dv_t += sum_r p dout_r
+   (vm: [rows, KG] the visible pairs, NULL when all are). P and G are [rows of the tile, KG]. */
+static void titans__attn_bwd_block(const titans__attn_bwd *c, const titans__attn_qtile *qt, size_t r0, size_t r1,
+                                   const size_t *rows, const float *const *kl, float *const *dkl, float *const *dvl,
+                                   size_t t0, size_t t1, const float *kpan, const float *vpan, float *P, float *G,
+                                   const unsigned char *vm, int what) {
+  const size_t KG = TITANS__ATTN_KGROUP, pstride = c->ld * TITANS__ATTN_PW;
+  size_t n = r1 - r0, nk = t1 - t0, d_a = c->d_a;
+  float *Pb = P + r0 * KG + t0, *Gb = G + r0 * KG + t0; /* [n, KG] the block's corner */
+  const unsigned char *vb = vm ? vm + r0 * KG + t0 : NULL;
+  titans__attn_scores(Pb, KG, qt->q + r0, n, kpan, pstride, rows + t0, nk, d_a, c->scale); /* as the forward's */
+  titans__attn_scores(Gb, KG, qt->dout + r0, n, vpan, pstride, rows + t0, nk, d_a, 1.0f);   /* dout.v */
+  for (size_t r = 0; r < n; r++) {
+    float *pr = Pb + r * KG, *gr = Gb + r * KG, D = qt->D[r0 + r];
+    titans__attn_exp_row(pr, nk, qt->lse[r0 + r], 0); /* every t: invisible weights go unused */
+    for (size_t t = 0; t < nk; t++) gr[t] = titans__attn_pair_g(pr[t], gr[t], D, c->scale);
+  }
+  if (what & TITANS__ATTN_DKDV) {
+    titans__attn_madd(dkl + t0, nk, Gb, 1, KG, vb, 1, KG, qt->q + r0, n, d_a);
+    titans__attn_madd(dvl + t0, nk, Pb, 1, KG, vb, 1, KG, qt->dout + r0, n, d_a);
+  }
+  if (what & TITANS__ATTN_DQ) titans__attn_madd(qt->dq + r0, n, Gb, KG, 1, vb, KG, 1, kl + t0, nk, d_a);
+}
+
+/* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time, each group's
+   pairs as titans__attn_bwd_block computes them: dq_r adds its keys in order, dk_j and dv_j their
+   rows in order, invisible pairs skipped. A group that some row sees only in part goes SUBROWS rows at
+   a time, each block over the keys its rows see (a causal diagonal group then computes 5/8 of its
+   pairs, not all). Every scheme of the backward computes its pairs and sums here, so they agree bit
+   for bit. */
 static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans__attn_qtile *qt, size_t h, size_t b,
                                         size_t e, int what) {
-  const size_t KG = TITANS__ATTN_KGROUP, pstride = c->ld * TITANS__ATTN_PW;
-  size_t ld = c->ld, d_a = c->d_a, ho = h * d_a, n = qt->n;
+  const size_t KG = TITANS__ATTN_KGROUP, SB = TITANS__ATTN_SUBROWS;
+  size_t ld = c->ld, ho = h * c->d_a, n = qt->n;
   const float *kpan = c->kt + ho * TITANS__ATTN_PW, *vpan = c->vt + ho * TITANS__ATTN_PW;
   float P[TITANS__ATTN_BQ * TITANS__ATTN_KGROUP]; /* [n, KG] q.k, then p */
   float G[TITANS__ATTN_BQ * TITANS__ATTN_KGROUP]; /* [n, KG] dout.v, then g */
@@ -5543,7 +5644,7 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
     hi_min = qt->hi[r] < hi_min ? qt->hi[r] : hi_min;
   }
   for (size_t j0 = b; j0 < e; j0 += KG) {
-    size_t nk = e - j0 < KG ? e - j0 : KG, seen = 0;
+    size_t nk = e - j0 < KG ? e - j0 : KG;
     int all = 1; /* every row sees every key of the group */
     for (size_t t = 0; t < nk; t++) {
       size_t j = j0 + t;
@@ -5551,31 +5652,23 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
       dkl[t] = c->dk + j * ld + ho, dvl[t] = c->dv + j * ld + ho;
       if (j >= c->P) all &= c->kpos[j - c->P] >= lo_max && c->kpos[j - c->P] <= hi_min;
     }
-    if (all) seen = n * nk;
-    else
-      for (size_t t = 0; t < nk; t++) {
-        size_t j = j0 + t;
-        int64_t kp = j < c->P ? 0 : c->kpos[j - c->P];
-        for (size_t r = 0; r < n; r++) {
-          int v = j < c->P || (kp >= qt->lo[r] && kp <= qt->hi[r]);
+    if (all) {
+      titans__attn_bwd_block(c, qt, 0, n, rows, kl, dkl, dvl, 0, nk, kpan, vpan, P, G, NULL, what);
+      continue;
+    }
+    for (size_t r0 = 0; r0 < n; r0 += SB) {
+      size_t r1 = n - r0 < SB ? n : r0 + SB, t0 = nk, t1 = 0, seen = 0;
+      for (size_t r = r0; r < r1; r++)
+        for (size_t t = 0; t < nk; t++) {
+          size_t j = j0 + t;
+          int v = j < c->P || (c->kpos[j - c->P] >= qt->lo[r] && c->kpos[j - c->P] <= qt->hi[r]);
           vis[r * KG + t] = (unsigned char)v;
-          seen += (size_t)v;
+          if (v) seen++, t0 = t < t0 ? t : t0, t1 = t + 1 > t1 ? t + 1 : t1;
         }
-      }
-    if (seen == 0) continue;
-    titans__attn_scores(P, KG, qt->q, n, kpan, pstride, rows, nk, d_a);    /* = q.k of the forward */
-    titans__attn_scores(G, KG, qt->dout, n, vpan, pstride, rows, nk, d_a); /* dout.v */
-    for (size_t r = 0; r < n; r++) {
-      float *pr = P + r * KG, *gr = G + r * KG, lse = qt->lse[r], D = qt->D[r];
-      for (size_t t = 0; t < nk; t++) pr[t] = titans__attn_pair_p(pr[t], c->scale, lse); /* all t: vectorises */
-      for (size_t t = 0; t < nk; t++) gr[t] = titans__attn_pair_g(pr[t], gr[t], D, c->scale);
+      if (seen == 0) continue;
+      titans__attn_bwd_block(c, qt, r0, r1, rows, kl, dkl, dvl, t0, t1, kpan, vpan, P, G,
+                             seen == (r1 - r0) * (t1 - t0) ? NULL : vis, what);
     }
-    const unsigned char *vm = seen == n * nk ? NULL : vis; /* NULL: every pair is visible */
-    if (what & TITANS__ATTN_DKDV) {
-      titans__attn_madd(dkl, nk, G, 1, KG, vm, 1, KG, qt->q, n, d_a);
-      titans__attn_madd(dvl, nk, P, 1, KG, vm, 1, KG, qt->dout, n, d_a);
-    }
-    if (what & TITANS__ATTN_DQ) titans__attn_madd(qt->dq, n, G, KG, 1, vm, KG, 1, kl, nk, d_a);
   }
 }
 
