@@ -4797,15 +4797,15 @@ static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__v
 
 /* out[r] = a_r . b_r for the n row pairs (row stride ld), each as the score kernel computes a score:
    one fma chain over the elements in order from the first (the backward's D = dout.out, so that
-   dout.v - D is exactly 0 where a query's only key is v); four rows at a time, their chains
+   dout.v - D is exactly 0 where a query's only key is v); sixteen rows at a time, their chains
    interleaved. */
 static void titans__attn_row_dots(float *out, const float *a, const float *b, size_t ld, size_t n, size_t d_a) {
   size_t r = 0;
-  for (; r + 4 <= n; r += 4) {
-    float s[4] = {0, 0, 0, 0};
+  for (; r + 16 <= n; r += 16) { /* 16 chains: the rows are often cold, and their loads overlap */
+    float s[16] = {0};
     for (size_t i = 0; i < d_a; i++)
-      for (size_t g = 0; g < 4; g++) s[g] = titans__attn_fma(a[(r + g) * ld + i], b[(r + g) * ld + i], s[g]);
-    for (size_t g = 0; g < 4; g++) out[r + g] = s[g];
+      for (size_t g = 0; g < 16; g++) s[g] = titans__attn_fma(a[(r + g) * ld + i], b[(r + g) * ld + i], s[g]);
+    for (size_t g = 0; g < 16; g++) out[r + g] = s[g];
   }
   for (; r < n; r++) {
     float s = 0.0f;
