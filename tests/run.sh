@@ -2,6 +2,8 @@
 # Runs every test binary in the build folder $1, then prints the totals as "N passed, N failed".
 # Exits non-zero when any check failed or any test binary crashed.
 build=${1:-build/default}
+# TITANS_TEST_RUNNER: a command that runs each test binary (make check-neon: qemu-aarch64 -L ...)
+runner=${TITANS_TEST_RUNNER:-}
 # OpenMP threads that wait by spinning crawl when the machine is busier than its cores (a shared CI
 # box): test_model took 109 s instead of 15 s at a load of 8 on 2 cores. Waiting threads sleep instead.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
@@ -11,7 +13,7 @@ for t in "$build"/test_*; do
   name=$(basename "$t")
   echo "== $name"
   start=$(date +%s)
-  out=$("$t" 2>&1); rc=$?
+  out=$($runner "$t" 2>&1); rc=$?
   printf '%s\n' "$out"
   echo "($name took $(( $(date +%s) - start )) s)"
   line=$(printf '%s\n' "$out" | grep -E '^[a-z_0-9]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
