@@ -5033,9 +5033,7 @@ static inline float titans__attn_exp(float x) {
   float y = titans__attn_exp_c[0];
   for (int i = 1; i < 6; i++) y = titans__attn_fma(y, r, titans__attn_exp_c[i]);
   y = titans__attn_fma(y, r * r, r) + 1.0f;
-  uint32_t bits; /* t's bits are 0x4B400000 + n: 2^n is (n + 127) << 23, n in [-126, 127] */
-  memcpy(&bits, &t, sizeof(bits));
-  bits = (bits - (0x4B400000u - 127u)) << 23;
+  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* 2^n, n in [-126, 127], as titans__ops_vpow2i forms it */
   float p2n;
   memcpy(&p2n, &bits, sizeof(p2n));
   y = y * p2n;
@@ -5045,22 +5043,6 @@ static inline float titans__attn_exp(float x) {
 #if defined(TITANS__SCALAR)
 static inline titans__vf titans__attn_vexp(titans__vf x) { return titans__attn_exp(x); }
 #else
-/* 2^n from t = n + 1.5 * 2^23 as titans__attn_exp forms it */
-#if defined(TITANS__AVX512)
-static inline titans__vf titans__attn_vpow2(titans__vf t) {
-  __m512i e = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000 - 127));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-}
-#elif defined(TITANS__AVX2)
-static inline titans__vf titans__attn_vpow2(titans__vf t) {
-  __m256i e = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000 - 127));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
-}
-#else /* NEON */
-static inline titans__vf titans__attn_vpow2(titans__vf t) {
-  return vreinterpretq_f32_s32(vshlq_n_s32(vsubq_s32(vreinterpretq_s32_f32(t), vdupq_n_s32(0x4B400000 - 127)), 23));
-}
-#endif
 /* titans__attn_exp on every lane, the same operations in the same order */
 static inline titans__vf titans__attn_vexp(titans__vf x) {
   titans__vf xc = titans__ops_vclamp(x, TITANS__ATTN_EXP_LO, TITANS__ATTN_EXP_HI);
@@ -5071,7 +5053,7 @@ static inline titans__vf titans__attn_vexp(titans__vf x) {
   titans__vf y = titans__vset1(titans__attn_exp_c[0]);
   for (int i = 1; i < 6; i++) y = titans__attn_vfma(y, r, titans__vset1(titans__attn_exp_c[i]));
   y = titans__vadd(titans__attn_vfma(y, titans__vmul(r, r), r), titans__vset1(1.0f));
-  y = titans__vmul(y, titans__attn_vpow2(t));
+  y = titans__vmul(y, titans__ops_vpow2i(n));
   return titans__ops_vsel_lt(x, titans__vset1(TITANS__ATTN_EXP_LO), titans__vset1(0.0f), y);
 }
 #endif
@@ -5262,8 +5244,8 @@ static inline float titans__attn_vmax_lanes(titans__vf v) {
 
 /* The largest of s[0..n-1] (n >= 1): a vector of running maxima over the chunks and the last VW
    elements, then across its lanes (a scalar loop below VW elements); the same bits for the same
-   sequence wherever it sits in a tile. (With a NaN
-   among the scores the result may or may not be that NaN; the outputs are NaN either way.) */
+   sequence wherever it sits in a tile. (With a NaN among the scores the result may or may not be that
+   NaN; the outputs are NaN either way.) */
 static float titans__attn_row_max(const float *s, size_t n) {
   float m = s[0];
   size_t t = 1;
@@ -5381,7 +5363,7 @@ static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsi
 static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
   const size_t W = TITANS_ATTN_TILE;
   size_t nt = T->n, n = R->n;
-  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE];             /* [n, W] raw scores, then weights */
+  float S[TITANS__ATTN_QB * TITANS_ATTN_TILE];             /* [n, W] scores q.k * scale, then weights */
   unsigned char vis_buf[TITANS__ATTN_QB * TITANS_ATTN_TILE]; /* [n, W] */
   size_t a[TITANS__ATTN_QB], b[TITANS__ATTN_QB];            /* each row's visible keys lie in [a, b) */
   int ranges;
