@@ -5033,7 +5033,11 @@ static inline float titans__attn_exp(float x) {
   float y = titans__attn_exp_c[0];
   for (int i = 1; i < 6; i++) y = titans__attn_fma(y, r, titans__attn_exp_c[i]);
   y = titans__attn_fma(y, r * r, r) + 1.0f;
-  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* 2^n, n in [-126, 127], as titans__ops_vpow2i forms it */
+  /* 2^n, n in [-126, 127], from t's bits (0x4B400000 + n), in unsigned arithmetic: the same bits as
+     titans__ops_vpow2i(n), and defined for a NaN, where converting n to an int is not */
+  uint32_t bits;
+  memcpy(&bits, &t, sizeof(bits));
+  bits = (bits - (0x4B400000u - 127u)) << 23;
   float p2n;
   memcpy(&p2n, &bits, sizeof(p2n));
   y = y * p2n;
