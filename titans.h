@@ -1510,7 +1510,7 @@ TITANSDEF void titans_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, siz
 #endif
 /* Unroll a loop over a tile's rows or vectors completely: an accumulator array indexed by a loop left
    rolled is kept in memory and written back every k step (seen for 8-row masked tiles). */
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
 #define TITANS__GEMM_UNROLL _Pragma("GCC unroll 32")
 #else
 #define TITANS__GEMM_UNROLL
@@ -1659,16 +1659,19 @@ TITANS__GEMM_INLINE void titans__gemm_reduce4(float *out /* [4] */, titans__vf v
 /* In registers: r[i] lane q becomes r[q] lane i (a 16 x 16 transpose, 64 shuffles). */
 TITANS__GEMM_INLINE void titans__gemm_tr16(__m512 *r) {
   __m512 t[16], u[16];
+  TITANS__GEMM_UNROLL
   for (int i = 0; i < 8; i++) {
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);     /* per 128-bit lane: x0 y0 x1 y1 */
     t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]); /* x2 y2 x3 y3 */
   }
+  TITANS__GEMM_UNROLL
   for (int g = 0; g < 4; g++) { /* u[4g + c], lane L: rows 4g..4g+3 at column 4L + c */
     u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
     u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
     u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
     u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
   }
+  TITANS__GEMM_UNROLL
   for (int c = 0; c < 4; c++) {
     __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
     __m512 v2 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE), v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
@@ -1682,8 +1685,10 @@ TITANS__GEMM_INLINE void titans__gemm_tr16(__m512 *r) {
 /* dst[q * lddst + r] = src[r * ldsrc + q] for r, q < 16. */
 TITANS__GEMM_INLINE void titans__gemm_transpose16(float *dst, size_t lddst, const float *src, size_t ldsrc) {
   __m512 r[16];
+  TITANS__GEMM_UNROLL
   for (size_t i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ldsrc);
   titans__gemm_tr16(r);
+  TITANS__GEMM_UNROLL
   for (size_t i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * lddst, r[i]);
 }
 
@@ -1700,18 +1705,24 @@ TITANS__GEMM_INLINE void titans__gemm_direct_tile(const int TA, const size_t R, 
                                                   const float *b /* [k, ldb] */, size_t ldb, size_t k,
                                                   titans__gemm_mask mlast, float alpha, float beta) {
   titans__vf acc[TITANS__GEMM_DACC]; /* [R][NV]: sized to what tiles use, or GCC keeps it in memory */
+  TITANS__GEMM_UNROLL
   for (size_t r = 0; r < R; r++)
+    TITANS__GEMM_UNROLL
     for (size_t v = 0; v < NV; v++) acc[r * NV + v] = titans__vset1(0.0f);
   for (size_t p = 0; p < k; p++) {
     const float *bp = b + p * ldb;
     titans__vf bv[TITANS__GEMM_DNV];
     if (masked) bv[0] = titans__gemm_vload_m(bp, mlast);
     else
+      TITANS__GEMM_UNROLL
       for (size_t v = 0; v < NV; v++) bv[v] = titans__vload(bp + v * TITANS__VW);
     if (R > 1)
+      TITANS__GEMM_UNROLL
       for (size_t v = 0; v < NV; v++) TITANS__GEMM_INREG(bv[v]);
+    TITANS__GEMM_UNROLL
     for (size_t r = 0; r < R; r++) {
       titans__vf av = titans__vset1(TA ? a[p * lda + r] : a[r * lda + p]);
+      TITANS__GEMM_UNROLL
       for (size_t v = 0; v < NV; v++) acc[r * NV + v] = titans__vfma(av, bv[v], acc[r * NV + v]);
     }
   }
@@ -1720,6 +1731,7 @@ TITANS__GEMM_INLINE void titans__gemm_direct_tile(const int TA, const size_t R, 
   for (size_t r = 0; r < R; r++) {
     if (masked) titans__gemm_put_m(c + r * ldc, acc[r], va, vb, beta, mlast);
     else
+      TITANS__GEMM_UNROLL
       for (size_t v = 0; v < NV; v++) titans__gemm_put(c + r * ldc + v * TITANS__VW, acc[r * NV + v], va, vb, beta);
   }
 }
@@ -1825,31 +1837,42 @@ TITANS__GEMM_INLINE void titans__gemm_dot_tile(const size_t R, const size_t S, f
                                                float alpha, float beta) {
   const float *bs[8];
   titans__vf acc[4][8];
+  TITANS__GEMM_UNROLL
   for (size_t s = 0; s < S; s++) bs[s] = b + (s < ns ? s : ns - 1) * ldb;
+  TITANS__GEMM_UNROLL
   for (size_t r = 0; r < R; r++)
+    TITANS__GEMM_UNROLL
     for (size_t s = 0; s < S; s++) acc[r][s] = titans__vset1(0.0f);
   size_t p = 0;
   for (; p + TITANS__VW <= k; p += TITANS__VW) {
     titans__vf bv[8];
+    TITANS__GEMM_UNROLL
     for (size_t s = 0; s < S; s++) {
       bv[s] = titans__vload(bs[s] + p);
       if (R > 1) TITANS__GEMM_INREG(bv[s]);
     }
+    TITANS__GEMM_UNROLL
     for (size_t r = 0; r < R; r++) {
       titans__vf av = titans__vload(a + r * lda + p);
+      TITANS__GEMM_UNROLL
       for (size_t s = 0; s < S; s++) acc[r][s] = titans__vfma(av, bv[s], acc[r][s]);
     }
   }
   if (p < k) { /* the tail: masked lanes add 0 * 0 */
     titans__gemm_mask mk = titans__gemm_mask_n(k - p);
     titans__vf bv[8];
+    TITANS__GEMM_UNROLL
     for (size_t s = 0; s < S; s++) bv[s] = titans__gemm_vload_m(bs[s] + p, mk);
+    TITANS__GEMM_UNROLL
     for (size_t r = 0; r < R; r++) {
       titans__vf av = titans__gemm_vload_m(a + r * lda + p, mk);
+      TITANS__GEMM_UNROLL
       for (size_t s = 0; s < S; s++) acc[r][s] = titans__vfma(av, bv[s], acc[r][s]);
     }
   }
+  TITANS__GEMM_UNROLL
   for (size_t r = 0; r < R; r++) {
+    TITANS__GEMM_UNROLL
     for (size_t s0 = 0; s0 < S; s0 += 4) {
       float sum[4];
       titans__gemm_reduce4(sum, acc[r][s0], acc[r][s0 + 1], acc[r][s0 + 2], acc[r][s0 + 3]);
@@ -1943,6 +1966,7 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, float *c /* [m, 
                                                 float alpha, float beta) {
   __m512 acc[16];
   const float *bs[16];
+  TITANS__GEMM_UNROLL
   for (size_t j = 0; j < 16; j++) { /* rows past nj repeat the last one and are not stored */
     bs[j] = b + (j < nj ? j : nj - 1) * ldb;
     acc[j] = _mm512_setzero_ps();
@@ -1951,17 +1975,23 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, float *c /* [m, 
   for (; p + G <= k; p += G, at += 16) {
     __m512 av = _mm512_loadu_ps(at);
     if (G >= 4 && p % 16 == 0 && p + 128 < k) /* 16 row streams: help the prefetcher, 8 lines ahead */
+      TITANS__GEMM_UNROLL
       for (size_t j = 0; j < 16; j++) TITANS__GEMM_PREFETCH(bs[j] + p + 128);
+    TITANS__GEMM_UNROLL
     for (size_t j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(titans__gemm_bcast(G, bs[j] + p, 0, G), av, acc[j]);
   }
   if (p < k) { /* k tail: the missing b values load as 0, at is zero there too */
     __m512 av = _mm512_loadu_ps(at);
+    TITANS__GEMM_UNROLL
     for (size_t j = 0; j < 16; j++)
       acc[j] = _mm512_fmadd_ps(titans__gemm_bcast(G, bs[j] + p, 1, k - p), av, acc[j]);
   }
   titans__gemm_tr16(acc); /* acc[i * G + q] lane j: row i of C, column j, partial sum q */
+  TITANS__GEMM_UNROLL
   for (size_t w = G / 2; w >= 1; w /= 2)
+    TITANS__GEMM_UNROLL
     for (size_t i = 0; i < 16 / G; i++)
+      TITANS__GEMM_UNROLL
       for (size_t q = 0; q < w; q++) acc[i * G + q] = _mm512_add_ps(acc[i * G + q], acc[i * G + q + w]);
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mj = (__mmask16)((1u << nj) - 1u);
@@ -1995,8 +2025,10 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_pack(float *at, const size_t G, int t
     size_t p = 0;
     for (; p + 16 <= kd; p += 16) {
       __m512 r[16];
+      TITANS__GEMM_UNROLL
       for (size_t i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(a + (i < m ? i : m - 1) * lda + p0 + p);
       titans__gemm_tr16(r);
+      TITANS__GEMM_UNROLL
       for (size_t q = 0; q < 16; q++) _mm512_storeu_ps(at + (p + q) * 16, _mm512_maskz_mov_ps(mm, r[q]));
     }
     for (; p < kd; p++)
@@ -2112,8 +2144,10 @@ TITANS__GEMM_INLINE void titans__gemm_micro_body(const int in_place, float *c /*
                                                  size_t kc, float alpha, float beta, size_t mr, size_t nr) {
   titans__vf acc[TITANS__GEMM_MR][TITANS__GEMM_NV];
   const float *ar[TITANS__GEMM_MR];
+  TITANS__GEMM_UNROLL
   for (size_t r = 0; r < TITANS__GEMM_MR; r++) {
     ar[r] = in_place ? a + (r < mr ? r : mr - 1) * lda : a + r;
+    TITANS__GEMM_UNROLL
     for (size_t v = 0; v < TITANS__GEMM_NV; v++) acc[r][v] = titans__vset1(0.0f);
   }
   for (size_t r = 0; r < mr; r++) { /* the C tile arrives in cache while the loop runs */
@@ -2122,20 +2156,27 @@ TITANS__GEMM_INLINE void titans__gemm_micro_body(const int in_place, float *c /*
   }
   for (size_t p = 0; p < kc; p++) {
     titans__vf bv[TITANS__GEMM_NV];
+    TITANS__GEMM_UNROLL
     for (size_t v = 0; v < TITANS__GEMM_NV; v++) bv[v] = titans__vload(bp + p * TITANS__GEMM_NR + v * TITANS__VW);
+    TITANS__GEMM_UNROLL
     for (size_t r = 0; r < TITANS__GEMM_MR; r++) {
       titans__vf av = titans__vset1(in_place ? ar[r][p] : a[p * TITANS__GEMM_MR + r]);
+      TITANS__GEMM_UNROLL
       for (size_t v = 0; v < TITANS__GEMM_NV; v++) acc[r][v] = titans__vfma(av, bv[v], acc[r][v]);
     }
   }
   titans__vf va = titans__vset1(alpha), vb = titans__vset1(beta);
   if (mr == TITANS__GEMM_MR && nr == TITANS__GEMM_NR) {
+    TITANS__GEMM_UNROLL
     for (size_t r = 0; r < TITANS__GEMM_MR; r++)
+      TITANS__GEMM_UNROLL
       for (size_t v = 0; v < TITANS__GEMM_NV; v++)
         titans__gemm_put(c + r * ldc + v * TITANS__VW, acc[r][v], va, vb, beta);
   } else {
+    TITANS__GEMM_UNROLL
     for (size_t r = 0; r < TITANS__GEMM_MR; r++) {
       if (r >= mr) break;
+      TITANS__GEMM_UNROLL
       for (size_t v = 0; v < TITANS__GEMM_NV; v++) {
         size_t col = v * TITANS__VW;
         if (col >= nr) break;
@@ -4874,22 +4915,30 @@ TITANS__GEMM_INLINE void titans__attn_score_kernel(float *out, size_t lo, const 
                                                    size_t pstride, size_t d_a, float scale, int NR, int NP) {
   const int PV = TITANS__ATTN_PV, NV = NP * TITANS__ATTN_PV;
   titans__vf acc[TITANS__ATTN_SR][TITANS__ATTN_SP * TITANS__ATTN_PV];
+  TITANS__GEMM_UNROLL
   for (int r = 0; r < NR; r++)
+    TITANS__GEMM_UNROLL
     for (int u = 0; u < NV; u++) acc[r][u] = titans__vset1(0.0f);
   for (size_t i = 0; i < d_a; i++) {
     titans__vf x[TITANS__ATTN_SP * TITANS__ATTN_PV];
+    TITANS__GEMM_UNROLL
     for (int p = 0; p < NP; p++)
+      TITANS__GEMM_UNROLL
       for (int v = 0; v < PV; v++) {
         x[p * PV + v] = titans__vload(pan + (size_t)p * pstride + i * TITANS__ATTN_PW + (size_t)v * TITANS__VW);
         TITANS__GEMM_INREG(x[p * PV + v]); /* else GCC folds the load into each of the NR fmas (1.8x slower) */
       }
+    TITANS__GEMM_UNROLL
     for (int r = 0; r < NR; r++) {
       titans__vf ar = titans__vset1(a[r][i]);
+      TITANS__GEMM_UNROLL
       for (int u = 0; u < NV; u++) acc[r][u] = titans__attn_vfma(ar, x[u], acc[r][u]);
     }
   }
   titans__vf vs = titans__vset1(scale);
+  TITANS__GEMM_UNROLL
   for (int r = 0; r < NR; r++)
+    TITANS__GEMM_UNROLL
     for (int u = 0; u < NV; u++) titans__vstore(out + (size_t)r * lo + (size_t)u * TITANS__VW, titans__vmul(acc[r][u], vs));
 }
 
@@ -4956,18 +5005,25 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
                                                   const float *const *x, size_t nt, size_t i, int NR, int NC,
                                                   int masked) {
   titans__vf acc[4][4];
+  TITANS__GEMM_UNROLL
   for (int r = 0; r < NR; r++)
+    TITANS__GEMM_UNROLL
     for (int u = 0; u < NC; u++) acc[r][u] = titans__vload(y[r] + i + (size_t)u * TITANS__VW);
   for (size_t t = 0; t < nt; t++) {
     titans__vf xv[4];
+    TITANS__GEMM_UNROLL
     for (int u = 0; u < NC; u++) xv[u] = titans__vload(x[t] + i + (size_t)u * TITANS__VW);
+    TITANS__GEMM_UNROLL
     for (int r = 0; r < NR; r++) {
       if (masked && !vis[(size_t)r * vy + t * vt]) continue;
       titans__vf a = titans__vset1(coef[(size_t)r * cy + t * ct]);
+      TITANS__GEMM_UNROLL
       for (int u = 0; u < NC; u++) acc[r][u] = titans__attn_vfma(a, xv[u], acc[r][u]);
     }
   }
+  TITANS__GEMM_UNROLL
   for (int r = 0; r < NR; r++)
+    TITANS__GEMM_UNROLL
     for (int u = 0; u < NC; u++) titans__vstore(y[r] + i + (size_t)u * TITANS__VW, acc[r][u]);
 }
 

@@ -37,8 +37,10 @@ static inline void set_threads(int t) {
 #define BENCH_CHAINS 16
 static inline float fma_chains(long iters) {
   titans__vf acc[BENCH_CHAINS], va = titans__vset1(0.9999f), vc = titans__vset1(1e-4f);
+  TITANS__GEMM_UNROLL /* the chains in registers at -O2 too (GCC unrolls loops like this one at -O3 only) */
   for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vset1((float)j * 0.01f);
   for (long i = 0; i < iters; i++)
+    TITANS__GEMM_UNROLL
     for (int j = 0; j < BENCH_CHAINS; j++) acc[j] = titans__vfma(acc[j], va, vc);
   titans__vf s = acc[0];
   for (int j = 1; j < BENCH_CHAINS; j++) s = titans__vadd(s, acc[j]);
