@@ -2725,6 +2725,27 @@ static inline void titans__ops_scale(float *x, float a, size_t n) {
   for (; i < n; i++) x[i] *= a;
 }
 
+/* out [n] = a x [n] + b y [n], or a x [n] when y is NULL: two products and a sum per element, as the
+   scalar expression without contraction (spelled out in vectors so that -O2, which leaves such loops
+   scalar, runs them as fast as -O3) */
+static inline void titans__ops_lincomb(float *out, float a, const float *x, float b, const float *y, size_t n) {
+  titans__vf va = titans__vset1(a), vb = titans__vset1(b);
+  size_t i = 0;
+  if (y)
+    for (; i + TITANS__VW <= n; i += TITANS__VW)
+      titans__vstore(out + i, titans__vadd(titans__vmul(va, titans__vload(x + i)), titans__vmul(vb, titans__vload(y + i))));
+  else
+    for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(out + i, titans__vmul(va, titans__vload(x + i)));
+  for (; i < n; i++) out[i] = y ? a * x[i] + b * y[i] : a * x[i];
+}
+
+/* out [n] = a [n] * b [n] */
+static inline void titans__ops_mul(float *out, const float *a, const float *b, size_t n) {
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(out + i, titans__vmul(titans__vload(a + i), titans__vload(b + i)));
+  for (; i < n; i++) out[i] = a[i] * b[i];
+}
+
 /* y [n] += a [n] * b [n] */
 static inline void titans__ops_fma_row(float *y, const float *a, const float *b, size_t n) {
   size_t i = 0;
@@ -3757,14 +3778,13 @@ static void titans__add_rows(float *dst, size_t ld, const float *src, size_t n, 
 
 /* out[t, :] = s[t] * in[t, :] over [n, w] */
 static void titans__scale_rows(float *out, const float *s, const float *in, size_t n, size_t w) {
-  for (size_t t = 0; t < n; t++)
-    for (size_t j = 0; j < w; j++) out[t * w + j] = s[t] * in[t * w + j];
+  for (size_t t = 0; t < n; t++) titans__ops_lincomb(out + t * w, s[t], in + t * w, 0.0f, NULL, w);
 }
 
 /* s = sigmoid(z) (vectorised) and y = SiLU(z) = z s over n floats; s is kept for the derivatives. */
 static void titans__silu_keep(float *y, float *s, const float *z, size_t n) {
   titans_sigmoid_forward(s, z, n);
-  for (size_t j = 0; j < n; j++) y[j] = z[j] * s[j];
+  titans__ops_mul(y, z, s, n);
 }
 
 /* |u_t|^2 of token t: u_t = sum over layers of the outer products delta[i]_t ak[i]_t^T, one per weight
@@ -3862,10 +3882,9 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
     titans_gemm(0, 1, n, no, ni, 1.0f, wk->aq[i], ni, w + m->wofs[i], ni, 0.0f, wk->p1[i], no);
     titans_gemm(0, 1, n, no, ni, 1.0f, wk->aq[i], ni, s + m->wofs[i], ni, 0.0f, wk->p2[i], no);
     titans_gemm(0, 1, n, n, ni, 1.0f, wk->aq[i], ni, wk->ak[i], ni, 0.0f, wk->mx[i], n);
-    for (size_t t = 0; t < n * n; t++) wk->cm[t] = wk->cC[t] * wk->mx[i][t];
+    titans__ops_mul(wk->cm, wk->cC, wk->mx[i], n * n);
     for (size_t t = 0; t < n; t++)
-      for (size_t j = 0; j < no; j++)
-        wk->zq[i][t * no + j] = wk->cA[t] * wk->p1[i][t * no + j] + wk->cB[t] * wk->p2[i][t * no + j];
+      titans__ops_lincomb(wk->zq[i] + t * no, wk->cA[t], wk->p1[i] + t * no, wk->cB[t], wk->p2[i] + t * no, no);
     titans_gemm(0, 0, n, no, n, -1.0f, wk->cm, n, wk->delta[i], no, 1.0f, wk->zq[i], no);
     if (i + 1 < L) titans__silu_keep(wk->aq[i + 1], wk->sq[i], wk->zq[i], n * no);
   }
@@ -3883,10 +3902,10 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
     size_t ni = m->n[i], no = m->n[i + 1], sz = ni * no;
     const float *wi = w + m->wofs[i], *si = s + m->wofs[i];
     float *wo = w_out + m->wofs[i], *so = s_out + m->wofs[i];
-    for (size_t j = 0; j < sz; j++) wo[j] = An * wi[j] + Bn * si[j];
+    titans__ops_lincomb(wo, An, wi, Bn, si, sz);
     titans__scale_rows(wk->tmp, crow, wk->ak[i], n, ni);
     titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, wo, ni);
-    for (size_t j = 0; j < sz; j++) so[j] = En * si[j];
+    titans__ops_lincomb(so, En, si, 0.0f, NULL, sz);
     titans__scale_rows(wk->tmp, drow, wk->ak[i], n, ni);
     titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, so, ni);
   }
