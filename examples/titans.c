@@ -1300,7 +1300,7 @@ static int cmd_train(int argc, char **argv) {
     check_resume_meta(meta, &o, &ds, trainer_path);
     if (!series_parse(&train, meta, "train") || !series_parse(&val, meta, "val"))
       fail("%s: the loss history in its metadata is malformed", trainer_path);
-    free(meta);
+    titans_free(meta); /* the library allocated it */
     /* drop history entries of steps after the checkpoint (none when it was written by this program) */
     while (train.n && train.step[train.n - 1] > tr.step) train.n--;
     while (val.n && val.step[val.n - 1] > tr.step) val.n--;

@@ -1,7 +1,8 @@
 /* Tests of the kernels of section 3 of titans.h: the vectorised exp against double exp, every SIMD
    kernel against its scalar reference over odd sizes, every backward against central finite
    differences of a forward written here in double, the conv against a naive loop and in streaming
-   pieces, cross-entropy stability, AdamW against values computed by hand, and thread independence. */
+   pieces, cross-entropy stability, AdamW against values computed by hand, and thread independence;
+   first, the allocator's alignment. */
 #include <float.h>
 #include <stdlib.h>
 #define TITANS_IMPLEMENTATION
@@ -803,8 +804,36 @@ static void test_threads(void) {
 }
 #endif
 
+/* titans_alloc_bytes: zeroed, 64-byte aligned blocks (the kernels' vector loads then never straddle two
+   cache lines) of every size, NULL when the size overflows; titans_free takes them back. */
+static void test_alloc(void) {
+  const size_t sizes[] = {0, 1, 3, 64, 100, 4096, (size_t)1 << 20, ((size_t)3 << 20) + 5};
+  size_t misaligned = 0, nonzero = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    unsigned char *p = (unsigned char *)titans_alloc_bytes(sizes[i], 1);
+    float *f = titans_alloc_floats(sizes[i] + 1);
+    if (!p || !f) {
+      th_check(0, "alloc of %zu bytes failed", sizes[i]);
+      continue;
+    }
+    misaligned += ((uintptr_t)p % 64 != 0) + ((uintptr_t)f % 64 != 0);
+    for (size_t j = 0; j < sizes[i]; j++) nonzero += p[j] != 0;
+    for (size_t j = 0; j <= sizes[i]; j++) nonzero += f[j] != 0.0f;
+    memset(p, 0xAB, sizes[i]); /* the whole block is ours */
+    titans_free(p);
+    titans_free(f);
+  }
+  th_check(misaligned == 0 && nonzero == 0, "alloc: 64-byte aligned and zeroed (%zu misaligned, %zu nonzero)",
+           misaligned, nonzero);
+  th_check(titans_alloc_bytes(SIZE_MAX, 1) == NULL && titans_alloc_bytes(SIZE_MAX / 2, 4) == NULL &&
+               titans_alloc_bytes(SIZE_MAX - 10, 1) == NULL,
+           "alloc: sizes that overflow give NULL");
+  titans_free(NULL);
+}
+
 int main(void) {
   titans_rng_seed(&rng, 1234);
+  test_alloc();
   test_exp();
   test_activation_accuracy();
   test_elementwise_vs_ref();
