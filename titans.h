@@ -119,9 +119,10 @@ TITANSDEF int titans_size_mul(size_t a, size_t b, size_t *out);
 /* a + b with overflow check: returns 1 and sets *out when it fits, 0 on overflow. */
 TITANSDEF int titans_size_add(size_t a, size_t b, size_t *out);
 
-/* Allocate count floats (zeroed); NULL on overflow or failure. Free with titans_free. */
+/* Allocate count floats (zeroed, 64-byte aligned); NULL on overflow or failure. Free with titans_free
+   (never free(): the block starts inside a larger TITANS_MALLOC block). */
 TITANSDEF float *titans_alloc_floats(size_t count);
-TITANSDEF void *titans_alloc_bytes(size_t count, size_t elem_size); /* zeroed; NULL on failure */
+TITANSDEF void *titans_alloc_bytes(size_t count, size_t elem_size); /* zeroed, 64-byte aligned; NULL on failure */
 TITANSDEF void titans_free(void *p);
 
 /* Number of threads the library's parallel loops use (1 without OpenMP). */
