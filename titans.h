@@ -1448,8 +1448,7 @@ static void *titans__realloc_aligned(void *p, size_t old_bytes, size_t new_bytes
 TITANSDEF void *titans_alloc_bytes(size_t count, size_t elem_size) {
   size_t bytes;
   if (!titans_size_mul(count, elem_size, &bytes)) return NULL;
-  if (bytes == 0) bytes = 1;
-  void *p = titans__alloc_aligned(bytes);
+  void *p = titans__alloc_aligned(bytes); /* 0 bytes: a block of 1 */
   if (p) memset(p, 0, bytes);
   return p;
 }
@@ -2020,8 +2019,7 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, float *c /* [m, 
   titans__gemm_tr16(acc); /* acc[i * G + q] lane j: row i of C, column j, partial sum q */
   TITANS__GEMM_UNROLL
   for (size_t w = G / 2; w >= 1; w /= 2)
-    TITANS__GEMM_UNROLL
-    for (size_t i = 0; i < 16 / G; i++)
+    for (size_t i = 0; i < 16 / G; i++) /* unrolled with w (a pragma here: "ignoring loop annotation" at -O1) */
       TITANS__GEMM_UNROLL
       for (size_t q = 0; q < w; q++) acc[i * G + q] = _mm512_add_ps(acc[i * G + q], acc[i * G + q + w]);
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
@@ -2748,26 +2746,26 @@ static float titans__ops_exp_sum(float *out, const float *x, float shift, size_t
   return (float)total;
 }
 
-/* x [n] *= a */
-static inline void titans__ops_scale(float *x, float a, size_t n) {
+/* out [n] = x [n] * a (out may be x) */
+static inline void titans__ops_scale_to(float *out, const float *x, float a, size_t n) {
   titans__vf va = titans__vset1(a);
   size_t i = 0;
-  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(x + i, titans__vmul(titans__vload(x + i), va));
-  for (; i < n; i++) x[i] *= a;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(out + i, titans__vmul(titans__vload(x + i), va));
+  for (; i < n; i++) out[i] = x[i] * a;
 }
 
-/* out [n] = a x [n] + b y [n], or a x [n] when y is NULL: two products and a sum per element, as the
-   scalar expression without contraction (spelled out in vectors so that -O2, which leaves such loops
-   scalar, runs them as fast as -O3) */
+/* x [n] *= a */
+static inline void titans__ops_scale(float *x, float a, size_t n) { titans__ops_scale_to(x, x, a, n); }
+
+/* out [n] = a x [n] + b y [n]: two products and a sum per element, as the scalar expression without
+   contraction (spelled out in vectors so that -O2, which leaves such loops scalar, runs them as fast
+   as -O3) */
 static inline void titans__ops_lincomb(float *out, float a, const float *x, float b, const float *y, size_t n) {
   titans__vf va = titans__vset1(a), vb = titans__vset1(b);
   size_t i = 0;
-  if (y)
-    for (; i + TITANS__VW <= n; i += TITANS__VW)
-      titans__vstore(out + i, titans__vadd(titans__vmul(va, titans__vload(x + i)), titans__vmul(vb, titans__vload(y + i))));
-  else
-    for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(out + i, titans__vmul(va, titans__vload(x + i)));
-  for (; i < n; i++) out[i] = y ? a * x[i] + b * y[i] : a * x[i];
+  for (; i + TITANS__VW <= n; i += TITANS__VW)
+    titans__vstore(out + i, titans__vadd(titans__vmul(va, titans__vload(x + i)), titans__vmul(vb, titans__vload(y + i))));
+  for (; i < n; i++) out[i] = a * x[i] + b * y[i];
 }
 
 /* out [n] = a [n] * b [n] */
@@ -3809,7 +3807,7 @@ static void titans__add_rows(float *dst, size_t ld, const float *src, size_t n, 
 
 /* out[t, :] = s[t] * in[t, :] over [n, w] */
 static void titans__scale_rows(float *out, const float *s, const float *in, size_t n, size_t w) {
-  for (size_t t = 0; t < n; t++) titans__ops_lincomb(out + t * w, s[t], in + t * w, 0.0f, NULL, w);
+  for (size_t t = 0; t < n; t++) titans__ops_scale_to(out + t * w, in + t * w, s[t], w);
 }
 
 /* s = sigmoid(z) (vectorised) and y = SiLU(z) = z s over n floats; s is kept for the derivatives. */
@@ -3936,7 +3934,7 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
     titans__ops_lincomb(wo, An, wi, Bn, si, sz);
     titans__scale_rows(wk->tmp, crow, wk->ak[i], n, ni);
     titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, wo, ni);
-    titans__ops_lincomb(so, En, si, 0.0f, NULL, sz);
+    titans__ops_scale_to(so, si, En, sz);
     titans__scale_rows(wk->tmp, drow, wk->ak[i], n, ni);
     titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, so, ni);
   }
