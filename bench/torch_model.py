@@ -15,7 +15,9 @@ threads and prints one machine-readable line per (kind, n):
 
 Matrix products go to the system BLAS: the script reports which one it loaded (torch_info blas=...) and
 refuses to measure on Debian's reference BLAS (5 GFLOP/s; scripts/bench_setup.sh installs OpenBLAS as the
-system BLAS). Full causal attention uses torch's fused SDPA when present (torch >= 2.0), else blocks of
+system BLAS), and the kernels OpenBLAS picked for the CPU (blas_core=): when they leave its widest FMA units
+idle (an OpenBLAS older than the CPU falls back to SSE3 ones), it starts again with OPENBLAS_CORETYPE set.
+Full causal attention uses torch's fused SDPA when present (torch >= 2.0), else blocks of
 128 queries against the keys they see; the memory's chunk coefficients are computed for every chunk at
 once before the chunk loop. OpenBLAS's thread pool is separate from torch's
 OpenMP threads: for n > 1 a warm-up step on each split (torch n, BLAS n), (n, 1), (1, n) picks the
@@ -583,6 +585,52 @@ def blas_report():
     return "unknown", paths[0] if paths else "(none found)"
 
 
+# A DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels at load time from the CPU's family and model
+# numbers. A CPU newer than the OpenBLAS (Debian 12's 0.3.21 on Intel Sapphire/Emerald Rapids, family 6
+# model 143/207) is not in its table and gets the generic SSE3 kernels ("Prescott"): sgemm at 20-45
+# GFLOP/s on a core where the AVX-512 kernels ("SkylakeX") reach 100-150. OPENBLAS_CORETYPE overrides
+# the choice. OpenBLAS 0.3.x's names (lower case) of the kernel sets with AVX-512, and with FMA:
+OPENBLAS_AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+OPENBLAS_FMA_CORES = OPENBLAS_AVX512_CORES + ("haswell", "zen", "excavator", "steamroller", "piledriver")
+
+
+def openblas_core(blas):
+    """The kernel set OpenBLAS chose for this CPU (openblas_get_corename), or None if unknown."""
+    if blas is None:
+        return None
+    try:
+        blas.openblas_get_corename.restype = ctypes.c_char_p
+        name = blas.openblas_get_corename()
+        return name.decode() if name else None
+    except (AttributeError, UnicodeDecodeError):
+        return None
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def openblas_better_core(core):
+    """When OpenBLAS chose kernels that leave the CPU's widest FMA units idle (a CPU it does not know, or
+    an AVX-512 AMD CPU that 0.3.21 gives its AVX2 "Zen" kernels), the core to ask for instead: SkylakeX
+    with AVX-512 (bench_gemm asks for the same), Haswell with AVX2 and FMA; else None."""
+    if core is None:
+        return None
+    flags = cpu_flags()
+    if {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma"} <= flags:
+        return None if core.lower() in OPENBLAS_AVX512_CORES else "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return None if core.lower() in OPENBLAS_FMA_CORES else "Haswell"
+    return None
+
+
 def set_threads(n, blas, n_blas=None):
     torch.set_num_threads(n)
     if blas is not None:
@@ -619,8 +667,20 @@ def bench(args):
         name, value = item.split("=")
         thetas[name] = float(value)
     blas_name, blas_path = blas_report()
+    core = openblas_core(blas) if blas_name == "openblas" else None
+    better = openblas_better_core(core)
+    if better and not args.keep_blas_core and "OPENBLAS_CORETYPE" not in os.environ:
+        # OpenBLAS reads OPENBLAS_CORETYPE once, when it is loaded (with torch): start again with it.
+        print(f"torch_info OpenBLAS chose its {core} kernels on a CPU that runs {better}'s: starting again "
+              f"with OPENBLAS_CORETYPE={better} (--keep-blas-core keeps {core})", flush=True)
+        os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, OPENBLAS_CORETYPE=better))
     print(f"torch_info version={torch.__version__} blas={blas_name} blas_path={blas_path} "
+          f"blas_core={core or 'unknown'} OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')} "
           f"max_threads={torch.get_num_threads()}", flush=True)
+    if better:  # kept: --keep-blas-core, or OPENBLAS_CORETYPE came from the caller
+        why = "--keep-blas-core" if args.keep_blas_core else "OPENBLAS_CORETYPE from the environment"
+        print(f"torch_warning OpenBLAS runs its {core} kernels on a CPU that runs {better}'s ({why}): its "
+              f"matrix products are slower than they could be", flush=True)
     if blas_name == "reference":
         msg = ("torch_model.py: torch's matrix products run on the REFERENCE BLAS (%s), about 5 GFLOP/s: every "
                "ratio against it would be meaningless. Install OpenBLAS as the system BLAS with "
@@ -730,6 +790,9 @@ def main():
     ap.add_argument("--theta-max", default="", help="per-kind memory theta_max, e.g. mag=0.01,mac=0.02 "
                     "(default 0.005, the library's)")
     ap.add_argument("--check", action="store_true", help="check the memory layer and exit")
+    ap.add_argument("--keep-blas-core", action="store_true",
+                    help="measure on the kernels OpenBLAS chose even when they use fewer of the CPU's "
+                         "vector units than it has (by default the script starts again with OPENBLAS_CORETYPE)")
     ap.add_argument("--allow-reference-blas", action="store_true",
                     help="measure even when torch runs on the reference BLAS (refused otherwise)")
     args = ap.parse_args()

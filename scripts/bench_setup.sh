@@ -20,6 +20,9 @@ report() {
     printf '%s -> %s\n' "$alt" "$(update-alternatives --query "$alt" 2>/dev/null | sed -n 's/^Value: //p')"
   done
   /usr/bin/python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "torch: not installed"
+  # The kernels OpenBLAS picks for this CPU: an OpenBLAS older than the CPU falls back to "Prescott"
+  # (SSE3, no FMA); bench/torch_model.py then starts again with OPENBLAS_CORETYPE set (docs/bench_model.md).
+  /usr/bin/python3 -c 'import ctypes; b = ctypes.CDLL("libopenblas.so.0"); b.openblas_get_corename.restype = ctypes.c_char_p; print("OpenBLAS kernels:", b.openblas_get_corename().decode())' 2>/dev/null || echo "OpenBLAS kernels: unknown"
 }
 if [ "$1" = "--check" ]; then report; exit 0; fi
 if ! command -v apt-get >/dev/null 2>&1; then
