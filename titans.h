@@ -4556,7 +4556,11 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
   for (size_t t = 0; t < T; c++) {
     size_t off = (size_t)((unsigned long long)(position + (long long)t) % m->b), len = m->b - off;
     if (len > T - t) len = T - t;
-    if (off == 0) {
+    /* A whole chunk with more of the call after it reads its inner gradients' weights from w itself
+       (the piece reads them before it updates w in place): no copy. The call's last piece copies, so
+       that w_chunk, s_chunk end as the start of the chunk the next call continues (or the last one). */
+    int whole_inner = off == 0 && len == m->b && t + len < T;
+    if (off == 0 && !whole_inner) {
       memcpy(wchunk, w, hs * sizeof(float));
       memcpy(schunk, s, hs * sizeof(float));
     }
@@ -4566,8 +4570,8 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
     }
     titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld, bf->qk[1] + base + t * ld,
                               bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
-                              bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, wchunk, w, s,
-                              w, s, len, wk);
+                              bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H,
+                              whole_inner ? w : wchunk, w, s, w, s, len, wk);
     if (off + len == m->b) {
       titans__mem_flush_subnormal(w, hs);
       titans__mem_flush_subnormal(s, hs);
