@@ -4828,13 +4828,12 @@ TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, co
   size_t at = (row * m.H + head) * m.head_size;
   float *w = st->w + at, *s = st->s + at, *wc = st->w_chunk + at, *sc = st->s_chunk + at;
   /* Each call starts a chunk of its own: the inner gradients of its first b pairs are taken at the
-     current weights, and so on. */
+     current weights, and so on. Every piece starts a chunk, so it reads them from w itself (before its
+     in-place update); w_chunk, s_chunk are set once, below. */
   for (size_t t = 0; t < n; t += m.b) {
     size_t len = n - t < m.b ? n - t : m.b;
-    memcpy(wc, w, m.head_size * sizeof(float));
-    memcpy(sc, s, m.head_size * sizeof(float));
     titans__mem_piece_forward(&m, st->cfg.residual, NULL, keys + t * m.dh, keys + t * m.dh, values + t * m.dh, m.dh,
-                              theta + t, eta ? eta + t : zeros, alpha ? alpha + t : zeros, 1, wc, w, s, w, s, len,
+                              theta + t, eta ? eta + t : zeros, alpha ? alpha + t : zeros, 1, w, w, s, w, s, len,
                               &wk);
   }
   memcpy(wc, w, m.head_size * sizeof(float));
