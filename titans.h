@@ -3945,6 +3945,41 @@ static void titans__rowdot_acc(float *out, float sign, const float *a, const flo
   for (size_t t = 0; t < n; t++) out[t] += sign * titans__dot(a + t * w, b + t * w, w);
 }
 
+/* The gradient through the decay terms of the chunk-end state W' = A_n W + B_n S (+ ...), S' = E_n S
+   (+ ...), from dWe = dL/dW', dSe = dL/dS' [sz]: dW = A_n dWe, dS = B_n dWe + E_n dSe, and
+   dots = (dWe . W, dWe . S, dSe . S) for dA_n, dB_n, dE_n. One pass over the six arrays (six passes
+   before, the backward's largest elementwise cost); every value rounds as titans__axpy_set,
+   titans__axpy and titans__dot round it. */
+static void titans__mem_end_state_grad(float *dW, float *dS, float dots[3], const float *dWe, const float *dSe,
+                                       const float *w, const float *s, float An, float Bn, float En, size_t sz) {
+  titans__vf vA = titans__vset1(An), vB = titans__vset1(Bn), vE = titans__vset1(En), vz = titans__vset1(0.0f);
+  titans__vf accW = vz, accWS = vz, accS = vz;
+  size_t i = 0;
+  for (; i + TITANS__VW <= sz; i += TITANS__VW) {
+    titans__vf dwe = titans__vload(dWe + i), dse = titans__vload(dSe + i);
+    titans__vf wv = titans__vload(w + i), sv = titans__vload(s + i);
+    titans__vstore(dW + i, titans__vfma(vA, dwe, vz));
+    titans__vstore(dS + i, titans__vfma(vE, dse, titans__vfma(vB, dwe, vz)));
+    accW = titans__vfma(dwe, wv, accW);
+    accWS = titans__vfma(dwe, sv, accWS);
+    accS = titans__vfma(dse, sv, accS);
+  }
+  float dw = titans__vsum(accW), dws = titans__vsum(accWS), ds = titans__vsum(accS);
+  for (size_t j = i; j < sz; j++) {
+    float zw = 0.0f, zs = 0.0f;
+    zw += An * dWe[j];
+    zs += Bn * dWe[j];
+    dW[j] = zw;
+    dS[j] = zs + En * dSe[j];
+  }
+  for (size_t j = i; j < sz; j++) dw += dWe[j] * w[j];
+  for (size_t j = i; j < sz; j++) dws += dWe[j] * s[j];
+  for (size_t j = i; j < sz; j++) ds += dSe[j] * s[j];
+  dots[0] = dw;
+  dots[1] = dws;
+  dots[2] = ds;
+}
+
 /* Backward of one whole chunk (piece starting at a chunk start, so the inner gradients are taken at w).
    Inputs: the chunk's q, k, v, gates as in the forward; w, s [head_size] the state at the chunk start;
    dy [n, ld] the gradient of y; wk->dWend, wk->dSend the gradient of the state after the chunk.
@@ -3981,12 +4016,11 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
   for (size_t i = 0; i < L; i++) {
     size_t ni = m->n[i], no = m->n[i + 1], sz = ni * no, o = m->wofs[i];
     const float *dWe = wk->dWend + o, *dSe = wk->dSend + o;
-    titans__axpy_set(wk->dW + o, An, dWe, sz);
-    titans__axpy_set(wk->dS + o, Bn, dWe, sz);
-    titans__axpy(wk->dS + o, En, dSe, sz);
-    wk->dA[n - 1] += titans__dot(dWe, w + o, sz);
-    wk->dB[n - 1] += titans__dot(dWe, s + o, sz);
-    wk->dE[n - 1] += titans__dot(dSe, s + o, sz);
+    float dots[3];
+    titans__mem_end_state_grad(wk->dW + o, wk->dS + o, dots, dWe, dSe, w + o, s + o, An, Bn, En, sz);
+    wk->dA[n - 1] += dots[0];
+    wk->dB[n - 1] += dots[1];
+    wk->dE[n - 1] += dots[2];
     /* through ak: R1 = delta dW', R2 = delta dS' [n, ni] */
     titans_gemm(0, 0, n, ni, no, 1.0f, wk->delta[i], no, dWe, ni, 0.0f, wk->tmp, ni);
     titans_gemm(0, 0, n, ni, no, 1.0f, wk->delta[i], no, dSe, ni, 0.0f, wk->tmp2, ni);
@@ -4523,6 +4557,45 @@ static void titans__mem_flush_subnormal(float *x, size_t n) {
     if (fabsf(x[i]) < FLT_MIN) x[i] = 0.0f;
 }
 
+/* dst [n] := x [n], after flushing x's subnormals in place when flush is set (as
+   titans__mem_flush_subnormal), in one pass. dst is written with non-temporal stores where the CPU has
+   them and dst is aligned: training writes every chunk's end state into the context, read again only by
+   the backward, hundreds of MB later, so caching those lines (and reading each one from memory before
+   writing it) only evicts the running state, which x keeps hot for the next chunk. */
+static void titans__mem_state_out(float *dst, float *x, size_t n, int flush) {
+  titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
+  size_t i = 0;
+#if defined(TITANS__AVX512) || defined(TITANS__AVX2)
+  if ((uintptr_t)dst % (TITANS__VW * sizeof(float)) == 0) {
+    for (; i + TITANS__VW <= n; i += TITANS__VW) {
+      titans__vf v = titans__vload(x + i);
+      if (flush) {
+        v = titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v);
+        titans__vstore(x + i, v);
+      }
+#ifdef TITANS__AVX512
+      _mm512_stream_ps(dst + i, v);
+#else
+      _mm256_stream_ps(dst + i, v);
+#endif
+    }
+    _mm_sfence(); /* the streamed lines reach memory before any later store (another thread reads them) */
+  }
+#endif
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf v = titans__vload(x + i);
+    if (flush) {
+      v = titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v);
+      titans__vstore(x + i, v);
+    }
+    titans__vstore(dst + i, v);
+  }
+  for (; i < n; i++) {
+    if (flush && fabsf(x[i]) < FLT_MIN) x[i] = 0.0f;
+    dst[i] = x[i];
+  }
+}
+
 /* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
    into states [nchunks + 1, 2, head_size] when not NULL. */
 static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
@@ -4530,27 +4603,26 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
                                   size_t h, size_t T, titans__mem_work *wk) {
   size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size, c = 0;
   if (states && position % (long long)m->b == 0) {
-    /* Training: chunk c reads its start state from states[c] and writes its end state straight into
-       states[c + 1] (no per-chunk copies); the running and chunk-start states are set once at the end,
-       to what the chunk-by-chunk loop below leaves in them. */
-    memcpy(states, w, hs * sizeof(float));
-    memcpy(states + hs, s, hs * sizeof(float));
+    /* Training: every piece starts a chunk; it updates the running state (w, s) in place, which stays
+       in cache for the next chunk, and its end state is streamed out to states[c + 1] for the backward
+       (one write of each line, no read of it). The chunk-start state is set once at the end. */
+    titans__mem_state_out(states, w, hs, 0);
+    titans__mem_state_out(states + hs, s, hs, 0);
     for (size_t t = 0; t < T; c++) {
       size_t len = T - t < m->b ? T - t : m->b;
-      float *wc = states + c * 2 * hs, *sc = wc + hs, *wn = wc + 2 * hs, *sn = wn + hs;
+      float *wn = states + (c + 1) * 2 * hs, *sn = wn + hs;
       titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld,
                                 bf->qk[1] + base + t * ld, bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
-                                bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, wc, wc, sc, wn,
-                                sn, len, wk);
-      if (len == m->b) titans__mem_flush_subnormal(wn, 2 * hs); /* wn, sn adjacent */
+                                bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, w, w, s, w,
+                                s, len, wk);
+      titans__mem_state_out(wn, w, hs, len == m->b);
+      titans__mem_state_out(sn, s, hs, len == m->b);
       t += len;
     }
     if (c > 0) {
       memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float));
       memcpy(schunk, states + (c - 1) * 2 * hs + hs, hs * sizeof(float));
     }
-    memcpy(w, states + c * 2 * hs, hs * sizeof(float));
-    memcpy(s, states + c * 2 * hs + hs, hs * sizeof(float));
     return;
   }
   for (size_t t = 0; t < T; c++) {
