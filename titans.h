@@ -4542,59 +4542,53 @@ static int titans__mem_ctx_reserve(titans_mem_ctx *ctx, const titans__mem_dims *
   return TITANS_OK;
 }
 
-/* Sets the floats of x [n] whose magnitude is below FLT_MIN (subnormals) to zero. The memory decays by
-   (1 - alpha) per token: without this, a long stream leaves most of the state subnormal, and arithmetic
-   on subnormals is slow on many CPUs. Called on (W, S) at every chunk end, in training and inference
-   alike, so both see the same state; a no-op on a state without subnormals (bit-identical results). */
-static void titans__mem_flush_subnormal(float *x, size_t n) {
-  titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
-  size_t i = 0;
-  for (; i + TITANS__VW <= n; i += TITANS__VW) {
-    titans__vf v = titans__vload(x + i);
-    titans__vstore(x + i, titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v));
-  }
-  for (; i < n; i++)
-    if (fabsf(x[i]) < FLT_MIN) x[i] = 0.0f;
+/* p[0 .. VW) := v by a non-temporal store where the CPU has one (p aligned to the vector), else a store. */
+static inline void titans__vstream(float *p, titans__vf v) {
+#if defined(TITANS__AVX512)
+  _mm512_stream_ps(p, v);
+#elif defined(TITANS__AVX2)
+  _mm256_stream_ps(p, v);
+#else
+  titans__vstore(p, v);
+#endif
 }
 
-/* dst [n] := x [n], after flushing x's subnormals in place when flush is set (as
-   titans__mem_flush_subnormal), in one pass. dst is written with non-temporal stores where the CPU has
-   them and dst is aligned: training writes every chunk's end state into the context, read again only by
-   the backward, hundreds of MB later, so caching those lines (and reading each one from memory before
-   writing it) only evicts the running state, which x keeps hot for the next chunk. */
+/* When flush is set, sets the floats of x [n] whose magnitude is below FLT_MIN (subnormals) to zero;
+   then, when dst is not NULL, copies x into dst [n], in the same pass. The memory decays by
+   (1 - alpha) per token: without the flush, a long stream leaves most of the state subnormal, and
+   arithmetic on subnormals is slow on many CPUs. It runs on (W, S) at every chunk end, in training and
+   inference alike, so both see the same state; a no-op on a state without subnormals (bit-identical
+   results). dst is written with non-temporal stores where the CPU has them and dst is aligned: training
+   writes every chunk's end state into the context, read again only by the backward, hundreds of MB
+   later, so caching those lines (and reading each one from memory before writing it) only evicts the
+   running state, which x keeps hot for the next chunk. */
 static void titans__mem_state_out(float *dst, float *x, size_t n, int flush) {
   titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
-  size_t i = 0;
 #if defined(TITANS__AVX512) || defined(TITANS__AVX2)
-  if ((uintptr_t)dst % (TITANS__VW * sizeof(float)) == 0) {
-    for (; i + TITANS__VW <= n; i += TITANS__VW) {
-      titans__vf v = titans__vload(x + i);
-      if (flush) {
-        v = titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v);
-        titans__vstore(x + i, v);
-      }
-#ifdef TITANS__AVX512
-      _mm512_stream_ps(dst + i, v);
+  int stream = dst && (uintptr_t)dst % (TITANS__VW * sizeof(float)) == 0;
 #else
-      _mm256_stream_ps(dst + i, v);
+  int stream = 0;
 #endif
-    }
-    _mm_sfence(); /* the streamed lines reach memory before any later store (another thread reads them) */
-  }
-#endif
+  size_t i = 0;
   for (; i + TITANS__VW <= n; i += TITANS__VW) {
     titans__vf v = titans__vload(x + i);
     if (flush) {
       v = titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v);
       titans__vstore(x + i, v);
     }
-    titans__vstore(dst + i, v);
+    if (stream) titans__vstream(dst + i, v);
+    else if (dst) titans__vstore(dst + i, v);
   }
+#if defined(TITANS__AVX512) || defined(TITANS__AVX2)
+  if (stream) _mm_sfence(); /* the streamed lines reach memory before any later store (another thread reads them) */
+#endif
   for (; i < n; i++) {
     if (flush && fabsf(x[i]) < FLT_MIN) x[i] = 0.0f;
-    dst[i] = x[i];
+    if (dst) dst[i] = x[i];
   }
 }
+
+static void titans__mem_flush_subnormal(float *x, size_t n) { titans__mem_state_out(NULL, x, n, 1); }
 
 /* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
    into states [nchunks + 1, 2, head_size] when not NULL. */
@@ -4619,10 +4613,8 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
       titans__mem_state_out(sn, s, hs, len == m->b);
       t += len;
     }
-    if (c > 0) {
-      memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float));
-      memcpy(schunk, states + (c - 1) * 2 * hs + hs, hs * sizeof(float));
-    }
+    memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float)); /* c >= 1: T > 0 */
+    memcpy(schunk, states + (c - 1) * 2 * hs + hs, hs * sizeof(float));
     return;
   }
   for (size_t t = 0; t < T; c++) {
