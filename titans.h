@@ -1549,6 +1549,12 @@ TITANSDEF void titans_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, siz
    a vector shared by R FMAs is loaded R times (measured 2x slower for tiles of <= 4 rows). */
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(TITANS__AVX512) || defined(TITANS__AVX2))
 #define TITANS__GEMM_INREG(x) __asm__("" : "+v"(x))
+#elif defined(__GNUC__) && TITANS__VW == 1
+/* The scalar build: GCC 12 (-O2, -O3) vectorized the 8-row direct tile by building a row's op(B)
+   values with loads of that row and the three after it, used one, and so read up to three rows past
+   the end of B (a crash when B ended at the end of a mapping; test_gemm's guard pages). An opaque
+   value keeps that loop out of the vectorizer. */
+#define TITANS__GEMM_INREG(x) __asm__("" : "+g"(x))
 #else
 #define TITANS__GEMM_INREG(x) ((void)0)
 #endif

@@ -1,7 +1,10 @@
 /* test_gemm: the fast titans_gemm against the scalar titans_gemm_ref over many shapes, the four
    layouts, alpha/beta combinations, leading dimensions larger than the widths (padding must stay
    untouched and is never read), beta == 0 over a NaN-filled C, and bit-identical results for 1 and 2
-   threads; the multiply-add counter of TITANS_COUNT_FLOPS (bench_model's flops). */
+   threads; the multiply-add counter of TITANS_COUNT_FLOPS (bench_model's flops); and, where the
+   system has mmap, that no method reads a float outside its operands (each one placed against an
+   unmapped page). */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS and sigsetjmp under -std=c11 */
 #define TITANS_IMPLEMENTATION
 #define TITANS_COUNT_FLOPS
 #include "titans.h"
@@ -99,6 +102,61 @@ static void report(const char *what, int ta, int tb, const stats *st) {
            what, layout_name(ta, tb));
 }
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#define HAVE_GUARD_PAGES 1
+
+/* n floats of a mapping placed against a page that cannot be read: their last float just before it
+   (after == 0), or their first float just after it (after == 1). A read past the end (or before the
+   start) of the operand faults, even a read whose value the kernel then throws away, which the NaN
+   padding of one() cannot see. */
+typedef struct guarded {
+  char *base;
+  size_t bytes;
+  float *p; /* [n] */
+} guarded;
+
+static int guarded_alloc(guarded *g, size_t n, int after, titans_rng *rng) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (n ? n : 1) * sizeof(float);
+  size_t span = (bytes + page - 1) / page * page;
+  g->bytes = span + page;
+  g->base = mmap(NULL, g->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (g->base == MAP_FAILED) return 0;
+  if (mprotect(after ? g->base : g->base + span, page, PROT_NONE) != 0) return 0;
+  g->p = (float *)(after ? g->base + page : g->base + span - bytes);
+  fill(g->p, n, rng);
+  return 1;
+}
+
+static sigjmp_buf fault_jump;
+static void on_fault(int sig) { siglongjmp(fault_jump, sig); }
+
+/* titans_gemm on tight operands (ld = width) each against a guard page; returns the signal, 0 if none. */
+static int guarded_gemm(int ta, int tb, size_t m, size_t n, size_t k, int after, titans_rng *rng) {
+  guarded a, b, c;
+  if (!guarded_alloc(&a, m * k, after, rng) || !guarded_alloc(&b, k * n, after, rng) ||
+      !guarded_alloc(&c, m * n, after, rng))
+    return -1;
+  struct sigaction act, old_segv, old_bus;
+  memset(&act, 0, sizeof(act));
+  act.sa_handler = on_fault;
+  sigemptyset(&act.sa_mask);
+  sigaction(SIGSEGV, &act, &old_segv);
+  sigaction(SIGBUS, &act, &old_bus);
+  int sig = sigsetjmp(fault_jump, 1);
+  if (sig == 0) titans_gemm(ta, tb, m, n, k, 1.0f, a.p, ta ? m : k, b.p, tb ? k : n, 0.5f, c.p, n);
+  sigaction(SIGSEGV, &old_segv, NULL);
+  sigaction(SIGBUS, &old_bus, NULL);
+  munmap(a.base, a.bytes);
+  munmap(b.base, b.bytes);
+  munmap(c.base, c.bytes);
+  return sig;
+}
+#endif
+
 static const float alphas[] = {1.0f, 0.5f, -1.5f, 1.0f, 2.0f, 0.0f};
 static const float betas[] = {0.0f, 1.0f, 0.25f, -1.0f, 0.0f, 0.5f};
 
@@ -178,6 +236,42 @@ int main(void) {
              titans_gemm_madds() - before, 1000ULL * 120);
 #endif
   }
+
+#ifdef HAVE_GUARD_PAGES
+  /* No method reads outside its operands: every layout, over shapes that reach each method and its
+     edge tiles, with A, B and C tight (ld = width) and each against an unmapped page, after its last
+     float and then before its first. One thread: the fault handler must run on the thread that
+     called. (GCC 12 at -O2 and -O3 vectorized the scalar build's 8-row direct tile with loads of
+     three rows past the one it used: a crash whenever op(B) ended at the end of a mapping.) */
+  {
+#ifdef _OPENMP
+    int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+#endif
+    static const size_t shp[][3] = {{1, 1, 1},     {8, 2, 64},     {128, 256, 64},  {7, 33, 17},  {17, 31, 257},
+                                    {3, 5, 1100},  {33, 7, 1030},  {300, 200, 500}, {16, 2048, 300},
+                                    {1024, 16, 256}, {2048, 5, 300}, {1024, 64, 64}, {2, 2048, 1024},
+                                    {13, 1999, 333}, {12, 2100, 1030}};
+    for (int layout = 0; layout < 4; layout++) {
+      int ta = layout >> 1, tb = layout & 1, faults = 0, calls = 0;
+      char first[96] = "";
+      for (size_t t = 0; t < sizeof(shp) / sizeof(shp[0]); t++)
+        for (int after = 0; after < 2; after++, calls++) {
+          int sig = guarded_gemm(ta, tb, shp[t][0], shp[t][1], shp[t][2], after, &rng);
+          if (sig != 0 && faults++ == 0)
+            snprintf(first, sizeof(first), " (first: %zux%zux%zu, guard %s, %s)", shp[t][0], shp[t][1],
+                     shp[t][2], after ? "before" : "after", sig < 0 ? "mmap failed" : "fault");
+        }
+      th_check(faults == 0, "%s: %d calls with A, B, C against unmapped pages, %d read outside them%s",
+               layout_name(ta, tb), calls, faults, first);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(saved_threads);
+#endif
+  }
+#else
+  printf("  (no mmap here: the guard-page check is skipped)\n");
+#endif
 
 #ifdef _OPENMP
   /* Bit-identical for 1 and 2 threads, and when called from inside a parallel region. Every shape has
