@@ -2008,6 +2008,35 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, float *c /* [m, 
     acc[j] = _mm512_setzero_ps();
   }
   size_t p = 0;
+  if (G == 1 && nj == 16) {
+    /* Row j = 4 g + r of B lies at r_g + r ldb: four moving row pointers and three strides (ldb, 2 ldb,
+       3 ldb, in bytes, as the index of each load) address all sixteen rows, where sixteen pointers
+       outgrow x86-64's general registers (GCC reloaded five from the stack every k step). */
+    const char *r0 = (const char *)b, *r1 = r0 + 4 * ldb * sizeof(float), *r2 = r1 + 4 * ldb * sizeof(float),
+               *r3 = r2 + 4 * ldb * sizeof(float);
+    const size_t l1 = ldb * sizeof(float), l2 = 2 * l1, l3 = 3 * l1;
+#define TITANS__TDOT_ROW(rp, off) _mm512_set1_ps(*(const float *)(const void *)((rp) + (off)))
+    for (; p < k; p++, at += 16, r0 += 4, r1 += 4, r2 += 4, r3 += 4) {
+      __m512 av = _mm512_loadu_ps(at);
+      acc[0] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r0, 0), av, acc[0]);
+      acc[1] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r0, l1), av, acc[1]);
+      acc[2] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r0, l2), av, acc[2]);
+      acc[3] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r0, l3), av, acc[3]);
+      acc[4] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r1, 0), av, acc[4]);
+      acc[5] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r1, l1), av, acc[5]);
+      acc[6] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r1, l2), av, acc[6]);
+      acc[7] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r1, l3), av, acc[7]);
+      acc[8] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r2, 0), av, acc[8]);
+      acc[9] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r2, l1), av, acc[9]);
+      acc[10] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r2, l2), av, acc[10]);
+      acc[11] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r2, l3), av, acc[11]);
+      acc[12] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r3, 0), av, acc[12]);
+      acc[13] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r3, l1), av, acc[13]);
+      acc[14] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r3, l2), av, acc[14]);
+      acc[15] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r3, l3), av, acc[15]);
+    }
+#undef TITANS__TDOT_ROW
+  }
   for (; p + G <= k; p += G, at += 16) {
     __m512 av = _mm512_loadu_ps(at);
     if (G >= 4 && p % 16 == 0 && p + 128 < k) /* 16 row streams: help the prefetcher, 8 lines ahead */
@@ -3874,11 +3903,150 @@ static void titans__mem_bound_steps_backward(const titans__mem_dims *m, titans__
    Writes y [n, ld] (unless y is NULL). When w_out / s_out are not NULL, writes the state after the piece there (they may
    alias w / s: the update is done in place after every read of the old state). Leaves in wk everything
    the backward needs. */
+/* p[0 .. VW) := v by a non-temporal store where the CPU has one (p aligned to the vector), else a store. */
+static inline void titans__vstream(float *p, titans__vf v) {
+#if defined(TITANS__AVX512)
+  _mm512_stream_ps(p, v);
+#elif defined(TITANS__AVX2)
+  _mm256_stream_ps(p, v);
+#else
+  titans__vstore(p, v);
+#endif
+}
+
+/* When flush is set, sets the floats of x [n] whose magnitude is below FLT_MIN (subnormals) to zero;
+   then, when dst is not NULL, copies x into dst [n], in the same pass. The memory decays by
+   (1 - alpha) per token: without the flush, a long stream leaves most of the state subnormal, and
+   arithmetic on subnormals is slow on many CPUs. (W, S) are flushed at every chunk end, in training and
+   inference alike, so both see the same state (by titans__mem_state_update in the same pass as the
+   update, by this function where a layer's width is not a multiple of the vector width); a no-op on a
+   state without subnormals (bit-identical results). dst is written with non-temporal stores where the CPU has them and dst is aligned: training
+   writes every chunk's end state into the context, read again only by the backward, hundreds of MB
+   later, so caching those lines (and reading each one from memory before writing it) only evicts the
+   running state, which x keeps hot for the next chunk. */
+static void titans__mem_state_out(float *dst, float *x, size_t n, int flush) {
+  titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
+#if defined(TITANS__AVX512) || defined(TITANS__AVX2)
+  int stream = dst && (uintptr_t)dst % (TITANS__VW * sizeof(float)) == 0;
+#else
+  int stream = 0;
+#endif
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) {
+    titans__vf v = titans__vload(x + i);
+    if (flush) {
+      v = titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v);
+      titans__vstore(x + i, v);
+    }
+    if (stream) titans__vstream(dst + i, v);
+    else if (dst) titans__vstore(dst + i, v);
+  }
+#if defined(TITANS__AVX512) || defined(TITANS__AVX2)
+  if (stream) _mm_sfence(); /* the streamed lines reach memory before any later store (another thread reads them) */
+#endif
+  for (; i < n; i++) {
+    if (flush && fabsf(x[i]) < FLT_MIN) x[i] = 0.0f;
+    if (dst) dst[i] = x[i];
+  }
+}
+
+
+/* Where a chunk's end state goes besides (W, S) themselves: copies w_copy, s_copy [head_size] (NULL:
+   none; training keeps every chunk's end state for the backward), and whether its subnormals are
+   flushed first (at every chunk end: titans__mem_state_out says why). */
+typedef struct titans__mem_sink {
+  float *w_copy, *s_copy;
+  int flush;
+} titans__mem_sink;
+
+/* One R x NV tile of titans__mem_state_update: rows o .. o + R of W and S [no, ni], vectors j .. j + NV. */
+TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV, float *wo, float *so, const float *w,
+                                                 const float *s, float *wc, float *sc, int flush, int stream,
+                                                 titans__vf vA, titans__vf vB, titans__vf vE, const float *delta,
+                                                 const float *tc, const float *td, size_t n, size_t no, size_t ni,
+                                                 size_t o, size_t j) {
+  titans__vf aw[4 * 2], as[4 * 2]; /* [R][NV] sums over the tokens */
+  TITANS__GEMM_UNROLL
+  for (size_t z = 0; z < R * NV; z++) aw[z] = as[z] = titans__vset1(0.0f);
+  for (size_t t = 0; t < n; t++) {
+    titans__vf c[2], d[2];
+    TITANS__GEMM_UNROLL
+    for (size_t v = 0; v < NV; v++) {
+      c[v] = titans__vload(tc + t * ni + j + v * TITANS__VW);
+      d[v] = titans__vload(td + t * ni + j + v * TITANS__VW);
+    }
+    TITANS__GEMM_UNROLL
+    for (size_t r = 0; r < R; r++) {
+      titans__vf e = titans__vset1(delta[t * no + o + r]);
+      TITANS__GEMM_UNROLL
+      for (size_t v = 0; v < NV; v++) {
+        aw[r * NV + v] = titans__vfma(e, c[v], aw[r * NV + v]);
+        as[r * NV + v] = titans__vfma(e, d[v], as[r * NV + v]);
+      }
+    }
+  }
+  TITANS__GEMM_UNROLL
+  for (size_t r = 0; r < R; r++)
+    TITANS__GEMM_UNROLL
+    for (size_t v = 0; v < NV; v++) {
+      size_t x = (o + r) * ni + j + v * TITANS__VW;
+      titans__vf wv = titans__vload(w + x), sv = titans__vload(s + x);
+      titans__vf nw = titans__vsub(titans__vadd(titans__vmul(vA, wv), titans__vmul(vB, sv)), aw[r * NV + v]);
+      titans__vf ns = titans__vsub(titans__vmul(vE, sv), as[r * NV + v]);
+      if (flush) {
+        titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
+        nw = titans__ops_vsel_lt(titans__ops_vabs(nw), lim, zero, nw);
+        ns = titans__ops_vsel_lt(titans__ops_vabs(ns), lim, zero, ns);
+      }
+      titans__vstore(wo + x, nw);
+      titans__vstore(so + x, ns);
+      if (stream) {
+        titans__vstream(wc + x, nw);
+        titans__vstream(sc + x, ns);
+      } else if (wc) {
+        titans__vstore(wc + x, nw);
+        titans__vstore(sc + x, ns);
+      }
+    }
+}
+
+/* The chunk-end state of one memory layer, in one pass over W and S [no, ni] (wo, so may be w, s):
+     W' = A_n W + B_n S - delta^T tc,   S' = E_n S - delta^T td
+   with delta [n, no] the chunk's inner-loss errors, tc = diag(C_n,.) ak and td = diag(D_n,.) ak [n, ni].
+   It was five passes (titans__ops_lincomb, two titans_gemm(1, 0, ...) rank-n updates, titans__ops_scale_to),
+   each reading or writing the whole 128 KiB state of a head from L2, and then a sixth, the sink's
+   (flush and copy, titans__mem_state_out). The values round as those did: each sum a chain of FMAs
+   over the tokens from zero, then (A_n W + B_n S) - sum. wc, sc [no, ni] (NULL: none) take a copy,
+   streamed when aligned. Needs ni % VW == 0. Returns whether it streamed (the caller fences). */
+static int titans__mem_state_update(float *wo, float *so, const float *w, const float *s, float *wc, float *sc,
+                                    int flush, float An, float Bn, float En, const float *delta, const float *tc,
+                                    const float *td, size_t n, size_t no, size_t ni) {
+  titans__vf vA = titans__vset1(An), vB = titans__vset1(Bn), vE = titans__vset1(En);
+#if defined(TITANS__AVX512) || defined(TITANS__AVX2)
+  const uintptr_t vbytes = TITANS__VW * sizeof(float);
+  int stream = wc && (uintptr_t)wc % vbytes == 0 && (uintptr_t)sc % vbytes == 0;
+#else
+  int stream = 0;
+#endif
+  size_t o = 0;
+  for (; o + 4 <= no; o += 4) {
+    size_t j = 0;
+    for (; j + 2 * TITANS__VW <= ni; j += 2 * TITANS__VW)
+      titans__mem_update_tile(4, 2, wo, so, w, s, wc, sc, flush, stream, vA, vB, vE, delta, tc, td, n, no, ni, o, j);
+    for (; j < ni; j += TITANS__VW)
+      titans__mem_update_tile(4, 1, wo, so, w, s, wc, sc, flush, stream, vA, vB, vE, delta, tc, td, n, no, ni, o, j);
+  }
+  for (; o < no; o++)
+    for (size_t j = 0; j < ni; j += TITANS__VW)
+      titans__mem_update_tile(1, 1, wo, so, w, s, wc, sc, flush, stream, vA, vB, vE, delta, tc, td, n, no, ni, o, j);
+  return stream;
+}
+
 static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
                                       const float *k, const float *v, size_t ld, const float *theta,
                                       const float *eta, const float *alpha, size_t gstride, const float *wgrad,
-                                      const float *w, const float *s, float *w_out, float *s_out, size_t n,
-                                      titans__mem_work *wk) {
+                                      const float *w, const float *s, float *w_out, float *s_out,
+                                      const titans__mem_sink *sink, size_t n, titans__mem_work *wk) {
   const size_t L = m->L, dh = m->dh;
   for (size_t t = 0; t < n; t++) {
     wk->th[t] = theta[t * gstride];
@@ -3928,22 +4096,41 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
       for (size_t j = 0; j < dh; j++)
         y[t * ld + j] = wk->zq[L - 1][t * dh + j] + (residual ? wk->aq[0][t * dh + j] : 0.0f);
 
-  /* State after the piece: W' = A_n W + B_n S - delta^T diag(C_n,.) ak, S' = E_n S - delta^T diag(D_n,.) ak.
-     W' first: it reads the old S, which the S update then overwrites. */
+  /* State after the piece: W' = A_n W + B_n S - delta^T diag(C_n,.) ak, S' = E_n S - delta^T diag(D_n,.) ak,
+     then the sink's flush and copies. W' first: it reads the old S, which the S update then overwrites. */
   if (!w_out) return;
   const float *crow = wk->cC + (n - 1) * n, *drow = wk->cD + (n - 1) * n;
   float An = wk->cA[n - 1], Bn = wk->cB[n - 1], En = wk->cE[n - 1];
+  int flush = sink && sink->flush, streamed = 0;
   for (size_t i = 0; i < L; i++) {
     size_t ni = m->n[i], no = m->n[i + 1], sz = ni * no;
     const float *wi = w + m->wofs[i], *si = s + m->wofs[i];
     float *wo = w_out + m->wofs[i], *so = s_out + m->wofs[i];
+    float *wc = sink && sink->w_copy ? sink->w_copy + m->wofs[i] : NULL;
+    float *sc = sink && sink->s_copy ? sink->s_copy + m->wofs[i] : NULL;
+    if (ni % TITANS__VW == 0) {
+      titans__scale_rows(wk->tmp, crow, wk->ak[i], n, ni);
+      titans__scale_rows(wk->tmp2, drow, wk->ak[i], n, ni);
+      streamed |= titans__mem_state_update(wo, so, wi, si, wc, sc, flush, An, Bn, En, wk->delta[i], wk->tmp, wk->tmp2,
+                                           n, no, ni);
+      continue;
+    }
     titans__ops_lincomb(wo, An, wi, Bn, si, sz);
     titans__scale_rows(wk->tmp, crow, wk->ak[i], n, ni);
     titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, wo, ni);
     titans__ops_scale_to(so, si, En, sz);
     titans__scale_rows(wk->tmp, drow, wk->ak[i], n, ni);
     titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, so, ni);
+    if (flush || wc) {
+      titans__mem_state_out(wc, wo, sz, flush);
+      titans__mem_state_out(sc, so, sz, flush);
+    }
   }
+#if defined(TITANS__AVX512) || defined(TITANS__AVX2)
+  if (streamed) _mm_sfence(); /* as in titans__mem_state_out */
+#else
+  (void)streamed;
+#endif
 }
 
 /* rowdot[t] = sum_j a[t, j] b[t, j] over [n, w], added into out[t] scaled by sign */
@@ -3997,7 +4184,8 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
                                        const float *eta, const float *alpha, size_t gstride, const float *w,
                                        const float *s, size_t n, titans__mem_work *wk) {
   const size_t L = m->L, dh = m->dh, hs = m->head_size;
-  titans__mem_piece_forward(m, residual, NULL, q, k, v, ld, theta, eta, alpha, gstride, w, w, s, NULL, NULL, n, wk);
+  titans__mem_piece_forward(m, residual, NULL, q, k, v, ld, theta, eta, alpha, gstride, w, w, s, NULL, NULL, NULL, n,
+                            wk);
   (void)hs; /* wk->dW, wk->dS are set (not accumulated) by their first writes below */
   memset(wk->dA, 0, n * sizeof(float));
   memset(wk->dB, 0, n * sizeof(float));
@@ -4548,54 +4736,6 @@ static int titans__mem_ctx_reserve(titans_mem_ctx *ctx, const titans__mem_dims *
   return TITANS_OK;
 }
 
-/* p[0 .. VW) := v by a non-temporal store where the CPU has one (p aligned to the vector), else a store. */
-static inline void titans__vstream(float *p, titans__vf v) {
-#if defined(TITANS__AVX512)
-  _mm512_stream_ps(p, v);
-#elif defined(TITANS__AVX2)
-  _mm256_stream_ps(p, v);
-#else
-  titans__vstore(p, v);
-#endif
-}
-
-/* When flush is set, sets the floats of x [n] whose magnitude is below FLT_MIN (subnormals) to zero;
-   then, when dst is not NULL, copies x into dst [n], in the same pass. The memory decays by
-   (1 - alpha) per token: without the flush, a long stream leaves most of the state subnormal, and
-   arithmetic on subnormals is slow on many CPUs. It runs on (W, S) at every chunk end, in training and
-   inference alike, so both see the same state; a no-op on a state without subnormals (bit-identical
-   results). dst is written with non-temporal stores where the CPU has them and dst is aligned: training
-   writes every chunk's end state into the context, read again only by the backward, hundreds of MB
-   later, so caching those lines (and reading each one from memory before writing it) only evicts the
-   running state, which x keeps hot for the next chunk. */
-static void titans__mem_state_out(float *dst, float *x, size_t n, int flush) {
-  titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
-#if defined(TITANS__AVX512) || defined(TITANS__AVX2)
-  int stream = dst && (uintptr_t)dst % (TITANS__VW * sizeof(float)) == 0;
-#else
-  int stream = 0;
-#endif
-  size_t i = 0;
-  for (; i + TITANS__VW <= n; i += TITANS__VW) {
-    titans__vf v = titans__vload(x + i);
-    if (flush) {
-      v = titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v);
-      titans__vstore(x + i, v);
-    }
-    if (stream) titans__vstream(dst + i, v);
-    else if (dst) titans__vstore(dst + i, v);
-  }
-#if defined(TITANS__AVX512) || defined(TITANS__AVX2)
-  if (stream) _mm_sfence(); /* the streamed lines reach memory before any later store (another thread reads them) */
-#endif
-  for (; i < n; i++) {
-    if (flush && fabsf(x[i]) < FLT_MIN) x[i] = 0.0f;
-    if (dst) dst[i] = x[i];
-  }
-}
-
-static void titans__mem_flush_subnormal(float *x, size_t n) { titans__mem_state_out(NULL, x, n, 1); }
-
 /* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
    into states [nchunks + 1, 2, head_size] when not NULL. */
 static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
@@ -4610,13 +4750,11 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
     titans__mem_state_out(states + hs, s, hs, 0);
     for (size_t t = 0; t < T; c++) {
       size_t len = T - t < m->b ? T - t : m->b;
-      float *wn = states + (c + 1) * 2 * hs, *sn = wn + hs;
+      titans__mem_sink sink = {states + (c + 1) * 2 * hs, states + (c + 1) * 2 * hs + hs, len == m->b};
       titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld,
                                 bf->qk[1] + base + t * ld, bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
                                 bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, w, w, s, w,
-                                s, len, wk);
-      titans__mem_state_out(wn, w, hs, len == m->b);
-      titans__mem_state_out(sn, s, hs, len == m->b);
+                                s, &sink, len, wk);
       t += len;
     }
     memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float)); /* c >= 1: T > 0 */
@@ -4638,14 +4776,11 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
       memcpy(states + c * 2 * hs, w, hs * sizeof(float));
       memcpy(states + c * 2 * hs + hs, s, hs * sizeof(float));
     }
+    titans__mem_sink sink = {NULL, NULL, off + len == m->b}; /* a chunk's end: flush */
     titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld, bf->qk[1] + base + t * ld,
                               bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
                               bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H,
-                              whole_inner ? w : wchunk, w, s, w, s, len, wk);
-    if (off + len == m->b) {
-      titans__mem_flush_subnormal(w, hs);
-      titans__mem_flush_subnormal(s, hs);
-    }
+                              whole_inner ? w : wchunk, w, s, w, s, &sink, len, wk);
     t += len;
   }
   if (states) {
@@ -4903,8 +5038,8 @@ TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, co
   for (size_t t = 0; t < n; t += m.b) {
     size_t len = n - t < m.b ? n - t : m.b;
     titans__mem_piece_forward(&m, st->cfg.residual, NULL, keys + t * m.dh, keys + t * m.dh, values + t * m.dh, m.dh,
-                              theta + t, eta ? eta + t : zeros, alpha ? alpha + t : zeros, 1, w, w, s, w, s, len,
-                              &wk);
+                              theta + t, eta ? eta + t : zeros, alpha ? alpha + t : zeros, 1, w, w, s, w, s, NULL,
+                              len, &wk);
   }
   memcpy(wc, w, m.head_size * sizeof(float));
   memcpy(sc, s, m.head_size * sizeof(float));

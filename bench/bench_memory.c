@@ -4,6 +4,9 @@
      ./build/default/bench_memory        adaptive: T = 2048 unless that would break the time budget
      ./build/default/bench_memory T R    fixed T tokens per row and R repetitions
      ./build/default/bench_memory T R N  and a long inference stream of N tokens (default 1M; 0 skips it)
+     ./build/default/bench_memory --one b threads T
+                                         one chunk size and thread count only, on one line with a hash
+                                         of the results (bench/ab.sh compares two titans.h with it)
 
    Layer: d = 256, H = 4, d_h = 64, L_M = 2, e = 4 (|W| = 32768 floats per head), K_c = 4, batch 4.
    Prints, for chunk sizes b = 16, 32, 64 on 1 and 2 threads, the forward (inference form) and the
@@ -540,7 +543,38 @@ static long_stream long_stream_run(size_t tokens, size_t block, int rounds) {
   return L;
 }
 
+/* FNV-1a over the bytes of x [n]: two builds whose results are bit-identical print the same hash. */
+static unsigned long long hash_floats(const float *x, size_t n, unsigned long long h) {
+  const unsigned char *p = (const unsigned char *)x;
+  for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+/* --one b threads T: one layer at one chunk size and thread count, forward and forward + backward
+   (one warm-up, then BENCH_MAX_REPS runs of each), printed on one line with a hash of the output, dx
+   and the weight gradients. bench/ab.sh runs it for two builds of titans.h in turns. */
+static int run_one(int argc, char **argv) {
+  long b = argc > 2 ? strtol(argv[2], NULL, 10) : 16, nt = argc > 3 ? strtol(argv[3], NULL, 10) : 1;
+  long T = argc > 4 ? strtol(argv[4], NULL, 10) : 1024;
+  if (b < 1 || b > 1024 || nt < 1 || nt > 64 || T < 1 || T > 65536)
+    die("usage", "bench_memory --one [chunk b (16)] [threads (1)] [T tokens per row (1024)]");
+  set_threads((int)nt);
+  layer ly;
+  layer_init(&ly, (int)b, BENCH_BATCH, (size_t)T);
+  stats f = time_runs(&ly, 0, BENCH_MAX_REPS), fb = time_runs(&ly, 1, BENCH_MAX_REPS);
+  size_t nx = ly.B * ly.T * BENCH_D;
+  unsigned long long h = hash_floats(ly.out, nx, 14695981039346656037ULL);
+  h = hash_floats(ly.dx, nx, h);
+  h = hash_floats(ly.grads, titans_mem_param_count(&ly.cfg), h);
+  printf("one: b %ld, threads %ld, B %zu, T %ld: forward best %.4f s median %.4f s, forward+backward best %.4f s "
+         "median %.4f s, results hash %016llx\n",
+         b, nt, ly.B, T, f.min, f.med, fb.min, fb.med, h);
+  layer_free(&ly);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--one") == 0) return run_one(argc, argv);
   static const int chunks[3] = {16, 32, 64};
   static const int threads[2] = {1, 2};
   int nthreads = 2;
