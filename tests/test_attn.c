@@ -3,6 +3,7 @@
    softmax in double, its analytic backward in double, central finite differences, and RoPE in long
    double. */
 
+#define _DEFAULT_SOURCE /* tests/guard.h: mmap's MAP_ANONYMOUS and sigsetjmp under -std=c11 */
 /* An allocator that can be told to fail, to check that allocation failures are returned, not fatal. */
 #include <stdlib.h>
 static long test_alloc_countdown = -1; /* fail the allocation when it reaches 0; -1 = never */
@@ -16,6 +17,7 @@ static void *test_malloc(size_t n) {
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
 #include "harness.h"
+#include "guard.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
@@ -767,6 +769,68 @@ static void test_errors(void) {
   free_prob(&p);
 }
 
+#ifdef TG_HAVE_GUARD_PAGES
+typedef struct guarded_attn {
+  size_t Tq, P, Tk, H, d_a;
+  int64_t window;
+  const int64_t *qpos, *kpos;
+  float *out, *lse, *q, *k, *v, *dout, *dq, *dk, *dv;
+  int rc_forward, rc_backward;
+} guarded_attn;
+
+static void guarded_attn_run(void *arg) {
+  guarded_attn *g = (guarded_attn *)arg;
+  g->rc_forward = titans_attention_forward(g->out, g->lse, g->q, g->k, g->v, g->qpos, g->kpos, g->Tq, g->P, g->Tk,
+                                           g->H, g->d_a, g->window);
+  g->rc_backward = titans_attention_backward(g->dq, g->dk, g->dv, g->dout, g->q, g->k, g->v, g->out, g->lse, g->qpos,
+                                             g->kpos, g->Tq, g->P, g->Tk, g->H, g->d_a, g->window);
+}
+
+/* The forward and backward read and write nothing outside their arrays: every array of the call tight
+   and against an unmapped page (tests/guard.h), after its last float and then before its first, over
+   shapes that reach the edge tiles (odd lengths, a prefix, a window, more keys than queries), on one
+   thread (the fault handler must run on the calling thread). */
+static void test_guard_pages(void) {
+  static const size_t shapes[][6] = {/* Tq, P, Tk, H, d_a, window */
+                                     {1, 0, 1, 1, 8, 0},    {17, 0, 17, 2, 8, 0},  {64, 3, 64, 2, 64, 0},
+                                     {130, 0, 130, 2, 64, 16}, {33, 2, 40, 4, 16, 0}, {70, 1, 70, 1, 24, 9}};
+#ifdef _OPENMP
+  int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+  int calls = 0, faults = 0, errors = 0;
+  char first[96] = "";
+  for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++)
+    for (int after = 0; after < 2; after++, calls++) {
+      size_t Tq = shapes[c][0], P = shapes[c][1], Tk = shapes[c][2], H = shapes[c][3], d_a = shapes[c][4];
+      size_t wq = Tq * H * d_a, wk = (P + Tk) * H * d_a;
+      int64_t *qpos = (int64_t *)malloc(Tq * sizeof(int64_t)), *kpos = (int64_t *)malloc(Tk * sizeof(int64_t));
+      for (size_t j = 0; j < Tk; j++) kpos[j] = (int64_t)j;
+      for (size_t i = 0; i < Tq; i++) qpos[i] = (int64_t)(Tk - Tq + i);
+      tg_block b[9];
+      guarded_attn g = {Tq, P, Tk, H, d_a, (int64_t)shapes[c][5], qpos, kpos,
+                        tg_alloc(&b[0], wq, after), tg_alloc(&b[1], Tq * H, after), tg_alloc(&b[2], wq, after),
+                        tg_alloc(&b[3], wk, after), tg_alloc(&b[4], wk, after), tg_alloc(&b[5], wq, after),
+                        tg_alloc(&b[6], wq, after), tg_alloc(&b[7], wk, after), tg_alloc(&b[8], wk, after), -1, -1};
+      int sig = g.out && g.lse && g.q && g.k && g.v && g.dout && g.dq && g.dk && g.dv ? tg_run(guarded_attn_run, &g) : -1;
+      if (sig == 0 && (g.rc_forward != TITANS_OK || g.rc_backward != TITANS_OK)) errors++;
+      if (sig != 0 && faults++ == 0)
+        snprintf(first, sizeof(first), " (first: Tq %zu, P %zu, Tk %zu, H %zu, d_a %zu, guard %s, %s)", Tq, P, Tk, H,
+                 d_a, after ? "before" : "after", sig < 0 ? "mmap failed" : "fault");
+      for (int j = 0; j < 9; j++) tg_free(&b[j]);
+      free(qpos);
+      free(kpos);
+    }
+#ifdef _OPENMP
+  omp_set_num_threads(saved_threads);
+#endif
+  th_check(faults == 0 && errors == 0,
+           "guard pages: %d forward + backward calls with every array against an unmapped page, %d read or wrote "
+           "outside them, %d returned an error%s",
+           calls, faults, errors, first);
+}
+#endif
+
 int main(void) {
   titans_rng_seed(&rng, 20250101);
   test_forward_backward_reference();
@@ -780,5 +844,10 @@ int main(void) {
   test_kv_cache();
   test_threads();
   test_errors();
+#ifdef TG_HAVE_GUARD_PAGES
+  test_guard_pages();
+#else
+  printf("  (no mmap here: the guard-page check is skipped)\n");
+#endif
   return th_summary("test_attn");
 }

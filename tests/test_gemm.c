@@ -102,57 +102,31 @@ static void report(const char *what, int ta, int tb, const stats *st) {
            what, layout_name(ta, tb));
 }
 
-#if defined(__unix__) || defined(__APPLE__)
-#include <setjmp.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <unistd.h>
-#define HAVE_GUARD_PAGES 1
+#include "tests/guard.h"
 
-/* n floats of a mapping placed against a page that cannot be read: their last float just before it
-   (after == 0), or their first float just after it (after == 1). A read past the end (or before the
-   start) of the operand faults, even a read whose value the kernel then throws away, which the NaN
-   padding of one() cannot see. */
-typedef struct guarded {
-  char *base;
-  size_t bytes;
-  float *p; /* [n] */
-} guarded;
+#ifdef TG_HAVE_GUARD_PAGES
+typedef struct guarded_call {
+  int ta, tb;
+  size_t m, n, k;
+  const float *a, *b;
+  float *c;
+} guarded_call;
 
-static int guarded_alloc(guarded *g, size_t n, int after, titans_rng *rng) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (n ? n : 1) * sizeof(float);
-  size_t span = (bytes + page - 1) / page * page;
-  g->bytes = span + page;
-  g->base = mmap(NULL, g->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (g->base == MAP_FAILED) return 0;
-  if (mprotect(after ? g->base : g->base + span, page, PROT_NONE) != 0) return 0;
-  g->p = (float *)(after ? g->base + page : g->base + span - bytes);
-  fill(g->p, n, rng);
-  return 1;
+static void guarded_call_run(void *arg) {
+  const guarded_call *g = (const guarded_call *)arg;
+  titans_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->ta ? g->m : g->k, g->b, g->tb ? g->k : g->n, 0.5f, g->c,
+              g->n);
 }
 
-static sigjmp_buf fault_jump;
-static void on_fault(int sig) { siglongjmp(fault_jump, sig); }
-
-/* titans_gemm on tight operands (ld = width) each against a guard page; returns the signal, 0 if none. */
-static int guarded_gemm(int ta, int tb, size_t m, size_t n, size_t k, int after, titans_rng *rng) {
-  guarded a, b, c;
-  if (!guarded_alloc(&a, m * k, after, rng) || !guarded_alloc(&b, k * n, after, rng) ||
-      !guarded_alloc(&c, m * n, after, rng))
-    return -1;
-  struct sigaction act, old_segv, old_bus;
-  memset(&act, 0, sizeof(act));
-  act.sa_handler = on_fault;
-  sigemptyset(&act.sa_mask);
-  sigaction(SIGSEGV, &act, &old_segv);
-  sigaction(SIGBUS, &act, &old_bus);
-  int sig = sigsetjmp(fault_jump, 1);
-  if (sig == 0) titans_gemm(ta, tb, m, n, k, 1.0f, a.p, ta ? m : k, b.p, tb ? k : n, 0.5f, c.p, n);
-  sigaction(SIGSEGV, &old_segv, NULL);
-  sigaction(SIGBUS, &old_bus, NULL);
-  munmap(a.base, a.bytes);
-  munmap(b.base, b.bytes);
-  munmap(c.base, c.bytes);
+/* titans_gemm on tight operands (ld = width), each against a guard page (tests/guard.h); returns the
+   signal that stopped it, 0 if none, -1 if the pages could not be set up. */
+static int guarded_gemm(int ta, int tb, size_t m, size_t n, size_t k, int after) {
+  tg_block a, b, c;
+  guarded_call g = {ta, tb, m, n, k, tg_alloc(&a, m * k, after), tg_alloc(&b, k * n, after), tg_alloc(&c, m * n, after)};
+  int sig = g.a && g.b && g.c ? tg_run(guarded_call_run, &g) : -1;
+  tg_free(&a);
+  tg_free(&b);
+  tg_free(&c);
   return sig;
 }
 #endif
@@ -237,7 +211,7 @@ int main(void) {
 #endif
   }
 
-#ifdef HAVE_GUARD_PAGES
+#ifdef TG_HAVE_GUARD_PAGES
   /* No method reads outside its operands: every layout, over shapes that reach each method and its
      edge tiles, with A, B and C tight (ld = width) and each against an unmapped page, after its last
      float and then before its first. One thread: the fault handler must run on the thread that
@@ -257,7 +231,7 @@ int main(void) {
       char first[96] = "";
       for (size_t t = 0; t < sizeof(shp) / sizeof(shp[0]); t++)
         for (int after = 0; after < 2; after++, calls++) {
-          int sig = guarded_gemm(ta, tb, shp[t][0], shp[t][1], shp[t][2], after, &rng);
+          int sig = guarded_gemm(ta, tb, shp[t][0], shp[t][1], shp[t][2], after);
           if (sig != 0 && faults++ == 0)
             snprintf(first, sizeof(first), " (first: %zux%zux%zu, guard %s, %s)", shp[t][0], shp[t][1],
                      shp[t][2], after ? "before" : "after", sig < 0 ? "mmap failed" : "fault");

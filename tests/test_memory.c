@@ -240,7 +240,7 @@ static void fixture_free(fixture *f) {
 }
 
 static double *to_double(const float *a, size_t n) {
-  double *o = malloc(n * sizeof(double));
+  double *o = calloc(n ? n : 1, sizeof(double)); /* calloc: GCC 12 warned of a read of malloc's memory */
   for (size_t i = 0; i < n; i++) o[i] = a[i];
   return o;
 }
@@ -774,6 +774,12 @@ int main(void) {
   test_chunked_vs_recurrence(make_cfg(8, 2, 4, 2, 2, 4, 0, 0, 0.5f), 2, 23);
   test_chunked_vs_recurrence(make_cfg(8, 2, 4, 2, 2, 4, 0, 1, 0.25f), 2, 23);
   test_chunked_vs_recurrence(make_cfg(16, 2, 8, 2, 4, 16, 4, 0, 0.5f), 1, 64);
+  /* the one-pass chunk-end update (titans__mem_state_update) at its edges: layers one vector wide
+     (d_h = 16: tiles of 1 vector), and a last layer of 6 rows under 48 columns (d_h = 6, e = 8: tiles
+     of 4 rows and then single rows; 3 vectors of 16, or 6 of 8), beside the five-pass form of layers
+     narrower than a vector (d_h = 6) */
+  test_chunked_vs_recurrence(make_cfg(16, 1, 16, 2, 1, 8, 4, 0, 0.5f), 2, 37);
+  test_chunked_vs_recurrence(make_cfg(12, 2, 6, 2, 8, 8, 4, 1, 0.25f), 2, 37);
   /* the surprise bound, at a tau small enough that it scales most steps (test_bound_acts checks that) */
   for (int ci = 0; ci < 4; ci++)
     for (int L = 1; L <= 3; L++)
@@ -784,6 +790,7 @@ int main(void) {
   test_gradients(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7);
   test_gradients(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 2, 9);
   test_gradients(make_cfg(8, 2, 4, 3, 2, 2, 0, 1, 0.5f), 1, 7);
+  test_gradients(make_cfg(12, 2, 6, 2, 8, 4, 4, 0, 0.5f), 1, 9); /* the one-pass update's row and vector tails */
   test_gradients(bounded(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 0.5f), 2, 7);
   test_gradients(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f), 2, 9);
   test_gradients(bounded(make_cfg(8, 2, 4, 3, 2, 2, 0, 1, 0.5f), 0.5f), 1, 7);
