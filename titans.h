@@ -2009,33 +2009,21 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, float *c /* [m, 
   }
   size_t p = 0;
   if (G == 1 && nj == 16) {
-    /* Row j = 4 g + r of B lies at r_g + r ldb: four moving row pointers and three strides (ldb, 2 ldb,
-       3 ldb, in bytes, as the index of each load) address all sixteen rows, where sixteen pointers
-       outgrow x86-64's general registers (GCC reloaded five from the stack every k step). */
-    const char *r0 = (const char *)b, *r1 = r0 + 4 * ldb * sizeof(float), *r2 = r1 + 4 * ldb * sizeof(float),
-               *r3 = r2 + 4 * ldb * sizeof(float);
-    const size_t l1 = ldb * sizeof(float), l2 = 2 * l1, l3 = 3 * l1;
-#define TITANS__TDOT_ROW(rp, off) _mm512_set1_ps(*(const float *)(const void *)((rp) + (off)))
-    for (; p < k; p++, at += 16, r0 += 4, r1 += 4, r2 += 4, r3 += 4) {
+    /* Row j = 4 g + r of B lies at rows[g] + off[r]: four moving row pointers and three strides (ldb,
+       2 ldb, 3 ldb, in bytes, as the index of each load) address all sixteen rows, where sixteen
+       pointers outgrow x86-64's general registers (GCC reloaded five from the stack every k step). */
+    const size_t l1 = ldb * sizeof(float), off[4] = {0, l1, 2 * l1, 3 * l1};
+    const char *rows[4];
+    TITANS__GEMM_UNROLL
+    for (size_t g = 0; g < 4; g++) rows[g] = (const char *)(b + 4 * g * ldb);
+    for (; p < k; p++, at += 16) {
       __m512 av = _mm512_loadu_ps(at);
-      acc[0] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r0, 0), av, acc[0]);
-      acc[1] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r0, l1), av, acc[1]);
-      acc[2] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r0, l2), av, acc[2]);
-      acc[3] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r0, l3), av, acc[3]);
-      acc[4] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r1, 0), av, acc[4]);
-      acc[5] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r1, l1), av, acc[5]);
-      acc[6] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r1, l2), av, acc[6]);
-      acc[7] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r1, l3), av, acc[7]);
-      acc[8] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r2, 0), av, acc[8]);
-      acc[9] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r2, l1), av, acc[9]);
-      acc[10] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r2, l2), av, acc[10]);
-      acc[11] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r2, l3), av, acc[11]);
-      acc[12] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r3, 0), av, acc[12]);
-      acc[13] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r3, l1), av, acc[13]);
-      acc[14] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r3, l2), av, acc[14]);
-      acc[15] = _mm512_fmadd_ps(TITANS__TDOT_ROW(r3, l3), av, acc[15]);
+      TITANS__GEMM_UNROLL
+      for (size_t j = 0; j < 16; j++)
+        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(*(const float *)(const void *)(rows[j / 4] + off[j % 4])), av, acc[j]);
+      TITANS__GEMM_UNROLL
+      for (size_t g = 0; g < 4; g++) rows[g] += sizeof(float);
     }
-#undef TITANS__TDOT_ROW
   }
   for (; p + G <= k; p += G, at += 16) {
     __m512 av = _mm512_loadu_ps(at);
