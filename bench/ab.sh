@@ -9,7 +9,8 @@
 # OLD's titans.h (git show OLD:titans.h) and against NEW's (or the working tree's), and runs the two in turns
 # (old, new, old, new, ...) with `--one b threads T`: each run prints the best and median of 9
 # forward and 9 forward + backward passes and a hash of the results. At the end: the best time of
-# each build over all rounds, new / old, and whether the results were bit-identical.
+# each build over all rounds, new / old, and whether the results were bit-identical. The builds go to
+# build/ab (AB_DIR=... elsewhere). tests/test_readme.sh runs it on HEAD..HEAD.
 set -e
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ]; then
@@ -25,7 +26,7 @@ threads=${3:-1}
 tokens=${4:-1024}
 rounds=${5:-3}
 cc=${CC:-cc}
-dir=build/ab
+dir=${AB_DIR:-build/ab} # the two builds and the runs' log
 mkdir -p "$dir/old" "$dir/new"
 if ! git show "$rev:titans.h" > "$dir/old/titans.h"; then
   echo "ab.sh: no titans.h at $rev" >&2

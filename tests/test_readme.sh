@@ -107,5 +107,17 @@ check "  the installed program runs (rc=$rc)" [ "$rc" = 0 ]
 check "make uninstall removes the three files (rc=$rc)" \
   sh -c "[ $rc = 0 ] && [ ! -e prefix/include/titans.h ] && [ ! -e prefix/bin/titans ] && [ ! -e prefix/lib/pkgconfig/titans.pc ]"
 
+echo "== bench/ab.sh (the README's side-by-side timing of two titans.h)"
+if [ "$(basename "$build")" != default ]; then
+  echo "  skipped in this build variant (it builds its own benches; checked in build/default)"
+elif ! git -C "$root" rev-parse --verify -q HEAD >/dev/null 2>&1; then
+  echo "  skipped: not a git checkout"
+else
+  AB_DIR="$tmp/ab" sh "$root/bench/ab.sh" HEAD..HEAD 16 1 64 1 >ab.txt 2>&1; rc=$?
+  check "bench/ab.sh HEAD..HEAD at T = 64: both builds run, results bit-identical (rc=$rc)" \
+    sh -c "[ $rc = 0 ] && [ \$(grep -c '^old one: ' ab.txt) = 1 ] && [ \$(grep -c '^new one: ' ab.txt) = 1 ] && grep -q '^best of all rounds: forward old ' ab.txt && grep -q '^results: bit-identical' ab.txt"
+  sed 's/^/       /' ab.txt | tail -n 2
+fi
+
 echo "test_readme: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
