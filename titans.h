@@ -3885,12 +3885,6 @@ static void titans__mem_bound_steps_backward(const titans__mem_dims *m, titans__
   }
 }
 
-/* One piece of n <= b tokens of one head, from a running state (W, S) inside a chunk whose inner
-   gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a chunk start).
-   q, k, v [n, ld] (head slice at column 0), gates theta, eta, alpha [n] with stride gstride.
-   Writes y [n, ld] (unless y is NULL). When w_out / s_out are not NULL, writes the state after the piece there (they may
-   alias w / s: the update is done in place after every read of the old state). Leaves in wk everything
-   the backward needs. */
 /* p[0 .. VW) := v by a non-temporal store where the CPU has one (p aligned to the vector), else a store. */
 static inline void titans__vstream(float *p, titans__vf v) {
 #if defined(TITANS__AVX512)
@@ -3902,18 +3896,22 @@ static inline void titans__vstream(float *p, titans__vf v) {
 #endif
 }
 
+/* v with its subnormal lanes (|v| < FLT_MIN) set to zero. */
+static inline titans__vf titans__vflush_subnormal(titans__vf v) {
+  return titans__ops_vsel_lt(titans__ops_vabs(v), titans__vset1(FLT_MIN), titans__vset1(0.0f), v);
+}
+
 /* When flush is set, sets the floats of x [n] whose magnitude is below FLT_MIN (subnormals) to zero;
    then, when dst is not NULL, copies x into dst [n], in the same pass. The memory decays by
    (1 - alpha) per token: without the flush, a long stream leaves most of the state subnormal, and
    arithmetic on subnormals is slow on many CPUs. (W, S) are flushed at every chunk end, in training and
    inference alike, so both see the same state (by titans__mem_state_update in the same pass as the
    update, by this function where a layer's width is not a multiple of the vector width); a no-op on a
-   state without subnormals (bit-identical results). dst is written with non-temporal stores where the CPU has them and dst is aligned: training
-   writes every chunk's end state into the context, read again only by the backward, hundreds of MB
-   later, so caching those lines (and reading each one from memory before writing it) only evicts the
+   state without subnormals (bit-identical results). dst is written with non-temporal stores where
+   the CPU has them and dst is aligned: training writes every chunk's end state into the context, read
+   again only by the backward, hundreds of MB later, so caching those lines (and reading each one from memory before writing it) only evicts the
    running state, which x keeps hot for the next chunk. */
 static void titans__mem_state_out(float *dst, float *x, size_t n, int flush) {
-  titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
 #if defined(TITANS__AVX512) || defined(TITANS__AVX2)
   int stream = dst && (uintptr_t)dst % (TITANS__VW * sizeof(float)) == 0;
 #else
@@ -3923,7 +3921,7 @@ static void titans__mem_state_out(float *dst, float *x, size_t n, int flush) {
   for (; i + TITANS__VW <= n; i += TITANS__VW) {
     titans__vf v = titans__vload(x + i);
     if (flush) {
-      v = titans__ops_vsel_lt(titans__ops_vabs(v), lim, zero, v);
+      v = titans__vflush_subnormal(v);
       titans__vstore(x + i, v);
     }
     if (stream) titans__vstream(dst + i, v);
@@ -3937,7 +3935,6 @@ static void titans__mem_state_out(float *dst, float *x, size_t n, int flush) {
     if (dst) dst[i] = x[i];
   }
 }
-
 
 /* Where a chunk's end state goes besides (W, S) themselves: copies w_copy, s_copy [head_size] (NULL:
    none; training keeps every chunk's end state for the backward), and whether its subnormals are
@@ -3982,9 +3979,8 @@ TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV
       titans__vf nw = titans__vsub(titans__vadd(titans__vmul(vA, wv), titans__vmul(vB, sv)), aw[r * NV + v]);
       titans__vf ns = titans__vsub(titans__vmul(vE, sv), as[r * NV + v]);
       if (flush) {
-        titans__vf lim = titans__vset1(FLT_MIN), zero = titans__vset1(0.0f);
-        nw = titans__ops_vsel_lt(titans__ops_vabs(nw), lim, zero, nw);
-        ns = titans__ops_vsel_lt(titans__ops_vabs(ns), lim, zero, ns);
+        nw = titans__vflush_subnormal(nw);
+        ns = titans__vflush_subnormal(ns);
       }
       titans__vstore(wo + x, nw);
       titans__vstore(so + x, ns);
@@ -4030,6 +4026,12 @@ static int titans__mem_state_update(float *wo, float *so, const float *w, const 
   return stream;
 }
 
+/* One piece of n <= b tokens of one head, from a running state (W, S) inside a chunk whose inner
+   gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a chunk start).
+   q, k, v [n, ld] (head slice at column 0), gates theta, eta, alpha [n] with stride gstride.
+   Writes y [n, ld] (unless y is NULL). When w_out / s_out are not NULL, writes the state after the
+   piece there (they may alias w / s: the update is done in place after every read of the old state),
+   and hands it to the sink (NULL: none). Leaves in wk everything the backward needs. */
 static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
                                       const float *k, const float *v, size_t ld, const float *theta,
                                       const float *eta, const float *alpha, size_t gstride, const float *wgrad,
@@ -4146,7 +4148,7 @@ static void titans__mem_end_state_grad(float *dW, float *dS, float dots[3], cons
     accS = titans__vfma(dse, sv, accS);
   }
   float dw = titans__vsum(accW), dws = titans__vsum(accWS), ds = titans__vsum(accS);
-  for (size_t j = i; j < sz; j++) {
+  for (size_t j = i; j < sz; j++) { /* 0 + x, as the vector fma(a, b, 0) rounds a -0 product to +0 */
     float zw = 0.0f, zs = 0.0f;
     zw += An * dWe[j];
     zs += Bn * dWe[j];
