@@ -187,7 +187,7 @@ class Memory(nn.Module):
             self.conv_q = self.conv_k = self.conv_v = None
         self.lr_w, self.mom_w, self.decay_w = normal(H, d), normal(H, d), normal(H, d)
         self.lr_b = nn.Parameter(torch.zeros(H))                                 # theta = theta_max / 2
-        self.mom_b = nn.Parameter(torch.full((H,), math.log(0.9 / 0.1)))         # eta ~ 0.9
+        self.mom_b = nn.Parameter(torch.zeros(H))                                # eta = 0.5
         self.decay_b = nn.Parameter(torch.full((H,), math.log(0.02 / 0.98)))     # alpha ~ 0.02
         n = self.widths
         self.w0 = nn.ParameterList([nn.Parameter(torch.randn(H, n[i + 1], n[i]) / math.sqrt(n[i]))

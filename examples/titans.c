@@ -799,7 +799,7 @@ static void help_train(void) {
          "                      each row's memory carries from one example to the next (one stream per --lens\n"
          "                      length) until it has read N tokens, so training sees the memory of long reads\n"
          "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
-         "  --eta-init X        its momentum gate starts at X (0.9); --alpha-init X its forgetting gate (0.01;\n"
+         "  --eta-init X        its momentum gate starts at X (0.5); --alpha-init X its forgetting gate (0.01;\n"
          "                      a list X,Y,... gives each layer its own, lowest first)\n"
          "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
          "  --conv-uniform      the memory's conv taps start uniform in +-1/sqrt(K) (default: near identity)\n"
@@ -1392,6 +1392,10 @@ static int cmd_train(int argc, char **argv) {
   }
   double train_time = 0, first_step_time = 0, t_start = now_seconds(), tokens_done = 0;
   long first = tr.step, steps_done = 0;
+  /* the gradient norm before clipping: its largest value and how often it was far above the clip
+     (the signature of a memory whose chunk recurrence amplifies gradients: docs/long_context.md) */
+  float grad_max = 0.0f;
+  long grad_max_step = 0, grad_far_steps = 0;
   size_t Tprev = 0, stage_prev = 0;
   signal(SIGINT, on_stop_signal);
   signal(SIGTERM, on_stop_signal);
@@ -1433,6 +1437,8 @@ static int cmd_train(int argc, char **argv) {
     tokens_done += (double)(Bs * Ts);
     steps_done++;
     series_push(&train, tr.step, loss);
+    if (tr.last_grad_norm > grad_max) grad_max = tr.last_grad_norm, grad_max_step = tr.step;
+    if (tr.tc.clip > 0.0f && tr.last_grad_norm > 10.0f * tr.tc.clip) grad_far_steps++;
     int last = tr.step == o.steps, stop = o.stop_at && tr.step == o.stop_at, signalled = stop_signal != 0;
     if (tr.step % o.log_every == 0 || last || stop || tr.step == first + 1) {
       /* the first step allocates and warms the caches (it took 6x a later one): the ETA leaves it out,
@@ -1440,8 +1446,8 @@ static int cmd_train(int argc, char **argv) {
       char eta[32] = "--";
       if (steps_done >= 3)
         fmt_duration(eta, sizeof eta, (train_time - first_step_time) / (double)(steps_done - 1) * (double)(o.steps - tr.step));
-      printf("step %5ld/%ld  loss %.4f  lr %.2e  %6.0f tok/s  ETA %s\n", tr.step, o.steps, (double)loss,
-             (double)tr.last_lr, tokens_done / train_time, eta);
+      printf("step %5ld/%ld  loss %.4f  grad %7.3g  lr %.2e  %6.0f tok/s  ETA %s\n", tr.step, o.steps, (double)loss,
+             (double)tr.last_grad_norm, (double)tr.last_lr, tokens_done / train_time, eta);
       fflush(stdout);
     }
     if (have_val && ((o.val_every && tr.step % o.val_every == 0) || last)) {
@@ -1476,6 +1482,12 @@ static int cmd_train(int argc, char **argv) {
     char took[32];
     fmt_duration(took, sizeof took, now_seconds() - t_start);
     printf("trained %ld steps in %s; wrote %s, %s and %s\n", steps_done, took, model_path, trainer_path, svg_path);
+    printf("gradient norm before clipping: largest %.3g (step %ld); %ld of %ld steps above 10x the clip (%g)\n",
+           (double)grad_max, grad_max_step, grad_far_steps, steps_done, (double)tr.tc.clip);
+    if (grad_far_steps * 20 > steps_done) /* more than 5% of the steps */
+      printf("note: the gradient was often far above the clip, which slows or stalls training. With a memory on long\n"
+             "windows (--seq), a smaller inner step helps: --theta-init or --eta-init (docs/long_context.md,\n"
+             "\"Momentum and long windows\")\n");
   }
 
   int status = stop_signal ? 128 + (int)stop_signal : 0; /* 130 for SIGINT, 143 for SIGTERM, as the shell reports */

@@ -41,6 +41,9 @@ check "train exits 0 (rc=$rc)" [ "$rc" = 0 ]
 check "model.safetensors, trainer.safetensors and loss.svg written" \
   [ -s full/model.safetensors -a -s full/trainer.safetensors -a -s full/loss.svg ]
 check "progress lines and validation loss printed" grep -q "validation loss" out.txt
+check "each progress line gives the gradient norm before clipping" grep -q "^step .* loss [0-9.]*  grad  *[0-9]" out.txt
+check "the run ends with the largest gradient norm and the steps far above the clip" \
+  grep -q "^gradient norm before clipping: largest [0-9.e+-]* (step [1-8]); [0-8] of 8 steps above 10x the clip (1)" out.txt
 check "the plot has curves and a legend" sh -c 'grep -q "<polyline" full/loss.svg && grep -q "validation loss" full/loss.svg'
 check "no temporary files left" sh -c '! ls full | grep -q tmp'
 
