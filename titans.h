@@ -3598,7 +3598,8 @@ static size_t titans__mem_walk(const titans_mem_config *cfg, titans_mem_weights 
      the logits of 0.5, 0.5, 0.02). Momentum multiplies the inner step by up to 1 / (1 - eta) and the
      gradient through the chunk-to-chunk recurrence grows with it: at eta = 0.9 every memory kind trained
      on windows of 512 tokens met gradients 10^3-10^8 times the clip and stalled (docs/long_context.md,
-     "Momentum and long windows"); at 0.5 they train, and windows of 128 train as well as at 0.9. */
+     "Momentum and long windows"); at 0.5 they stall less often (long windows also want a smaller
+     theta), and windows of 128 train as well as at 0.9. */
   const titans__init_rule lr = {TITANS__INIT_CONST, 0.0f}, mom = {TITANS__INIT_CONST, 0.0f};
   const titans__init_rule decay = {TITANS__INIT_CONST, -3.8918203f};
   /* a parameter [a] (nd 1), [a, b_] (nd 2) or [a, b_, c_] (nd 3), filled as [rows, cols] with cols its
