@@ -3914,8 +3914,8 @@ static inline titans__vf titans__vflush_subnormal(titans__vf v) {
    update, by this function where a layer's width is not a multiple of the vector width); a no-op on a
    state without subnormals (bit-identical results). dst is written with non-temporal stores where
    the CPU has them and dst is aligned: training writes every chunk's end state into the context, read
-   again only by the backward, hundreds of MB later, so caching those lines (and reading each one from memory before writing it) only evicts the
-   running state, which x keeps hot for the next chunk. */
+   again only by the backward, hundreds of MB later, so caching those lines (and reading each one from
+   memory before writing it) only evicts the running state, which x keeps hot for the next chunk. */
 static void titans__mem_state_out(float *dst, float *x, size_t n, int flush) {
 #if defined(TITANS__AVX512) || defined(TITANS__AVX2)
   int stream = dst && (uintptr_t)dst % (TITANS__VW * sizeof(float)) == 0;
