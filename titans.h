@@ -270,6 +270,10 @@ typedef struct titans_mem_config {
   float surprise_bound; /* tau > 0: each token's momentary surprise u_t is scaled by
                            1 / sqrt(1 + |u_t|^2 / tau^2), so no token writes more than theta_t tau;
                            0: unbounded (the paper's step). docs/model.md 1.4 */
+  int key_ngram;   /* n >= 1: the key conv reads only the n tokens before its own, one per group of
+                      channels: channel c of a head reads token t - 1 - floor(c n / d_h) (n = 1: k_t from
+                      x_{t-1} alone); the trainer sets every other tap back to 0 after each optimizer step.
+                      Needs conv_width >= n + 1. 0: every tap learns, the paper's conv. docs/model.md 5.1 */
 } titans_mem_config;
 
 /* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
@@ -872,6 +876,28 @@ TITANSDEF void titans_model_free(titans_model *m);
 TITANSDEF void titans_model_set_gates(titans_model *m, float theta_frac, float eta, float alpha);
 /* The same for layer `layer` alone (0-based; out of range: nothing), e.g. a forgetting rate per layer. */
 TITANSDEF void titans_model_set_layer_gates(titans_model *m, int layer, float theta_frac, float eta, float alpha);
+
+/* Where retrieval training starts (docs/model.md 5.1): a look-up the memory can learn from the
+   first steps, which the library's plain initialisation does not give it (docs/long_context.md). */
+typedef struct titans_lookup_init {
+  int key_shift;       /* 1: every memory's key conv starts as one tap on the previous token and its query
+                          projection equal to its key projection: a token writes "after x_{t-1} comes x_t"
+                          and asks "what came after x_t last time", the look-up of an induction head. With
+                          cfg.mem.key_ngram = n >= 2 the key's channel groups read the n tokens before
+                          (group g token t - 1 - g) and the query's the same groups one token later
+                          (t - g): "what came after these n tokens" */
+  float attn_identity; /* > 0: every layer's attention starts copying its own token, wq = wk = X I,
+                          wv = wo = I (MAC's memory then learns from the bytes, as LMM's does); 0: unchanged */
+  float emb_scale;     /* the token embeddings times this (1: unchanged): a retrieved value can then make a
+                          sharp prediction through the tied head from the first steps */
+} titans_lookup_init;
+
+/* {key_shift 1, attn_identity 1.5, emb_scale 10}: the values ./titans train --task starts from. */
+TITANSDEF titans_lookup_init titans_lookup_init_default(void);
+/* Applies li to freshly initialised weights (after titans_model_init_weights and the gates), in the order
+   key shift, attention, embeddings. A model that keeps the key there while it trains also sets
+   cfg.mem.key_ngram (1, or the n of its n-gram keys). */
+TITANSDEF void titans_model_init_lookup(titans_model *m, const titans_lookup_init *li);
 /* Points w (with its own layers array of n_layers entries, caller-provided) into any slab of the model's
    layout, e.g. a gradient slab. */
 TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab);
@@ -3487,6 +3513,7 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.residual = 0;
   c.theta_max = 0.1f;
   c.surprise_bound = 1.0f;
+  c.key_ngram = 0;
   return c;
 }
 
@@ -3509,6 +3536,10 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
   if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
     return titans__error(err, TITANS_ERR_ARG, "memory: surprise_bound must be 0 (off) or a positive finite number");
+  if (c->key_ngram < 0 || c->key_ngram > c->head_dim || (c->key_ngram > 0 && c->conv_width < c->key_ngram + 1))
+    return titans__error(err, TITANS_ERR_ARG,
+                         "memory: key_ngram = %d, want 0, or 1..head_dim (%d) with conv_width (%d) >= key_ngram + 1",
+                         c->key_ngram, c->head_dim, c->conv_width);
   return TITANS_OK;
 }
 
@@ -7759,6 +7790,80 @@ TITANSDEF void titans_model_set_gates(titans_model *m, float theta_frac, float e
   for (int l = 0; l < m->cfg.n_layers; l++) titans_model_set_layer_gates(m, l, theta_frac, eta, alpha);
 }
 
+TITANSDEF titans_lookup_init titans_lookup_init_default(void) {
+  titans_lookup_init li;
+  li.key_shift = 1;
+  li.attn_identity = 1.5f;
+  li.emb_scale = 10.0f;
+  return li;
+}
+
+/* The tap of channel c (of a head of width d_h) that n-gram keys keep: token t - 1 - floor(c n / d_h), tap
+   K_c - 2 - floor(c n / d_h) (tap K_c - 1 is the current token). n = 1: the previous token. */
+static size_t titans__key_tap(size_t c, size_t n, size_t d_h, size_t K) { return K - 2 - c * n / d_h; }
+
+/* Every memory's key conv [d_m, K_c] on the tokens before its own (one tap per channel, cfg.mem.key_ngram
+   groups; the previous token when it is 0 or 1), and wq = wk [d_m, d]; with n >= 2 the query conv reads
+   the same groups one token later, so a query of the n tokens up to t meets the key written after them. */
+static void titans__shift_memory_keys(titans_model *m) {
+  const titans_config *c = &m->cfg;
+  size_t K = (size_t)c->mem.conv_width, dh = (size_t)c->mem.head_dim, dm = (size_t)c->mem.heads * dh;
+  size_t n = c->mem.key_ngram > 1 ? (size_t)c->mem.key_ngram : 1;
+  if (K < n + 1) return;
+  for (int l = 0; l < c->n_layers; l++) {
+    titans_mem_weights *w = &m->w.layers[l].mem;
+    if (!w->conv_k) continue; /* no memory in this kind */
+    memcpy(w->wq, w->wk, dm * (size_t)c->d * sizeof(float));
+    for (size_t j = 0; j < dm; j++) {
+      size_t tap = titans__key_tap(j % dh, n, dh, K);
+      for (size_t t = 0; t < K; t++) w->conv_k[j * K + t] = t == tap ? 1.0f : 0.0f;
+      if (n >= 2)
+        for (size_t t = 0; t < K; t++) w->conv_q[j * K + t] = t == tap + 1 ? 1.0f : 0.0f;
+    }
+  }
+}
+
+/* Every attention as the identity on its own token: wq = wk = scale I, wv = wo = I ([d, d] each). RoPE
+   leaves a token's score with itself unrotated, the largest for normalised inputs. */
+static void titans__identity_attention(titans_model *m, float scale) {
+  size_t d = (size_t)m->cfg.d;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    titans_layer *L = &m->w.layers[l];
+    float *mats[4] = {L->attn_wq, L->attn_wk, L->attn_wv, L->attn_wo}; /* NULL without attention */
+    if (!mats[0]) continue;
+    for (int k = 0; k < 4; k++)
+      for (size_t i = 0; i < d; i++)
+        for (size_t j = 0; j < d; j++) mats[k][i * d + j] = i == j ? (k < 2 ? scale : 1.0f) : 0.0f;
+  }
+}
+
+TITANSDEF void titans_model_init_lookup(titans_model *m, const titans_lookup_init *li) {
+  if (li->key_shift) titans__shift_memory_keys(m);
+  if (li->attn_identity > 0.0f) titans__identity_attention(m, li->attn_identity);
+  if (li->emb_scale != 1.0f)
+    for (size_t i = 0; i < (size_t)m->cfg.vocab * (size_t)m->cfg.d; i++) m->w.tok_emb[i] *= li->emb_scale;
+}
+
+/* cfg.mem.key_ngram: every key conv tap but each channel's own (titans__key_tap) back to 0, a projection
+   onto the constraint after each optimizer step (the kept taps themselves learn). With small taps on
+   older tokens, a repeated text gives nearly parallel keys that must map to different values, and the
+   memory's weights grew without bound as it read (docs/long_context.md, "Past the training length"). */
+static void titans__hold_key_taps(titans_model *m) {
+  const titans_config *c = &m->cfg;
+  size_t K = (size_t)c->mem.conv_width, dh = (size_t)c->mem.head_dim, dm = (size_t)c->mem.heads * dh;
+  size_t n = (size_t)c->mem.key_ngram;
+  if (n == 0 || K < n + 1) return;
+  for (int l = 0; l < c->n_layers; l++) {
+    float *ck = m->w.layers[l].mem.conv_k; /* [d_m, K_c]; NULL without a memory */
+    if (!ck) continue;
+    for (size_t j = 0; j < dm; j++) {
+      size_t tap = titans__key_tap(j % dh, n, dh, K);
+      for (size_t t = 0; t < K; t++)
+        if (t != tap) ck[j * K + t] = 0.0f;
+    }
+  }
+}
+
 TITANSDEF void titans_model_free(titans_model *m) {
   titans_free(m->params);
   titans_free(m->plist);
@@ -9415,6 +9520,7 @@ static int titans__apply_gradients(titans_trainer *t, float mean) {
     titans_adamw_update(mo->params + pp->offset, t->grads + pp->offset, t->adam_m + pp->offset, t->adam_v + pp->offset,
                         pp->size, lr, t->tc.beta1, t->tc.beta2, t->tc.eps, wd, t->step + 1);
   }
+  titans__hold_key_taps(mo);
   t->step++;
   return TITANS_OK;
 }
@@ -10279,7 +10385,9 @@ typedef struct titans__ck_field {
   const char *key;
   int type;  /* TITANS__CK_* */
   void *ptr; /* int *, long *, float *, int * (block kind), titans__ck_fields * */
-  int optional; /* 1: a file without the key keeps the field at 0 (keys added after files were written) */
+  int optional; /* 1: a file without the key keeps the field at 0 (keys added after files were written);
+                   2: the same, and the field is written only when it is not 0, so the files of models
+                   that do not use it stay byte for byte what earlier versions wrote */
 } titans__ck_field;
 
 typedef struct titans__ck_fields {
@@ -10330,6 +10438,8 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add(mem, "residual", TITANS__CK_INT, &c->mem.residual);
   titans__ck_add(mem, "theta_max", TITANS__CK_FLOAT, &c->mem.theta_max);
   titans__ck_add_optional(mem, "surprise_bound", TITANS__CK_FLOAT, &c->mem.surprise_bound); /* 0: unbounded */
+  titans__ck_add(mem, "key_ngram", TITANS__CK_INT, &c->mem.key_ngram);
+  mem->f[mem->n - 1].optional = 2; /* written only when set */
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {
@@ -10366,9 +10476,10 @@ static void titans__ck_put(titans__ck_buf *b, const char *text) {
 static void titans__ck_put_object(titans__ck_buf *b, const titans__ck_fields *fs) {
   char num[48];
   titans__ck_put(b, "{");
-  for (int i = 0; i < fs->n; i++) {
+  for (int i = 0, written = 0; i < fs->n; i++) {
     const titans__ck_field *f = &fs->f[i];
-    if (i) titans__ck_put(b, ",");
+    if (f->optional == 2 && f->type == TITANS__CK_INT && *(const int *)f->ptr == 0) continue; /* left out at 0 */
+    if (written++) titans__ck_put(b, ",");
     titans__ck_put(b, "\"");
     titans__ck_put(b, f->key);
     titans__ck_put(b, "\":");

@@ -50,23 +50,68 @@ enum { LONGCTX_PASSKEY = 0, LONGCTX_PROSE = 1, LONGCTX_COPY = 2 };
 
 static const char longctx_filler[] =
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+/* The key words of prose needles. Training draws from the first set only; the second set is held out,
+   so `needle --key-words heldout` asks for keys a model never saw in training. */
 static const char *const longctx_words[16] = {"apple",  "river",  "lantern", "meadow", "violin", "harbor",
                                               "falcon", "copper", "willow",  "thunder", "marble", "saffron",
                                               "compass", "orchid", "glacier", "pepper"};
+static const char *const longctx_heldout_words[16] = {"banana", "canyon", "ember",  "forest", "garnet", "hollow",
+                                                      "island", "jasper", "kettle", "lemon",  "mirror", "nickel",
+                                                      "ocean",  "parrot", "quartz", "rocket"};
+enum { LONGCTX_WORDS_TRAIN = 0, LONGCTX_WORDS_HELDOUT = 1 };
+
+/* The most needles one example holds (each with its own key word and number). */
+#define LONGCTX_MAX_NEEDLES 8
+
+/* Plain sentences, the kind the passkey's filler is made of, for a haystack that is not periodic:
+   longctx_sentence_text() strings them in an order drawn from a seed. */
+static const char *const longctx_sentences[] = {
+    "The grass is green. ", "The sky is blue. ", "The sun is yellow. ", "Here we go. ", "There and back again. ",
+    "The river runs to the sea. ", "A cat sleeps on the warm wall. ", "The bread is fresh today. ",
+    "Rain falls on the old roof. ", "The road turns left at the hill. ", "Birds sing in the morning. ",
+    "The door is open. ", "We walk to the market. ", "The tea is hot. ", "Snow covers the field. ",
+    "The clock ticks on the shelf. ", "A boat drifts past the pier. ", "The lamp gives a soft light. ",
+    "Children play in the yard. ", "The wind moves the trees. ", "The soup needs more salt. ",
+    "A dog barks far away. ", "The train leaves at noon. ", "Leaves turn red in the fall. ",
+    "The window faces the east. ", "She reads a long book. ", "The stars come out at night. ",
+    "He paints the fence white. ", "The milk is in the jar. ", "Clouds gather over the town. ",
+    "The bridge is made of stone. ", "We sit by the fire. ", "The garden smells of mint. ",
+    "A bell rings in the tower. ", "The path is wet with dew. ", "The fish swim in the pond. ",
+    "The baker wakes before dawn. ", "Our house has a red door. ", "The moon is full tonight. ",
+    "The kettle begins to sing. "};
+#define LONGCTX_N_SENTENCES (sizeof longctx_sentences / sizeof longctx_sentences[0])
+
+/* What an example holds beyond its kind, length and depth. {1, LONGCTX_WORDS_TRAIN, 0} is the
+   single-needle example (opt NULL in longctx_example_init). */
+typedef struct longctx_options {
+  int needles;         /* needles in the context, 1..LONGCTX_MAX_NEEDLES (above 1: prose only); the question
+                          asks for the first one drawn, which sits at the asked depth, the others at uniform
+                          depths, each with a key word of its own */
+  int word_set;        /* LONGCTX_WORDS_TRAIN or LONGCTX_WORDS_HELDOUT */
+  int filler_from_source; /* passkey and copy: the filler is read from the source, as prose's is, not the
+                             fixed sentence cycle */
+} longctx_options;
 
 typedef struct longctx_example {
   int kind;                /* LONGCTX_PASSKEY, LONGCTX_PROSE or LONGCTX_COPY */
   size_t length;           /* context + question, in tokens (bytes) */
   size_t context_len;      /* length - question_len */
-  size_t filler_len;       /* context_len - needle_len */
-  size_t needle_at;        /* first byte of the needle in the context */
-  double depth;            /* the asked depth (fraction of the filler before the needle) */
-  size_t needle_len, question_len, answer_len;
-  char needle[128];        /* [needle_len] */
+  size_t filler_len;       /* context_len - the needles' bytes */
+  size_t needle_at;        /* first byte of the asked needle (needle 0) in the context */
+  double depth;            /* the asked depth (fraction of the filler before the asked needle) */
+  size_t needle_len, question_len, answer_len; /* needle_len: the asked needle's */
+  char needle[128];        /* [needle_len] the asked needle */
   char question[160];      /* [question_len] */
   char answer[24];         /* [answer_len] digits (letters for copy) */
-  const int *source;       /* prose: [source_len] token ids (bytes) the filler is read from, cyclically */
+  const int *source;       /* [source_len] token ids (bytes) the filler is read from, cyclically; NULL: the
+                              fixed sentence cycle (passkey, copy) */
   size_t source_len, source_offset;
+  /* every needle, the asked one included, in the order they come in the context */
+  size_t n_needles;
+  size_t insert_at[LONGCTX_MAX_NEEDLES];  /* the filler byte each needle goes before */
+  size_t others_len[LONGCTX_MAX_NEEDLES]; /* [n_needles] each needle's length */
+  char others[LONGCTX_MAX_NEEDLES][128];  /* [n_needles][others_len] each needle's text */
+  char words[LONGCTX_MAX_NEEDLES][16];    /* prose: the key word of each (in drawing order: words[0] asked) */
 } longctx_example;
 
 /* splitmix64's finaliser over a pair: one independent stream per (a, b). Also ./titans train's sampler. */
@@ -83,6 +128,17 @@ static uint64_t longctx_next(uint64_t *state) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+/* out [n] = plain sentences of longctx_sentences in an order drawn from seed (each sentence uniform and
+   independent of the ones before it), the last one cut at n: a haystack of the passkey's kind of text
+   that no model can predict from its own period. */
+static void longctx_sentence_text(int *out, size_t n, uint64_t seed) {
+  size_t i = 0;
+  while (i < n) {
+    const char *s = longctx_sentences[longctx_mix64(seed, (uint64_t)i) % LONGCTX_N_SENTENCES];
+    for (size_t k = 0; s[k] && i < n; k++) out[i++] = (unsigned char)s[k];
+  }
 }
 
 /* The seed of evaluation trial `trial` at (length, depth): the same for every model, so all models of
@@ -120,7 +176,7 @@ static size_t longctx_min_length(int kind) { return kind == LONGCTX_PROSE ? 160 
 
 /* Byte j of the filler (j < filler_len). */
 static int longctx_filler_byte(const longctx_example *ex, size_t j) {
-  if (ex->kind != LONGCTX_PROSE) return (unsigned char)longctx_filler[j % (sizeof longctx_filler - 1)];
+  if (!ex->source) return (unsigned char)longctx_filler[j % (sizeof longctx_filler - 1)];
   return ex->source[(ex->source_offset + j) % ex->source_len];
 }
 
@@ -134,18 +190,48 @@ static int longctx_sentence_starts(const longctx_example *ex, size_t j) {
   return end == '.' || end == '?' || end == '!';
 }
 
+/* A uniform draw in [0, 1) from the example's stream. */
+static double longctx_uniform(uint64_t *rng) { return (double)(longctx_next(rng) >> 11) * (1.0 / 9007199254740992.0); }
+
+/* The filler byte a needle at depth (a fraction of the filler) goes before: the start of the sentence
+   holding byte depth * filler_len, looking back at most LONGCTX_SNAP_BACK bytes, else that byte. */
+static size_t longctx_needle_place(const longctx_example *ex, double depth) {
+  size_t target = (size_t)(depth * (double)ex->filler_len), at = target;
+  while (at > 0 && target - at < LONGCTX_SNAP_BACK && !longctx_sentence_starts(ex, at)) at--;
+  return longctx_sentence_starts(ex, at) ? at : target;
+}
+
 /* Sets up example ex of a kind, length (context + question) and depth in [0, 1] (a negative depth:
-   drawn uniformly) from seed. Prose reads its filler from source [source_len] (token ids = bytes,
-   at least 1). Returns 0, or -1 with a message in err [200] when the length is too short. */
+   drawn uniformly) from seed, with opt's needles, key words and filler. Prose (and passkey or copy with
+   opt->filler_from_source) reads its filler from source [source_len] (token ids = bytes, at least 1).
+   opt NULL: one needle, the training words, the kind's own filler. Returns 0, or -1 with a message in
+   err [200] when the options or the length do not fit.
+   The draws, in order: the asked needle's answer, (prose) its word, (source filler) the offset, (random)
+   its depth; then per further needle its number, its word (redrawn until unlike the words before) and its
+   depth. So one needle with the training words draws exactly what it always drew. */
 static int longctx_example_init(longctx_example *ex, int kind, size_t length, double depth, uint64_t seed,
-                                const int *source, size_t source_len, char *err) {
+                                const int *source, size_t source_len, const longctx_options *opt, char *err) {
+  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0};
+  if (!opt) opt = &one_needle;
   uint64_t rng = seed;
   memset(ex, 0, sizeof *ex);
   ex->kind = kind;
   ex->length = length;
   ex->answer_len = longctx_answer_len(kind);
+  int n = opt->needles;
+  if (n < 1 || n > LONGCTX_MAX_NEEDLES || (n > 1 && kind != LONGCTX_PROSE)) {
+    snprintf(err, 200, "%d needles: want 1 to %d, and more than one for the prose task only", n, LONGCTX_MAX_NEEDLES);
+    return -1;
+  }
+  const char *const *words = opt->word_set == LONGCTX_WORDS_HELDOUT ? longctx_heldout_words : longctx_words;
   for (size_t i = 0; i < ex->answer_len; i++)
     ex->answer[i] = (char)(longctx_first_symbol(kind) + (int)(longctx_next(&rng) % (uint64_t)longctx_alphabet(kind)));
+  if (kind == LONGCTX_PROSE || opt->filler_from_source) {
+    if (!source || source_len == 0) {
+      snprintf(err, 200, "the %s task needs a source text for its filler", longctx_kind_name(kind));
+      return -1;
+    }
+  }
   if (kind == LONGCTX_COPY) {
     snprintf(ex->needle, sizeof ex->needle, "Remember these letters: %s. ", ex->answer);
     snprintf(ex->question, sizeof ex->question, "Repeat the letters: ");
@@ -154,44 +240,88 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
              ex->answer);
     snprintf(ex->question, sizeof ex->question, "What is the pass key? The pass key is ");
   } else {
-    if (!source || source_len == 0) {
-      snprintf(err, 200, "the prose task needs a source text");
-      return -1;
-    }
-    const char *word = longctx_words[longctx_next(&rng) % 16];
-    ex->source = source;
-    ex->source_len = source_len;
-    ex->source_offset = (size_t)(longctx_next(&rng) % source_len);
+    const char *word = words[longctx_next(&rng) % 16];
+    snprintf(ex->words[0], sizeof ex->words[0], "%s", word);
     snprintf(ex->needle, sizeof ex->needle, "The special magic number for %s is %s. ", word, ex->answer);
     snprintf(ex->question, sizeof ex->question,
              "What is the special magic number for %s? The special magic number for %s is ", word, word);
   }
-  if (depth < 0) depth = (double)(longctx_next(&rng) >> 11) * (1.0 / 9007199254740992.0);
+  if (kind == LONGCTX_PROSE || opt->filler_from_source) {
+    ex->source = source;
+    ex->source_len = source_len;
+    ex->source_offset = (size_t)(longctx_next(&rng) % source_len);
+  }
+  if (depth < 0) depth = longctx_uniform(&rng);
   if (depth > 1) depth = 1;
   ex->depth = depth;
   ex->needle_len = strlen(ex->needle);
   ex->question_len = strlen(ex->question);
-  if (length < longctx_min_length(kind)) {
-    snprintf(err, 200, "a %s example needs a length of at least %zu tokens (asked: %zu)", longctx_kind_name(kind),
-             longctx_min_length(kind), length);
+  /* the other needles: [n] texts and depths in drawing order (index 0: the asked one) */
+  char texts[LONGCTX_MAX_NEEDLES][128];
+  double depths[LONGCTX_MAX_NEEDLES];
+  size_t total = ex->needle_len;
+  memcpy(texts[0], ex->needle, sizeof texts[0]);
+  depths[0] = depth;
+  for (int k = 1; k < n; k++) {
+    char number[24];
+    for (size_t i = 0; i < ex->answer_len; i++) number[i] = (char)('0' + (int)(longctx_next(&rng) % 10));
+    number[ex->answer_len] = 0;
+    int w, dup;
+    do { /* a word unlike the ones before (n <= 8 of 16 words) */
+      w = (int)(longctx_next(&rng) % 16), dup = 0;
+      for (int j = 0; j < k; j++) dup |= !strcmp(ex->words[j], words[w]);
+    } while (dup);
+    snprintf(ex->words[k], sizeof ex->words[k], "%s", words[w]);
+    snprintf(texts[k], sizeof texts[k], "The special magic number for %s is %s. ", words[w], number);
+    depths[k] = longctx_uniform(&rng);
+    total += strlen(texts[k]);
+  }
+  if (length < longctx_min_length(kind) || length < ex->question_len + total + 16) {
+    size_t need = ex->question_len + total + 16;
+    if (need < longctx_min_length(kind)) need = longctx_min_length(kind);
+    snprintf(err, 200, "a %s example of %d needle%s needs a length of at least %zu tokens (asked: %zu)",
+             longctx_kind_name(kind), n, n > 1 ? "s" : "", need, length);
     return -1;
   }
   ex->context_len = length - ex->question_len;
-  ex->filler_len = ex->context_len - ex->needle_len;
-  /* the sentence holding the target byte: look back for its start */
-  size_t target = (size_t)(depth * (double)ex->filler_len), at = target;
-  while (at > 0 && target - at < LONGCTX_SNAP_BACK && !longctx_sentence_starts(ex, at)) at--;
-  ex->needle_at = longctx_sentence_starts(ex, at) ? at : target;
+  ex->filler_len = ex->context_len - total;
+  /* place each, then order them as they come (a stable insertion sort: equal places keep drawing order) */
+  ex->n_needles = (size_t)n;
+  int order[LONGCTX_MAX_NEEDLES];
+  size_t place[LONGCTX_MAX_NEEDLES];
+  for (int k = 0; k < n; k++) {
+    place[k] = longctx_needle_place(ex, depths[k]);
+    int j = k;
+    while (j > 0 && place[order[j - 1]] > place[k]) order[j] = order[j - 1], j--;
+    order[j] = k;
+  }
+  size_t before = 0; /* needle bytes before the current one */
+  for (int j = 0; j < n; j++) {
+    int k = order[j];
+    ex->insert_at[j] = place[k];
+    ex->others_len[j] = strlen(texts[k]);
+    memcpy(ex->others[j], texts[k], sizeof ex->others[j]);
+    if (k == 0) ex->needle_at = place[k] + before;
+    before += ex->others_len[j];
+  }
   return 0;
 }
 
-/* Token (byte) i of the example: context, question, then the answer (i < length + answer_len). */
+/* Token (byte) i of the example: context (filler with the needles inserted), question, then the answer
+   (i < length + answer_len). */
 static int longctx_token(const longctx_example *ex, size_t i) {
-  if (i < ex->needle_at) return longctx_filler_byte(ex, i);
-  if (i < ex->needle_at + ex->needle_len) return (unsigned char)ex->needle[i - ex->needle_at];
-  if (i < ex->context_len) return longctx_filler_byte(ex, i - ex->needle_len);
-  if (i < ex->length) return (unsigned char)ex->question[i - ex->context_len];
-  return (unsigned char)ex->answer[i - ex->length];
+  if (i >= ex->context_len) {
+    if (i < ex->length) return (unsigned char)ex->question[i - ex->context_len];
+    return (unsigned char)ex->answer[i - ex->length];
+  }
+  size_t shift = 0; /* needle bytes before i */
+  for (size_t k = 0; k < ex->n_needles; k++) {
+    size_t at = ex->insert_at[k] + shift;
+    if (i < at) break;
+    if (i < at + ex->others_len[k]) return (unsigned char)ex->others[k][i - at];
+    shift += ex->others_len[k];
+  }
+  return longctx_filler_byte(ex, i - shift);
 }
 
 /* out [n] = tokens from..from+n-1 of the example (see longctx_token). */

@@ -744,6 +744,8 @@ typedef struct train_opts {
   int answer_loss;               /* --task: the loss sees only the answers */
   int lens_mix;                  /* --lens-mix: stage i draws each step's length from lens[0..i] */
   size_t end_jitter;             /* --end-jitter: an example ends 0..end_jitter-1 tokens before its row's end */
+  int needles;                   /* --needles: prose examples hold 1..needles needles (uniform per example) */
+  const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double theta_init, eta_init;             /* where the memory's gates start (0: the library's) */
   double alpha_init[MAX_ALPHA_LAYERS];     /* where its forgetting gate starts, per layer (--alpha-init X or X,Y,...) */
   size_t n_alpha_init;                     /* 1: alpha_init[0] for every layer; else one per layer */
@@ -751,6 +753,7 @@ typedef struct train_opts {
   int conv_uniform;                        /* 1: the memory's conv taps start uniform (PyTorch's Conv1d default) */
   int key_shift;                           /* 1: the memory's key conv starts on the previous token */
   int key_shift_fixed;                     /* 1: ... and stays there: its other taps are zeroed after every step */
+  int key_ngram;                           /* --key-ngram N: ... on the N tokens before (> 1; implies key_shift_fixed) */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
   double attn_identity;                    /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
 } train_opts;
@@ -806,11 +809,23 @@ static void help_train(void) {
          "  --key-shift         the memory's key conv starts on the previous token, its queries equal to its keys\n"
          "  --key-shift-fixed   --key-shift, and the key conv stays a one-tap conv on the previous token: its\n"
          "                      other taps are set to 0 after every step (keys that cannot drift, docs/long_context.md)\n"
+         "  --key-ngram N       --key-shift-fixed on the N tokens before: the key's channels in N groups, group g\n"
+         "                      reading token t-1-g, the query's the same groups one token later (conv width N+1)\n"
          "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
          "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n"
          );
   printf("Retrieval training (docs/long_context.md):\n"
-         "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth)\n"
+         "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth),\n"
+         "                      and the defaults become the retrieval recipe: --block mac --d 64 --doc-len 0\n"
+         "                      --mem-heads 1 --mem-depth 1 --theta-max 1 --eta-init 0.02 --alpha-init 1e-7\n"
+         "                      --surprise-bound 6 --key-ngram 8 --emb-scale 10 --attn-identity 1.5 (mac, mal)\n"
+         "                      --mac-learns-input (mac) --lens-mix --end-jitter 64 --answer-loss --steps 3000\n"
+         "                      --lens 256,1024,4096,16384 (prose; passkey also 65536; copy to 4096), --needles 4\n"
+         "                      (prose); any option given wins\n"
+         "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
+         "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
+         "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order) or a file\n"
+         "                      (default: the kind's own: prose the training split, passkey its fixed cycle)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
          "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
@@ -822,6 +837,44 @@ static void help_train(void) {
          "                      (default 0: rows end with the answer; needle lengths like 4K then end the\n"
          "                      question at a position of a segment training never showed)\n"
          "  --answer-loss       the loss sees only the answers of the examples (default: every token)\n");
+}
+
+/* The retrieval recipe, the defaults of a --task run (docs/long_context.md, "The retrieval recipe"): a MAC
+   of d 64 whose one matrix memory head starts as a look-up (keys on the previous token, held there;
+   attention starting as the identity; embeddings x 10), writes in one shot (theta_max 1, momentum 0.02)
+   and almost never forgets (1e-7 a token), learns from the block input, bounds each token's surprise at
+   6, and trains 3,000 steps on a mixed length curriculum with the loss on the answers only (prose: 1 to 4
+   needles of different key words an example, and keys of the 8 tokens before, which carry the word). It writes
+   these into o before the command line is parsed, so every option given still wins; --recipe none
+   keeps the plain defaults. `block` is the --block given, or -1. */
+static void retrieval_recipe(train_opts *o, int task, int block) {
+  static const size_t prose_lens[] = {256, 1024, 4096, 16384}, passkey_lens[] = {256, 1024, 4096, 16384, 65536},
+                      copy_lens[] = {256, 1024, 4096};
+  const size_t *lens = task == LONGCTX_PROSE ? prose_lens : task == LONGCTX_COPY ? copy_lens : passkey_lens;
+  size_t n_lens = task == LONGCTX_PROSE ? 4 : task == LONGCTX_COPY ? 3 : 5;
+  o->block = block >= 0 ? block : TITANS_BLOCK_MAC;
+  o->d = 64;
+  o->doc_len = 0;
+  o->mem_heads = 1, o->mem_depth = 1;
+  o->theta_max = 1, o->eta_init = 0.02, o->alpha_init[0] = 1e-7, o->n_alpha_init = 1;
+  o->surprise_bound = 6;
+  o->key_shift = o->key_shift_fixed = 1;
+  o->key_ngram = 8; /* keys of the 8 tokens before: they carry the key word, so several needles bind */
+  o->emb_scale = 10;
+  if (o->block == TITANS_BLOCK_MAC || o->block == TITANS_BLOCK_MAL) o->attn_identity = 1.5;
+  if (o->block == TITANS_BLOCK_MAC) o->mac_learns_input = 1;
+  memcpy(o->lens, lens, n_lens * sizeof(size_t)), o->n_lens = n_lens;
+  o->lens_mix = 1, o->end_jitter = 64, o->answer_loss = 1;
+  if (task == LONGCTX_PROSE) o->needles = 4; /* 1..4 keyed needles an example: binding, not "a number" */
+  o->steps = 3000;
+}
+
+/* The value of the last `opt VALUE` in argv, or NULL: the options that choose the defaults of the rest. */
+static const char *arg_peek(int argc, char **argv, const char *opt) {
+  const char *v = NULL;
+  for (int i = 0; i + 1 < argc; i++)
+    if (!strcmp(argv[i], opt)) v = argv[++i];
+  return v;
 }
 
 static void parse_train(int argc, char **argv, train_opts *o) {
@@ -865,6 +918,13 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->temperature = 0.8;
   o->task = -1;
   o->task_frac = -1; /* unset: 1 with --task */
+  const char *task = arg_peek(argc, argv, "--task"), *recipe = arg_peek(argc, argv, "--recipe");
+  const char *block = arg_peek(argc, argv, "--block");
+  if (recipe && strcmp(recipe, "none") && strcmp(recipe, "retrieval"))
+    usage_fail("train", "--recipe %s: want retrieval (the default with --task) or none", recipe);
+  if (recipe && !task) usage_fail("train", "--recipe goes with --task");
+  if (task && longctx_kind_from_name(task) >= 0 && !(recipe && !strcmp(recipe, "none")))
+    retrieval_recipe(o, longctx_kind_from_name(task), block ? titans_block_from_name(block) : -1);
   for (a.i = 0; a.i < argc; a.i++) {
     const char *s = argv[a.i];
     if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
@@ -904,6 +964,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--temperature")) o->temperature = arg_double(&a, s, 0.0, 100.0);
     else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
     else if (!strcmp(s, "--resume")) o->resume = 1;
+    else if (!strcmp(s, "--recipe")) arg_value(&a, s); /* read above, before the defaults */
     else if (!strcmp(s, "--task")) {
       const char *k = arg_value(&a, s);
       o->task = longctx_kind_from_name(k);
@@ -912,6 +973,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
     else if (!strcmp(s, "--lens-mix")) o->lens_mix = 1;
     else if (!strcmp(s, "--end-jitter")) o->end_jitter = (size_t)arg_long(&a, s, 0, 1L << 20);
+    else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
+    else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init")) o->theta_init = arg_double(&a, s, 1e-6, 0.999999);
@@ -919,6 +982,10 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--conv-uniform")) o->conv_uniform = 1;
     else if (!strcmp(s, "--key-shift")) o->key_shift = 1;
     else if (!strcmp(s, "--key-shift-fixed")) o->key_shift = o->key_shift_fixed = 1;
+    else if (!strcmp(s, "--key-ngram")) {
+      o->key_ngram = (int)arg_long(&a, s, 1, 64);
+      o->key_shift = o->key_shift_fixed = 1;
+    }
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
@@ -946,10 +1013,13 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->task < 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
-    if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter)
-      usage_fail("train", "--task-frac, --lens, --lens-mix, --end-jitter and --answer-loss go with --task");
+    if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack)
+      usage_fail("train", "--task-frac, --lens, --lens-mix, --end-jitter, --answer-loss, --needles and --haystack go "
+                 "with --task");
     return;
   }
+  if (o->needles > 1 && o->task != LONGCTX_PROSE) usage_fail("train", "--needles goes with --task prose");
+  if (o->needles == 0) o->needles = 1;
   if (o->task_frac < 0) o->task_frac = 1;
   if (o->n_lens == 0) o->lens[0] = (size_t)o->seq, o->n_lens = 1;
   /* a row is the example (context + question) and its answer: T + 1 tokens */
@@ -981,6 +1051,9 @@ static titans_config train_config_of(const train_opts *o) {
   if (o->persist < 0 && o->block == TITANS_BLOCK_MAG) c.n_persist = c.mem.chunk;
   if (o->slots) c.lm2_slots = o->slots;
   if (o->mac_learns_input) c.mac_learns_from = TITANS_MAC_LEARNS_INPUT; /* refused by the check for other kinds */
+  if (o->key_ngram > 1 && c.mem.conv_width < o->key_ngram + 1) c.mem.conv_width = o->key_ngram + 1;
+  if (o->key_shift_fixed && c.mem.conv_width >= 2) /* the trainer holds the key there */
+    c.mem.key_ngram = o->key_ngram > 1 ? o->key_ngram : 1;
   return c;
 }
 
@@ -1040,32 +1113,40 @@ static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
    targets of an example the loss sees: all of them (the row is the input and, shifted by one, the
    targets), or with answer_only just the answer's (every earlier token marked TITANS_NO_LOSS: still
    read as input, left out of the loss). */
-static void retrieval_row(int *row, size_t T, int kind, uint64_t seed, const dataset *ds, int answer_only,
-                          size_t end_jitter) {
+static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o, const int *source, size_t source_len) {
   longctx_example ex;
   char why[200];
-  size_t answer_len = longctx_answer_len(kind);
+  int kind = o->task;
+  size_t answer_len = longctx_answer_len(kind), end_jitter = o->end_jitter;
   size_t length = T + 1 - answer_len, room = length - longctx_min_length(kind);
   size_t early = end_jitter ? (size_t)(longctx_mix64(seed, 0x454E444A49545452ull) % end_jitter) : 0;
   if (early > room) early = room;
   length -= early;
-  if (longctx_example_init(&ex, kind, length, -1.0, seed, ds->ids, ds->n_train, why) != 0) fail("%s", why);
+  /* --needles N: 1..N needles, uniform (a stream of its own: one needle draws what it always drew) */
+  int needles = o->needles > 1 ? 1 + (int)(longctx_mix64(seed, 0x4E4545444C4553ull) % (uint64_t)o->needles) : 1;
+  longctx_options opt = {needles, LONGCTX_WORDS_TRAIN, o->haystack != NULL && kind != LONGCTX_PROSE};
+  if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) {
+    opt.needles = 1; /* a row too short for its needles holds one */
+    if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) fail("%s", why);
+  }
   longctx_tokens(&ex, 0, row, length + answer_len);
-  for (size_t i = 1; answer_only && i < length; i++) row[i] = TITANS_NO_LOSS(row[i]);
+  for (size_t i = 1; o->answer_loss && i < length; i++) row[i] = TITANS_NO_LOSS(row[i]);
   /* after the answer: filler the loss leaves out (nothing before it reads it) */
   for (size_t i = 0; i < early; i++) row[length + answer_len + i] = TITANS_NO_LOSS(longctx_filler_byte(&ex, i));
 }
 
 /* tokens [B, T + 1] of a --task run, drawn from (seed, step) alone like sample_batch: per row an example
    seed, then a uniform draw that makes the row a retrieval example (below task_frac) or a plain window of
-   the training split (at an offset from the example seed). */
-static void sample_task_batch(int *tokens, const dataset *ds, const train_opts *o, size_t B, size_t T, long step) {
+   the training split (at an offset from the example seed). The examples' filler is source [source_len]
+   (the training split, or --haystack). */
+static void sample_task_batch(int *tokens, const dataset *ds, const int *source, size_t source_len, const train_opts *o,
+                              size_t B, size_t T, long step) {
   titans_rng rng;
   titans_rng_seed(&rng, longctx_mix64(o->seed, (uint64_t)step));
   for (size_t b = 0; b < B; b++) {
     uint64_t example_seed = titans_rng_u64(&rng);
     int *row = tokens + b * (T + 1);
-    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, o->task, example_seed, ds, o->answer_loss, o->end_jitter);
+    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, example_seed, o, source, source_len);
     else memcpy(row, ds->ids + example_seed % (ds->n_train - T), (T + 1) * sizeof(int));
   }
 }
@@ -1076,7 +1157,9 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   for (size_t i = 0; i < o->n_lens && n < size; i++) n += (size_t)snprintf(out + n, size - n, "%s%zu", i ? "," : "", o->lens[i]);
   if (o->answer_loss && n < size) n += (size_t)snprintf(out + n, size - n, " answer-loss");
   if (o->lens_mix && n < size) n += (size_t)snprintf(out + n, size - n, " lens-mix");
-  if (o->end_jitter && n < size) snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
+  if (o->end_jitter && n < size) n += (size_t)snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
+  if (o->needles > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " needles=%d", o->needles);
+  if (o->haystack && n < size) snprintf(out + n, size - n, " haystack=%s", o->haystack);
 }
 
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */
@@ -1088,6 +1171,7 @@ static char *train_meta(const train_opts *o, const dataset *ds, const series *tr
               o->val_batches, ds->name, ds->n, (unsigned long long)ds->hash);
   if (o->doc_len > 0) text_printf(&t, "doc_len=%ld\n", o->doc_len); /* only then, as task= below */
   if (o->key_shift_fixed) text_printf(&t, "key_shift_fixed=1\n");
+  if (o->key_ngram > 1) text_printf(&t, "key_ngram=%d\n", o->key_ngram);
   if (o->task >= 0) { /* only then: a plain run's files stay as they were */
     char task[512];
     task_line(task, sizeof task, o);
@@ -1111,6 +1195,9 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   if (!meta_u64(meta, "key_shift_fixed", &v)) v = 0;
   if (v != (uint64_t)o->key_shift_fixed)
     fail("--resume: %s was trained %s --key-shift-fixed", path, v ? "with" : "without");
+  if (!meta_u64(meta, "key_ngram", &v)) v = 0;
+  if (v != (uint64_t)(o->key_ngram > 1 ? o->key_ngram : 0))
+    fail("--resume: %s was trained with --key-ngram %llu", path, (unsigned long long)(v ? v : 1));
   if (!meta_u64(meta, "data_hash", &v) || v != ds->hash)
     fail("--resume: %s was trained on other data (give the same --data)", path);
   size_t len = 0;
@@ -1175,43 +1262,6 @@ static void uniform_memory_convs(titans_model *model, uint64_t seed) {
   }
 }
 
-/* --key-shift: every memory key conv starts on the previous token (its last-but-one tap 1, the rest
-   0), queries and values on the current one, and the query projection starts equal to the key's: at
-   the start each token writes "what follows x_{t-1} is x_t" and asks "what followed x_t last time",
-   the look-up an induction head makes. */
-static void shift_memory_keys(titans_model *model) {
-  const titans_config *c = &model->cfg;
-  size_t K = (size_t)c->mem.conv_width, dm = (size_t)c->mem.heads * (size_t)c->mem.head_dim;
-  if (K < 2) return;
-  for (int l = 0; l < c->n_layers; l++) {
-    titans_mem_weights *w = &model->w.layers[l].mem;
-    float *ck = w->conv_k; /* [d_m, K_c]; NULL without a memory */
-    if (!ck) continue;
-    memcpy(w->wq, w->wk, dm * (size_t)c->d * sizeof(float)); /* [d_m, d] */
-    for (size_t j = 0; j < dm; j++)
-      for (size_t t = 0; t < K; t++) ck[j * K + t] = t == K - 2 ? 1.0f : 0.0f;
-  }
-}
-
-/* --key-shift-fixed: the memory's key conv is a one-tap conv on the previous token, k_t from x_{t-1}
-   alone. Called after every optimizer step: the other taps, which training would grow, are set back to 0
-   (a projection onto the constraint; the lag-1 tap itself keeps learning). Why: with small taps on the
-   bytes further back, a repeated text gives nearly parallel keys that must map to different values,
-   and the memory's weights then grow without bound as it reads (docs/long_context.md, "Past the
-   training length"); with keys of the previous byte alone such keys are equal, and a write overwrites. */
-static void fix_memory_keys(titans_model *model) {
-  const titans_config *c = &model->cfg;
-  size_t K = (size_t)c->mem.conv_width, dm = (size_t)c->mem.heads * (size_t)c->mem.head_dim;
-  if (K < 2) return;
-  for (int l = 0; l < c->n_layers; l++) {
-    float *ck = model->w.layers[l].mem.conv_k; /* [d_m, K_c]; NULL without a memory */
-    if (!ck) continue;
-    for (size_t j = 0; j < dm; j++)
-      for (size_t t = 0; t < K; t++)
-        if (t != K - 2) ck[j * K + t] = 0.0f;
-  }
-}
-
 /* 1 when every memory layer's key conv is one tap on the previous token (what --key-shift-fixed keeps). */
 static int memory_keys_one_tap(const titans_model *model) {
   const titans_config *c = &model->cfg;
@@ -1228,22 +1278,8 @@ static int memory_keys_one_tap(const titans_model *model) {
   return any;
 }
 
-/* --attn-identity X: every layer's attention starts by copying its own token: wq = wk = X I (RoPE leaves a
-   token's score with itself unrotated, the largest for normalised inputs), wv = wo = I. In MAC the
-   memory's update stream is the attention output, so with --key-shift the memory then stores, as in LMM,
-   the next byte under the key of the previous one. */
-static void identity_attention(titans_model *model, float scale) {
-  const titans_config *c = &model->cfg;
-  size_t d = (size_t)c->d;
-  for (int l = 0; l < c->n_layers; l++) {
-    titans_layer *L = &model->w.layers[l];
-    float *mats[4] = {L->attn_wq, L->attn_wk, L->attn_wv, L->attn_wo}; /* [d, d] each; NULL without attention */
-    if (!mats[0]) continue;
-    for (int k = 0; k < 4; k++)
-      for (size_t i = 0; i < d; i++)
-        for (size_t j = 0; j < d; j++) mats[k][i * d + j] = i == j ? (k < 2 ? scale : 1.0f) : 0.0f;
-  }
-}
+static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haystack, const size_t *lens, size_t n_lens,
+                          uint64_t seed);
 
 static int cmd_train(int argc, char **argv) {
   train_opts o;
@@ -1269,6 +1305,11 @@ static int cmd_train(int argc, char **argv) {
   dataset ds;
   dataset_init(&ds, &tok, buf, len, o.data ? o.data : "the built-in text");
   free(buf);
+  dataset hay = {0, 0, 0, 0, 0}; /* --haystack: the examples' filler instead of the training split */
+  if (o.haystack) {
+    haystack_load(&hay, &tok, o.haystack, o.lens, o.n_lens, longctx_mix64(o.seed, 0x48415953ull));
+    printf("%s filler: %s (%zu tokens)\n", longctx_kind_name(o.task), hay.name, hay.n);
+  }
   size_t T = (size_t)o.seq, B = (size_t)o.batch;
   if (ds.n_train < T + 1)
     fail("%s has %zu bytes: the training split (90%%) needs at least --seq + 1 = %zu", ds.name, ds.n, T + 1);
@@ -1309,6 +1350,8 @@ static int cmd_train(int argc, char **argv) {
              o.steps, tr.tc.total_steps, o.steps);
       tr.tc.total_steps = o.steps;
     }
+    /* a checkpoint of an earlier version has no key_ngram: the resumed run's option says it */
+    if (o.key_shift_fixed && model.cfg.mem.conv_width >= 2 && model.cfg.mem.key_ngram == 0) model.cfg.mem.key_ngram = 1;
     printf("resumed %s at step %ld\n", trainer_path, tr.step);
   } else {
     titans_config cfg = train_config_of(&o);
@@ -1319,10 +1362,9 @@ static int cmd_train(int argc, char **argv) {
                                    (float)o.alpha_init[o.n_alpha_init > 1 ? l : 0]);
     scale_memory_init(&model, (float)o.w0_scale);
     if (o.conv_uniform) uniform_memory_convs(&model, o.seed);
-    if (o.key_shift) shift_memory_keys(&model);
-    if (o.attn_identity > 0) identity_attention(&model, (float)o.attn_identity);
-    if (o.emb_scale != 1.0) /* tok_emb [V, d]: larger embeddings give a tied head sharp logits from the start */
-      for (size_t i = 0; i < (size_t)model.cfg.vocab * (size_t)model.cfg.d; i++) model.w.tok_emb[i] *= (float)o.emb_scale;
+    /* --key-shift, --attn-identity, --emb-scale: the library's look-up initialisation (docs/model.md 5.1) */
+    titans_lookup_init lookup = {o.key_shift, (float)o.attn_identity, (float)o.emb_scale};
+    titans_model_init_lookup(&model, &lookup);
     titans_train_config tc = titans_train_config_default();
     tc.lr = (float)o.lr;
     tc.min_lr = (float)o.lr / 10;
@@ -1345,7 +1387,9 @@ static int cmd_train(int argc, char **argv) {
     printf("retrieval task: %s examples in %.0f%% of the rows (the rest plain text), needle depth uniform; length stages:",
            longctx_kind_name(o.task), 100 * o.task_frac);
     for (size_t i = 0; i < o.n_lens; i++) printf(" %zu", o.lens[i]);
-    printf(" (validation: plain text, %zu x %zu)\n", B, T);
+    printf(" (validation: plain text, %zu x %zu%s)\n", B, T,
+           o.answer_loss ? "; the loss trains only the answers, so the validation loss on text measures what the "
+                           "model was not trained on, not retrieval: ./titans needle does" : "");
   }
   fflush(stdout);
 
@@ -1406,7 +1450,7 @@ static int cmd_train(int argc, char **argv) {
     step_shape(&o, step, &Bs, &Ts);
     if (carry_text) sample_doc_batch(tokens, &ds, Bs, Ts, (size_t)o.doc_len, o.seed, step);
     else if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
-    else sample_task_batch(tokens, &ds, &o, Bs, Ts, step);
+    else sample_task_batch(tokens, &ds, hay.ids ? hay.ids : ds.ids, hay.ids ? hay.n : ds.n_train, &o, Bs, Ts, step);
     if (o.task >= 0 && o.lens_mix) {
       size_t stage = step_stage(&o, step);
       if (step == first || stage != stage_prev) {
@@ -1431,7 +1475,6 @@ static int cmd_train(int argc, char **argv) {
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
            "--resume restarts from the last checkpoint.", tr.error);
     if (rc != TITANS_OK) fail("%s", tr.error);
-    if (o.key_shift_fixed) fix_memory_keys(&model);
     train_time += now_seconds() - t0;
     if (steps_done == 0) first_step_time = train_time;
     tokens_done += (double)(Bs * Ts);
@@ -1508,6 +1551,8 @@ static int cmd_train(int argc, char **argv) {
     free(stream_paths[i]);
   }
   free(tokens);
+  free(hay.ids);
+  free(hay.name);
   free(ds.ids);
   free(ds.name);
   series_free(&train);
@@ -1612,6 +1657,27 @@ static void dataset_load(dataset *ds, titans_tokenizer *tok, const char *path) {
   }
   dataset_init(ds, tok, buf, len, path ? path : "the built-in text");
   free(buf);
+}
+
+/* The filler of --haystack H: "sentences", plain sentences in an order drawn from seed (longctx.h), as
+   many tokens as the longest of lens [n_lens] and 64K more (read from a random place, never wrapping
+   within an example); or the whole text of file H. ds->n_train = ds->n: all of it is filler. */
+static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haystack, const size_t *lens, size_t n_lens,
+                          uint64_t seed) {
+  if (strcmp(haystack, "sentences") != 0) {
+    dataset_load(ds, tok, haystack);
+    ds->n_train = ds->n;
+    return;
+  }
+  size_t n = 65536;
+  for (size_t i = 0; i < n_lens; i++) n = lens[i] + 65536 > n ? lens[i] + 65536 : n;
+  static const char name[] = "plain sentences in random order";
+  memset(ds, 0, sizeof *ds);
+  ds->ids = (int *)xmalloc(n * sizeof(int));
+  longctx_sentence_text(ds->ids, n, seed);
+  ds->n = ds->n_train = n;
+  ds->name = (char *)xmalloc(sizeof name);
+  memcpy(ds->name, name, sizeof name);
 }
 
 #define MAX_MODELS 16
@@ -2098,8 +2164,16 @@ static void help_needle(void) {
          "  --depth LIST        needle depths in %% of the filler (10,50,90)\n"
          "  --trials N          examples per (length, depth) (5)\n"
          "  --data FILE         prose: the text whose held-out last 10%% is the filler (default: built-in)\n"
+         "  --haystack H        the filler instead: FILE (a whole text, read from a random place per trial) or\n"
+         "                      'sentences' (plain sentences in random order); any task\n"
+         "  --needles N         prose: N needles of different key words, the question asks for one (1)\n"
+         "  --key-words SET     prose: the key words asked, 'train' (the 16 training draws from) or 'heldout'\n"
+         "                      (16 never trained on) (train)\n"
          "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
          "  --svg FILE          heat map of exact match, one panel per model (needle.svg)\n"
+         "  --trace FILE        write trace: the first model reads the first trial of the first (length, depth)\n"
+         "                      one token at a time; FILE gets, per memory chunk and layer, how far the memory's\n"
+         "                      state moved (L2 norm of its change) and where the needles are; FILE.svg plots it\n"
          "  --threads N         OpenMP threads; cells (model, length, depth) run in parallel, one per thread\n"
          "A cell's passkey and copy trials read their common filler (up to the needle) once.\n", MAX_MODELS);
 }
@@ -2107,7 +2181,11 @@ static void help_needle(void) {
 typedef struct needle_opts {
   model_set models;
   int kind, threads;
-  const char *data, *svg;
+  int needles, word_set;     /* --needles, --key-words: longctx_options */
+  const char *data, *svg, *haystack, *trace;
+  const int *source;         /* [source_len] the filler's text (token ids): the held-out split of --data for
+                                prose, or --haystack; NULL: the passkey's fixed cycle */
+  size_t source_len;
   size_t lens[MAX_CELLS], n_lens, depth_pct[MAX_CELLS], n_depths, trials;
   uint64_t seed;
 } needle_opts;
@@ -2121,6 +2199,8 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
   o->depth_pct[0] = 10, o->depth_pct[1] = 50, o->depth_pct[2] = 90, o->n_depths = 3;
   o->trials = 5;
   o->seed = 1;
+  o->needles = 1;
+  o->word_set = LONGCTX_WORDS_TRAIN;
   for (a.i = 0; a.i < argc; a.i++) {
     const char *s = argv[a.i];
     if (!strcmp(s, "--model")) {
@@ -2134,7 +2214,15 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--depth")) o->n_depths = arg_size_list(&a, s, o->depth_pct, MAX_CELLS, 0, 100);
     else if (!strcmp(s, "--trials")) o->trials = (size_t)arg_long(&a, s, 1, 1 << 20);
     else if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
-    else if (!strcmp(s, "--svg")) o->svg = arg_value(&a, s);
+    else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
+    else if (!strcmp(s, "--trace")) o->trace = arg_value(&a, s);
+    else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
+    else if (!strcmp(s, "--key-words")) {
+      const char *w = arg_value(&a, s);
+      if (!strcmp(w, "train")) o->word_set = LONGCTX_WORDS_TRAIN;
+      else if (!strcmp(w, "heldout")) o->word_set = LONGCTX_WORDS_HELDOUT;
+      else usage_fail("needle", "--key-words %s: want train or heldout", w);
+    } else if (!strcmp(s, "--svg")) o->svg = arg_value(&a, s);
     else if (!strcmp(s, "--seed")) o->seed = arg_u64(&a, s);
     else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
@@ -2143,6 +2231,9 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     } else usage_fail("needle", "unknown option '%s'", s);
   }
   if (o->models.n == 0) usage_fail("needle", "--model FILE is required");
+  if ((o->needles > 1 || o->word_set != LONGCTX_WORDS_TRAIN) && o->kind != LONGCTX_PROSE)
+    usage_fail("needle", "--needles and --key-words go with --task prose");
+  if (o->haystack && o->data) usage_fail("needle", "--data and --haystack both name the filler: give one");
   for (size_t i = 0; i < o->n_lens; i++)
     if (o->lens[i] < longctx_min_length(o->kind))
       usage_fail("needle", "--len %zu: a %s example needs at least %zu tokens", o->lens[i], longctx_kind_name(o->kind),
@@ -2190,10 +2281,11 @@ static int needle_trial(titans_session *s, const longctx_example *ex, size_t fro
 
 /* Sets up the example of trial `trial` of the cell (length, depth). Returns 0, or -1 with the reason in
    why [200]. */
-static int needle_example(const needle_opts *o, size_t length, double depth, size_t trial, const dataset *ds,
-                          longctx_example *ex, char *why) {
+static int needle_example(const needle_opts *o, size_t length, double depth, size_t trial, longctx_example *ex,
+                          char *why) {
+  longctx_options opt = {o->needles, o->word_set, o->source != NULL && o->kind != LONGCTX_PROSE};
   return longctx_example_init(ex, o->kind, length, depth, longctx_eval_seed(o->seed, length, depth, trial),
-                              ds->ids ? ds->ids + ds->n_train : NULL, ds->n - ds->n_train, why);
+                                   o->source, o->source_len, &opt, why);
 }
 
 /* The tokens every trial of the cell (length, depth) reads alike before its needle: the passkey's and
@@ -2201,11 +2293,11 @@ static int needle_example(const needle_opts *o, size_t length, double depth, siz
    that session (the same result as reading every trial from its first token: a session's state depends
    on its tokens, not on how they were split among calls). Prose reads its filler from a random place per
    trial: 0. Returns SIZE_MAX with the reason in why [200] when an example cannot be set up. */
-static size_t needle_shared_prefix(const needle_opts *o, size_t length, double depth, const dataset *ds, char *why) {
-  size_t shared = o->kind == LONGCTX_PROSE ? 0 : length;
+static size_t needle_shared_prefix(const needle_opts *o, size_t length, double depth, char *why) {
+  size_t shared = o->source ? 0 : length;
   longctx_example ex;
   for (size_t trial = 0; trial < o->trials; trial++) {
-    if (needle_example(o, length, depth, trial, ds, &ex, why) != 0) return SIZE_MAX;
+    if (needle_example(o, length, depth, trial, &ex, why) != 0) return SIZE_MAX;
     if (ex.needle_at < shared) shared = ex.needle_at;
   }
   return shared;
@@ -2215,14 +2307,14 @@ static size_t needle_shared_prefix(const needle_opts *o, size_t length, double d
    *digits and *exact; the shared prefix (needle_shared_prefix) is read once. Returns 0, or -1 with the
    reason in err. */
 static int needle_cell(const needle_opts *o, const titans_model *model, const char *model_path, size_t length,
-                       double depth, const dataset *ds, size_t *digits, size_t *exact, long long *done, progress *prog,
+                       double depth, size_t *digits, size_t *exact, long long *done, progress *prog,
                        job_error *err) {
   size_t answer_len = longctx_answer_len(o->kind);
   longctx_example ex;
   char why[200];
   titans_session prefix, sess;
-  size_t shared = needle_shared_prefix(o, length, depth, ds, why);
-  if (shared == SIZE_MAX || needle_example(o, length, depth, 0, ds, &ex, why) != 0) {
+  size_t shared = needle_shared_prefix(o, length, depth, why);
+  if (shared == SIZE_MAX || needle_example(o, length, depth, 0, &ex, why) != 0) {
     job_error_set(err, "example", why);
     return -1;
   }
@@ -2239,7 +2331,7 @@ static int needle_cell(const needle_opts *o, const titans_model *model, const ch
   const char *failed = prefix.error;
   for (size_t trial = 0; trial < o->trials && rc == TITANS_OK; trial++) {
     size_t correct = 0;
-    needle_example(o, length, depth, trial, ds, &ex, why); /* succeeded in needle_shared_prefix */
+    needle_example(o, length, depth, trial, &ex, why); /* succeeded in needle_shared_prefix */
     rc = titans_session_copy(&sess, &prefix);
     if (rc == TITANS_OK) rc = needle_trial(&sess, &ex, shared, &correct, done, prog);
     failed = sess.error;
@@ -2284,6 +2376,87 @@ static void needle_print(const needle_opts *o, const size_t *exact, const size_t
          answer_len, o->kind == LONGCTX_COPY ? "letter" : "digit", 1.0 / alphabet);
 }
 
+/* The L2 norm of each layer's memory state (its "mem.state" tensor: weights and momentum) in norms
+   [n_layers] (0 for a layer without a memory), and a copy of the states in keep [total floats]. Returns
+   the floats the states hold. */
+static size_t trace_states(titans_session *s, float *keep, size_t cap) {
+  titans_tensor_ref refs[256];
+  size_t n = titans_session_state(s, refs, 256), at = 0;
+  for (size_t i = 0; i < n && i < 256; i++)
+    if (strstr(refs[i].name, "mem.state") && at + refs[i].count <= cap) {
+      if (keep) memcpy(keep + at, refs[i].data, refs[i].count * sizeof(float));
+      at += refs[i].count;
+    }
+  return at;
+}
+
+/* --trace: the example of the first trial of the first (length, depth) cell, read by a fresh session of
+   the first model one token at a time. Per memory chunk (mem.chunk tokens) and layer: the L2 norm of the
+   change of the layer's memory state over the chunk, the state's norm, and how many needle tokens the
+   chunk holds; a TSV to path and a plot (log scale of the change against the position) to path.svg. */
+static void needle_trace(const needle_opts *o, const titans_model *model) {
+  longctx_example ex;
+  char why[200];
+  double depth = (double)o->depth_pct[0] / 100.0;
+  if (needle_example(o, o->lens[0], depth, 0, &ex, why) != 0) fail("needle --trace: %s", why);
+  titans_session s;
+  if (titans_session_init(&s, model) != TITANS_OK) fail("%s", s.error);
+  const titans_config *c = &model->cfg;
+  size_t L = (size_t)c->n_layers, chunk = (size_t)c->mem.chunk, total = trace_states(&s, NULL, SIZE_MAX);
+  if (total == 0) fail("needle --trace: %s has no memory to trace", o->models.path[0]);
+  size_t per_layer = total / L; /* every memory layer holds the same state */
+  float *before = (float *)xmalloc(total * sizeof(float)), *now = (float *)xmalloc(total * sizeof(float));
+  size_t n_chunks = (ex.length + chunk - 1) / chunk;
+  double *x = (double *)xmalloc(n_chunks * sizeof(double));     /* [n_chunks] the chunk's last position + 1 */
+  double *y = (double *)xmalloc(L * n_chunks * sizeof(double)); /* [L, n_chunks] log10 of the change */
+  FILE *f = fopen(o->trace, "w");
+  if (!f) fail("cannot write %s: %s", o->trace, strerror(errno));
+  fprintf(f, "# %s, %s example, length %zu, depth %.0f%%, %zu needle(s); per chunk of %zu tokens\n", o->models.path[0],
+          longctx_kind_name(o->kind), ex.length, 100 * depth, ex.n_needles, chunk);
+  fprintf(f, "chunk_end\tlayer\tstate_change\tstate_norm\tneedle_tokens\ttext\n");
+  trace_states(&s, before, total);
+  size_t mem_layers = 0;
+  for (size_t ch = 0; ch < n_chunks; ch++) {
+    size_t from = ch * chunk, to = from + chunk < ex.length ? from + chunk : ex.length, needle_tokens = 0;
+    char text[64] = "";
+    for (size_t i = from; i < to; i++) {
+      int tok = longctx_token(&ex, i);
+      if (titans_session_feed(&s, &tok, 1, NULL) != TITANS_OK) fail("%s", s.error);
+      text[i - from] = tok >= 32 && tok < 127 && tok != '\t' ? (char)tok : ' ';
+      for (size_t k = 0, shift = 0; k < ex.n_needles; shift += ex.others_len[k], k++) {
+        size_t at = ex.insert_at[k] + shift;
+        needle_tokens += i >= at && i < at + ex.others_len[k];
+      }
+    }
+    text[to - from] = 0;
+    trace_states(&s, now, total);
+    x[ch] = (double)to;
+    mem_layers = 0;
+    for (size_t l = 0; l * per_layer < total; l++, mem_layers++) {
+      double change = 0, norm = 0;
+      for (size_t i = l * per_layer; i < (l + 1) * per_layer; i++) {
+        double dv = (double)now[i] - before[i];
+        change += dv * dv, norm += (double)now[i] * now[i];
+      }
+      y[l * n_chunks + ch] = log10(sqrt(change) + 1e-12);
+      fprintf(f, "%zu\t%zu\t%.6g\t%.6g\t%zu\t%s\n", to, l, sqrt(change), sqrt(norm), needle_tokens, text);
+    }
+    memcpy(before, now, total * sizeof(float));
+  }
+  if (fclose(f) != 0) fail("cannot write %s: %s", o->trace, strerror(errno));
+  char svg[4096], title[256], names[8][32];
+  const char *name_ptr[8];
+  for (size_t l = 0; l < mem_layers && l < 8; l++) snprintf(names[l], sizeof names[l], "layer %zu", l), name_ptr[l] = names[l];
+  snprintf(svg, sizeof svg, "%s.svg", o->trace);
+  snprintf(title, sizeof title, "memory writes: %s, needle at %zu", longctx_kind_name(o->kind), ex.needle_at);
+  if (write_curves_svg(svg, title, "tokens read", "log10 |state change| per chunk", mem_layers < 8 ? mem_layers : 8,
+                       name_ptr, n_chunks, x, y) != 0)
+    fail("cannot write %s: %s", svg, strerror(errno));
+  printf("wrote %s and %s (the asked needle at token %zu)\n", o->trace, svg, ex.needle_at);
+  free(before), free(now), free(x), free(y);
+  titans_session_free(&s);
+}
+
 static int cmd_needle(int argc, char **argv) {
   needle_opts o;
   parse_needle(argc, argv, &o);
@@ -2291,13 +2464,22 @@ static int cmd_needle(int argc, char **argv) {
   titans_tokenizer tok;
   titans_tokenizer_init(&tok, TITANS_TOKENIZER_BYTE);
   dataset ds = {0, 0, 0, 0, 0};
-  if (o.kind == LONGCTX_PROSE) {
+  if (o.haystack) {
+    haystack_load(&ds, &tok, o.haystack, o.lens, o.n_lens, longctx_mix64(o.seed + LONGCTX_EVAL_SEED_OFFSET, 0x48415953ull));
+    o.source = ds.ids, o.source_len = ds.n;
+    printf("%s filler: %s (%zu tokens, read from a random place per trial)\n", longctx_kind_name(o.kind), ds.name, ds.n);
+  } else if (o.kind == LONGCTX_PROSE) {
     dataset_load(&ds, &tok, o.data);
     if (ds.n == ds.n_train) fail("%s is too short to have a held-out part", ds.name);
-  } else if (o.data) usage_fail("needle", "--data is for --task prose (passkey's filler is fixed)");
+    o.source = ds.ids + ds.n_train, o.source_len = ds.n - ds.n_train;
+    printf("prose filler: the held-out last 10%% of %s (%zu tokens)\n", ds.name, ds.n - ds.n_train);
+  } else if (o.data) usage_fail("needle", "--data is for --task prose (passkey's filler is fixed; see --haystack)");
+  if (o.needles > 1 || o.word_set != LONGCTX_WORDS_TRAIN)
+    printf("prose: %d needle%s of different key words, the key asked drawn from the %s words\n", o.needles,
+           o.needles > 1 ? "s" : "", o.word_set == LONGCTX_WORDS_HELDOUT ? "held-out" : "training");
   models_load(&o.models);
+  if (o.trace) needle_trace(&o, &o.models.model[0]);
   size_t n_models = o.models.n, cells = o.n_lens * o.n_depths, answer_len = longctx_answer_len(o.kind);
-  if (o.kind == LONGCTX_PROSE) printf("prose filler: the held-out last 10%% of %s (%zu tokens)\n", ds.name, ds.n - ds.n_train);
 
   size_t *exact = (size_t *)calloc(n_models * cells, sizeof(size_t));  /* [n_models, n_lens, n_depths] */
   size_t *digits = (size_t *)calloc(n_models * cells, sizeof(size_t)); /* [n_models, n_lens, n_depths] */
@@ -2306,7 +2488,7 @@ static int cmd_needle(int argc, char **argv) {
   for (size_t r = 0; r < o.n_lens; r++)
     for (size_t c = 0; c < o.n_depths; c++) {
       char why[200];
-      size_t shared = needle_shared_prefix(&o, o.lens[r], (double)o.depth_pct[c] / 100.0, &ds, why);
+      size_t shared = needle_shared_prefix(&o, o.lens[r], (double)o.depth_pct[c] / 100.0, why);
       if (shared == SIZE_MAX) fail("needle: %s", why);
       total += (long long)((shared + o.trials * (o.lens[r] - shared)) * n_models);
       context_tokens += (long long)(o.lens[r] * o.trials * n_models);
@@ -2325,7 +2507,7 @@ static int cmd_needle(int argc, char **argv) {
     size_t r = o.n_lens - 1 - (size_t)j / (o.n_depths * n_models);
     size_t cell = (m * o.n_lens + r) * o.n_depths + c, cell_digits = 0, cell_exact = 0;
     if (err.set) continue;
-    needle_cell(&o, &o.models.model[m], o.models.path[m], o.lens[r], (double)o.depth_pct[c] / 100.0, &ds, &cell_digits,
+    needle_cell(&o, &o.models.model[m], o.models.path[m], o.lens[r], (double)o.depth_pct[c] / 100.0, &cell_digits,
                 &cell_exact, &done, &prog, &err);
     digits[cell] = cell_digits; /* one job per cell: no other thread writes it */
     exact[cell] = cell_exact;
@@ -2444,7 +2626,9 @@ static void info_model(titans_st_reader *r, const char *path) {
            c->mem.head_dim, c->mem.depth, c->mem.depth == 1 ? " (a matrix memory)" : "", c->mem.chunk,
            c->mem.conv_width, (double)c->mem.theta_max, (double)c->mem.surprise_bound,
            c->mem.surprise_bound > 0 ? "" : " (off)");
-  if (memory_keys_one_tap(&m)) printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
+  if (c->mem.key_ngram > 1)
+    printf("memory keys: from the %d tokens before, one per group of channels (held by the trainer)\n", c->mem.key_ngram);
+  else if (memory_keys_one_tap(&m)) printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
   print_gate_biases(&m);
   printf("config: %s\n", titans_st_meta(r, "config"));
   if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));

@@ -124,19 +124,19 @@ check "killed with SIGKILL: a checkpoint of the default interval (steps / 10) is
   sh -c "grep -q 'at step \(500\|1000\|1500\)\$' out.txt"
 
 echo "== train --task"
-task="--task passkey --task-frac 0.75 --lens 160,320"
+task="--task passkey --recipe none --task-frac 0.75 --lens 160,320"
 rc=$(run "$bin" train $tiny $task --steps 6 --out task_full)
-check "train --task passkey with a --lens curriculum exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "train --task passkey --recipe none with a --lens curriculum exits 0 (rc=$rc)" [ "$rc" = 0 ]
 check "  it trains the stages' shapes (2 x 160, then 1 x 320)" sh -c 'grep -q "2 sequences of 160" out.txt && grep -q "1 sequences of 320" out.txt'
 rc=$(run "$bin" train $tiny $task --steps 6 --stop-at 3 --out task_split)
 rc2=$(run "$bin" train $tiny $task --steps 6 --resume --out task_split)
 check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s task_full/trainer.safetensors task_split/trainer.safetensors"
-rc=$(run "$bin" train $tiny --task prose --lens 200 --steps 6 --resume --out task_split)
+rc=$(run "$bin" train $tiny --task prose --recipe none --lens 200 --steps 6 --resume --out task_split)
 check "  --resume with another task is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'task' err.txt"
 rc=$(run "$bin" train $tiny --lens 200 --steps 2 --out nope)
 check "--lens without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
-mix="--task passkey --lens 160,320 --lens-mix"
+mix="--task passkey --recipe none --lens 160,320 --lens-mix"
 rc=$(run "$bin" train $tiny $mix --steps 6 --out mix_full)
 check "train --lens-mix exits 0 (rc=$rc)" [ "$rc" = 0 ]
 check "  its second stage draws from both lengths" grep -q "each step's length drawn from 160,320" out.txt
@@ -144,24 +144,24 @@ rc=$(run "$bin" train $tiny $mix --steps 6 --stop-at 3 --out mix_split)
 rc2=$(run "$bin" train $tiny $mix --steps 6 --resume --out mix_split)
 check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s mix_full/trainer.safetensors mix_split/trainer.safetensors"
-rc=$(run "$bin" train $tiny --task passkey --lens 160,320 --steps 6 --out nomix)
+rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 160,320 --steps 6 --out nomix)
 check "  it trains otherwise than the same run without --lens-mix (rc=$rc)" \
   sh -c "[ $rc = 0 ] && ! cmp -s mix_full/trainer.safetensors nomix/trainer.safetensors"
-rc=$(run "$bin" train $tiny --task passkey --lens 160,320 --steps 6 --resume --out mix_split)
+rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 160,320 --steps 6 --resume --out mix_split)
 check "  --resume without --lens-mix is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'lens-mix' err.txt"
 rc=$(run "$bin" train $tiny --lens-mix --steps 2 --out nope)
 check "--lens-mix without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
-jit="--task passkey --lens 160 --end-jitter 64"
+jit="--task passkey --recipe none --lens 160 --end-jitter 64"
 rc=$(run "$bin" train $tiny $jit --steps 4 --out jit_full)
 check "train --end-jitter exits 0 (rc=$rc)" [ "$rc" = 0 ]
 rc=$(run "$bin" train $tiny $jit --steps 4 --stop-at 2 --out jit_split)
 rc2=$(run "$bin" train $tiny $jit --steps 4 --resume --out jit_split)
 check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s jit_full/trainer.safetensors jit_split/trainer.safetensors"
-rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 4 --out nojit)
+rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 160 --steps 4 --out nojit)
 check "  it trains otherwise than the same run without it (rc=$rc)" \
   sh -c "[ $rc = 0 ] && ! cmp -s jit_full/trainer.safetensors nojit/trainer.safetensors"
-rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 4 --resume --out jit_split)
+rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 160 --steps 4 --resume --out jit_split)
 check "  --resume without --end-jitter is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'end-jitter' err.txt"
 rc=$(run "$bin" train $tiny --end-jitter 8 --steps 2 --out nope)
 check "--end-jitter without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
@@ -177,9 +177,46 @@ check "  interrupted inside a document and resumed (rc=$rc, $rc2): bit-identical
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s carry_full/trainer.safetensors carry_split/trainer.safetensors"
 rc=$(run "$bin" train $tiny $mix --doc-len 200 --steps 2 --out nope)
 check "  --doc-len shorter than a --lens length: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'shorter than one example' err.txt"
-rc=$(run "$bin" train $tiny --task passkey --lens 164 --doc-len 656 --steps 2 --out nope)
+rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 164 --doc-len 656 --steps 2 --out nope)
 check "  a length that is not a multiple of the memory chunk: exit 1 (rc=$rc)" \
   sh -c "[ $rc = 1 ] && grep -q 'multiple of the memory chunk' err.txt"
+echo "== train --task: the retrieval recipe, keyed needles, haystacks"
+rc=$(run "$bin" train --data tiny.txt --task prose --lens 200 --steps 2 --val-every 0 --sample-len 0 --out recipe)
+check "train --task prose with the recipe's defaults exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "  a MAC of d 64 whose loss sees the answers (the recipe), and says what its validation measures" \
+  sh -c 'grep -q "model: mac, d = 64" out.txt && grep -q "validation loss on text measures what the model was not trained on" out.txt'
+"$bin" info --model recipe/model.safetensors >info.txt 2>&1
+check "  its memory keys come from the 8 tokens before, held there (the library's key_ngram)" \
+  grep -q 'memory keys: from the 8 tokens before' info.txt
+rc=$(run "$bin" train --data tiny.txt --task prose --block mag --d 32 --lens 200 --steps 2 --val-every 0 --sample-len 0 --out recipe2)
+check "  options given win over the recipe (--block mag --d 32) (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q 'model: mag, d = 32' out.txt"
+rc=$(run "$bin" train --recipe none --steps 2 --out nope)
+check "--recipe without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train --task prose --recipe fast --steps 2 --out nope)
+check "--recipe fast: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train $tiny --task passkey --recipe none --needles 2 --lens 160 --steps 2 --out nope)
+check "--needles with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'needles' err.txt"
+rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --lens 400 --steps 3 --out needles3)
+check "train --task prose --needles 3 exits 0 (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" train $tiny --task passkey --recipe none --haystack sentences --lens 160 --steps 3 --out hay)
+check "train --task passkey --haystack sentences exits 0 and says so (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'plain sentences in random order' out.txt"
+rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 160 --steps 3 --resume --out hay)
+check "  --resume without its --haystack is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'task' err.txt"
+rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --needles 4 --key-words heldout \
+  --len 400 --depth 50 --trials 2 --svg n.svg)
+check "needle --needles 4 --key-words heldout exits 0 and says what it asks (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q '4 needles of different key words, the key asked drawn from the held-out words' out.txt"
+rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --haystack tiny.txt --len 400 --depth 50 --trials 2 --svg n.svg)
+check "needle --haystack FILE exits 0 and reads it (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q 'filler: tiny.txt' out.txt"
+rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --len 400 --depth 50 --trials 1 \
+  --trace trace.tsv --svg n.svg)
+check "needle --trace writes the memory's change per chunk and layer, and its plot (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && [ \$(grep -c '^[0-9]' trace.tsv) -ge 40 ] && awk -F'\t' '\$5 > 0' trace.tsv | grep -q 'magic' && grep -q '</svg>' trace.tsv.svg"
+rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --needles 2 --len 400)
+check "needle --needles with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" needle --model hay/model.safetensors --task prose --data tiny.txt --haystack sentences --len 400)
+check "needle with both --data and --haystack: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" train $tiny --block mac --mac-learns-input --steps 2 --out learnx)
 check "train --block mac --mac-learns-input exits 0 (rc=$rc)" [ "$rc" = 0 ]
 "$bin" info --model learnx/model.safetensors >out.txt 2>&1

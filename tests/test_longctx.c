@@ -41,9 +41,9 @@ static void test_determinism(const int *source, size_t source_len) {
   for (int kind = 0; kind < 3; kind++) {
     longctx_example a, b, c;
     char err[200];
-    longctx_example_init(&a, kind, 4096, 0.3, 77, source, source_len, err);
-    longctx_example_init(&b, kind, 4096, 0.3, 77, source, source_len, err);
-    longctx_example_init(&c, kind, 4096, 0.3, 78, source, source_len, err);
+    longctx_example_init(&a, kind, 4096, 0.3, 77, source, source_len, NULL, err);
+    longctx_example_init(&b, kind, 4096, 0.3, 77, source, source_len, NULL, err);
+    longctx_example_init(&c, kind, 4096, 0.3, 78, source, source_len, NULL, err);
     size_t same = 0, differ = 0;
     for (size_t i = 0; i < 4096 + a.answer_len; i++) {
       same += longctx_token(&a, i) == longctx_token(&b, i);
@@ -78,7 +78,7 @@ static void test_layout(int kind, const int *source, size_t source_len) {
       for (uint64_t seed = 1; seed <= 3; seed++) {
         longctx_example ex;
         char err[200];
-        if (longctx_example_init(&ex, kind, lengths[li], depths[di], seed * 1000 + li, source, source_len, err) != 0) {
+        if (longctx_example_init(&ex, kind, lengths[li], depths[di], seed * 1000 + li, source, source_len, NULL, err) != 0) {
           th_check(0, "%s: init at length %zu: %s", longctx_kind_name(kind), lengths[li], err);
           continue;
         }
@@ -113,7 +113,7 @@ static void test_digits_uniform(void) {
   for (uint64_t seed = 0; seed < 2000; seed++) {
     longctx_example ex;
     char err[200];
-    longctx_example_init(&ex, LONGCTX_PASSKEY, 200, 0.5, longctx_eval_seed(5, 200, 0.5, seed), NULL, 0, err);
+    longctx_example_init(&ex, LONGCTX_PASSKEY, 200, 0.5, longctx_eval_seed(5, 200, 0.5, seed), NULL, 0, NULL, err);
     for (size_t i = 0; i < ex.answer_len; i++) count[ex.answer[i] - '0']++, n++;
   }
   double worst = 0;
@@ -121,12 +121,111 @@ static void test_digits_uniform(void) {
   th_check(worst < 0.015, "answer digits are uniform: largest deviation from 0.1 over %zu digits is %.4f", n, worst);
   longctx_example a, b;
   char err[200];
-  longctx_example_init(&a, LONGCTX_PASSKEY, 200, -1, 9, NULL, 0, err);
-  longctx_example_init(&b, LONGCTX_PASSKEY, 200, -1, 10, NULL, 0, err);
+  longctx_example_init(&a, LONGCTX_PASSKEY, 200, -1, 9, NULL, 0, NULL, err);
+  longctx_example_init(&b, LONGCTX_PASSKEY, 200, -1, 10, NULL, 0, NULL, err);
   th_check(a.depth >= 0 && a.depth < 1 && a.depth != b.depth, "a negative depth is drawn uniformly (%.3f, %.3f)", a.depth,
            b.depth);
-  th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 100, 0.5, 1, NULL, 0, err) != 0, "a too short length is refused: %s",
+  th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 100, 0.5, 1, NULL, 0, NULL, err) != 0, "a too short length is refused: %s",
            err);
+}
+
+/* Several keyed needles (prose): every needle once, each with a key word of its own, the question asking
+   for the first drawn (placed at the asked depth), its number the answer; held-out words from their own
+   list; one needle with no options = the single-needle example byte for byte. */
+static void test_needles(const int *source, size_t source_len) {
+  size_t cases = 0, bad_once = 0, bad_words = 0, bad_question = 0, bad_answer = 0, bad_pieces = 0, bad_set = 0;
+  for (int n = 1; n <= LONGCTX_MAX_NEEDLES; n++)
+    for (int set = 0; set < 2; set++)
+      for (uint64_t seed = 1; seed <= 4; seed++) {
+        longctx_example ex;
+        longctx_options opt = {n, set, 0};
+        char err[200], asked[160];
+        size_t length = seed % 2 ? 1000 : 4096;
+        if (longctx_example_init(&ex, LONGCTX_PROSE, length, 0.3, seed * 77 + (uint64_t)n, source, source_len, &opt,
+                                 err) != 0) {
+          th_check(0, "prose, %d needles, length %zu: %s", n, length, err);
+          continue;
+        }
+        cases++;
+        for (size_t k = 0; k < ex.n_needles; k++) bad_once += count_in_example(&ex, ex.others[k]) != 1;
+        for (int i = 0; i < n; i++) {
+          int found = 0;
+          for (int j = 0; j < 16; j++) found |= !strcmp(ex.words[i], set ? longctx_heldout_words[j] : longctx_words[j]);
+          bad_set += !found;
+          for (int j = 0; j < i; j++) bad_words += !strcmp(ex.words[i], ex.words[j]);
+        }
+        snprintf(asked, sizeof asked, "The special magic number for %s is %s. ", ex.words[0], ex.answer);
+        bad_answer += strcmp(asked, ex.needle) != 0 || find_in_example(&ex, asked) != ex.needle_at;
+        snprintf(asked, sizeof asked, "What is the special magic number for %s?", ex.words[0]);
+        bad_question += find_in_example(&ex, asked) != length - ex.question_len;
+        int piece[700];
+        for (size_t from = 0; from < length; from += 700) {
+          size_t m = length - from < 700 ? length - from : 700;
+          longctx_tokens(&ex, from, piece, m);
+          for (size_t i = 0; i < m; i++) bad_pieces += piece[i] != longctx_token(&ex, from + i);
+        }
+      }
+  th_check(cases == 2 * 4 * LONGCTX_MAX_NEEDLES, "prose with 1-%d needles: every example set up (%zu)", LONGCTX_MAX_NEEDLES,
+           cases);
+  th_check(bad_once == 0, "every needle appears exactly once (%zu wrong)", bad_once);
+  th_check(bad_words == 0 && bad_set == 0, "the needles' key words differ and come from the asked set (%zu, %zu wrong)",
+           bad_words, bad_set);
+  th_check(bad_answer == 0 && bad_question == 0, "the question asks for the first needle, whose number is the answer "
+           "(%zu, %zu wrong)", bad_answer, bad_question);
+  th_check(bad_pieces == 0, "several needles: longctx_tokens in pieces = token by token (%zu differ)", bad_pieces);
+  longctx_example a, b;
+  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0};
+  char err[200];
+  longctx_example_init(&a, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, NULL, err);
+  longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &one, err);
+  size_t differ = 0;
+  for (size_t i = 0; i < 4096 + a.answer_len; i++) differ += longctx_token(&a, i) != longctx_token(&b, i);
+  th_check(differ == 0, "one needle through the options = the single-needle example (%zu tokens differ)", differ);
+  longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0};
+  th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 4096, 0.5, 1, NULL, 0, &two, err) != 0,
+           "several needles are refused for the passkey: %s", err);
+  longctx_options eight = {8, LONGCTX_WORDS_TRAIN, 0};
+  th_check(longctx_example_init(&a, LONGCTX_PROSE, 300, 0.5, 1, source, source_len, &eight, err) != 0,
+           "a length too short for its needles is refused: %s", err);
+}
+
+/* Plain sentences in random order: deterministic by seed, made of the pool's sentences only, and not
+   periodic (no shift of up to 4,096 bytes repeats a 2,048-byte stretch); a passkey read from it keeps
+   its needle, question and answer. */
+static void test_sentence_haystack(void) {
+  enum { N = 1 << 15 };
+  int *a = (int *)malloc(N * sizeof(int)), *b = (int *)malloc(N * sizeof(int));
+  longctx_sentence_text(a, N, 5);
+  longctx_sentence_text(b, N, 5);
+  th_check(!memcmp(a, b, N * sizeof(int)), "sentence haystack: the same seed gives the same text");
+  size_t at = 0, unknown = 0;
+  while (at < N - 64) { /* every sentence in turn is one of the pool */
+    size_t k = 0, len = 0;
+    for (; k < LONGCTX_N_SENTENCES; k++) {
+      len = strlen(longctx_sentences[k]);
+      size_t j = 0;
+      while (j < len && a[at + j] == (unsigned char)longctx_sentences[k][j]) j++;
+      if (j == len) break;
+    }
+    if (k == LONGCTX_N_SENTENCES) {
+      unknown++;
+      break;
+    }
+    at += len;
+  }
+  th_check(unknown == 0, "sentence haystack: made of the pool's sentences (%zu bytes checked)", at);
+  size_t periodic = 0;
+  for (size_t shift = 1; shift <= 4096; shift++) periodic += !memcmp(a + 8192, a + 8192 + shift, 2048 * sizeof(int));
+  th_check(periodic == 0, "sentence haystack: no period up to 4,096 bytes (%zu shifts repeat)", periodic);
+  longctx_example ex;
+  longctx_options from_source = {1, LONGCTX_WORDS_TRAIN, 1};
+  char err[200];
+  longctx_example_init(&ex, LONGCTX_PASSKEY, 8192, 0.5, 3, a, N, &from_source, err);
+  th_check(count_in_example(&ex, ex.needle) == 1 && find_in_example(&ex, ex.question) == 8192 - ex.question_len &&
+               ex.source == a,
+           "a passkey with the sentence filler holds its needle once and ends with its question");
+  free(a);
+  free(b);
 }
 
 /* ---- a minimal XML well-formedness checker ------------------------------------------------------------ */
@@ -427,7 +526,7 @@ static void test_needle(titans_model **models, const char *task, const int *held
           longctx_example ex;
           char err[200];
           double depth = (double)depths[c] / 100.0;
-          longctx_example_init(&ex, kind, lens[r], depth, longctx_eval_seed(3, lens[r], depth, t), held_out, n_val, err);
+          longctx_example_init(&ex, kind, lens[r], depth, longctx_eval_seed(3, lens[r], depth, t), held_out, n_val, NULL, err);
           size_t right;
           int forced_exact;
           direct_needle(models[mi], &ex, &right, &forced_exact);
@@ -463,6 +562,8 @@ int main(int argc, char **argv) {
   test_layout(LONGCTX_PROSE, ids, text_len);
   test_layout(LONGCTX_COPY, NULL, 0);
   test_digits_uniform();
+  test_needles(ids, text_len);
+  test_sentence_haystack();
   test_xml_checker();
 
   printf("== ./titans eval and needle on tiny models\n");

@@ -206,6 +206,72 @@ static void test_mac_learns_from_changes_the_model(void) {
   titans_model_free(&m);
 }
 
+/* The look-up initialisation (titans_model_init_lookup) sets what it says and nothing else, and
+   cfg.mem.key_ngram holds the key conv on the previous token through training steps, and is
+   written in the configuration only when set. */
+static void test_lookup_init(void) {
+  titans_config c = tiny_config(TITANS_BLOCK_MAC);
+  titans_model m, plain;
+  titans_model_init(&m, &c);
+  titans_model_init(&plain, &c);
+  titans_model_init_weights(&m, 5);
+  titans_model_init_weights(&plain, 5);
+  titans_lookup_init li = titans_lookup_init_default();
+  th_check(li.key_shift == 1 && li.attn_identity == 1.5f && li.emb_scale == 10.0f,
+           "lookup init: the defaults are key shift, identity attention 1.5, embeddings x 10");
+  titans_model_init_lookup(&m, &li);
+  size_t K = (size_t)c.mem.conv_width, dm = (size_t)c.mem.heads * (size_t)c.mem.head_dim, d = (size_t)c.d;
+  size_t bad_conv = 0, bad_attn = 0, bad_emb = 0, bad_wq = 0;
+  for (int l = 0; l < c.n_layers; l++) {
+    const titans_layer *L = &m.w.layers[l];
+    for (size_t j = 0; j < dm; j++)
+      for (size_t t = 0; t < K; t++) bad_conv += L->mem.conv_k[j * K + t] != (t == K - 2 ? 1.0f : 0.0f);
+    bad_wq += memcmp(L->mem.wq, L->mem.wk, dm * d * sizeof(float)) != 0;
+    for (size_t i = 0; i < d; i++)
+      for (size_t j = 0; j < d; j++) {
+        float id = i == j ? 1.0f : 0.0f;
+        bad_attn += L->attn_wq[i * d + j] != 1.5f * id || L->attn_wk[i * d + j] != 1.5f * id ||
+                    L->attn_wv[i * d + j] != id || L->attn_wo[i * d + j] != id;
+      }
+  }
+  for (size_t i = 0; i < (size_t)c.vocab * d; i++) bad_emb += m.w.tok_emb[i] != 10.0f * plain.w.tok_emb[i];
+  th_check(!bad_conv && !bad_wq && !bad_attn && !bad_emb,
+           "lookup init: key conv on the previous token, wq = wk, identity attention, embeddings x 10 (%zu, %zu, %zu, %zu wrong)",
+           bad_conv, bad_wq, bad_attn, bad_emb);
+  /* key_ngram: a config field, refused without a conv, kept through training steps */
+  char err[TITANS_ERR_MSG_SIZE], json[4096];
+  titans_config bad = c;
+  bad.mem.key_ngram = 1, bad.mem.conv_width = 1;
+  th_check(titans_config_check(&bad, err) != TITANS_OK, "key_ngram without a conv of 2 taps is refused: %s", err);
+  titans_config_to_json(&c, json, sizeof json);
+  th_check(strstr(json, "key_ngram") == NULL, "key_ngram = 0 is not written (files stay as they were)");
+  m.cfg.mem.key_ngram = 1;
+  titans_config_to_json(&m.cfg, json, sizeof json);
+  titans_config back;
+  int rc = titans_config_from_json(&back, json, err);
+  th_check(rc == TITANS_OK && back.mem.key_ngram == 1, "key_ngram = 1 is written and read back (%s)", json);
+  titans_trainer t;
+  titans_trainer_init(&t, &m, NULL);
+  int tok[2 * 17];
+  random_tokens(tok, 2 * 17, c.vocab, 9);
+  float loss;
+  for (int step = 0; step < 3; step++) titans_train_step(&t, tok, 1, 2, 16, &loss);
+  size_t moved_other = 0, moved_prev = 0;
+  for (int l = 0; l < c.n_layers; l++)
+    for (size_t j = 0; j < dm; j++)
+      for (size_t k = 0; k < K; k++) {
+        float w = m.w.layers[l].mem.conv_k[j * K + k];
+        if (k == K - 2) moved_prev += w != 1.0f;
+        else moved_other += w != 0.0f;
+      }
+  th_check(moved_other == 0 && moved_prev > 0,
+           "key_ngram: after 3 steps the other taps are 0 (%zu not) and the previous token's learns (%zu moved)",
+           moved_other, moved_prev);
+  titans_trainer_free(&t);
+  titans_model_free(&m);
+  titans_model_free(&plain);
+}
+
 /* A tiny model of each kind overfits one fixed batch. */
 static void test_overfit(int kind) {
   titans_config c = titans_config_default(kind, 16, 32, 2);
@@ -407,6 +473,8 @@ int main(void) {
   test_causality_and_sessions(TITANS_BLOCK_MAC);
   test_overfit(TITANS_BLOCK_MAC);
   tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+  printf("models: the look-up initialisation and keys held on the previous token\n");
+  test_lookup_init();
   printf("models: training\n");
   for (int k = 0; k < NKINDS; k++) test_overfit(kinds[k]);
   test_adamw_step();
