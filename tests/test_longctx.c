@@ -357,6 +357,45 @@ static int run(const char *args, const char *out_name) {
   return rc;
 }
 
+/* The retrieval recipe is the library's: a program that builds it from titans.h's calls (docs/model.md
+   5.1) gets the model ./titans train --task prose starts from, configuration and every weight bit for
+   bit (--lr 0: the one step leaves the weights where they started). */
+static void test_recipe_in_library(const char *data_path) {
+  char args[1024], path[512];
+  snprintf(args, sizeof args, "train --task prose --data %s --lens 200 --steps 1 --lr 0 --val-every 0 --sample-len 0 "
+           "--threads 1 --out %s/recipe", data_path, dir);
+  int rc = run(args, "recipe.txt");
+  th_check(rc == 0, "./titans train --task prose --lr 0 (the recipe's starting point) exits 0 (rc=%d)", rc);
+  titans_config c = titans_config_default(TITANS_BLOCK_MAC, 256, 64, 2);
+  c.mem.heads = 1, c.mem.head_dim = 64, c.mem.depth = 1;
+  c.mem.theta_max = 1.0f, c.mem.surprise_bound = 6.0f;
+  c.mem.conv_width = 9, c.mem.key_ngram = 8;
+  c.mac_learns_from = TITANS_MAC_LEARNS_INPUT;
+  titans_model lib, prog;
+  titans_model_init(&lib, &c);
+  titans_model_init_weights(&lib, 1234);                 /* ./titans train's default seed */
+  titans_model_set_gates(&lib, 0.0f, 0.02f, 1e-7f);     /* theta as it is; momentum 0.02, forgetting 1e-7 */
+  titans_lookup_init li = titans_lookup_init_default();
+  titans_model_init_lookup(&lib, &li);
+  snprintf(path, sizeof path, "%s/recipe/model.safetensors", dir);
+  rc = titans_model_load(&prog, path);
+  if (!th_check(rc == TITANS_OK, "the recipe's model loads: %s", rc ? prog.error : "ok")) {
+    titans_model_free(&lib);
+    return;
+  }
+  char a[4096], b[4096];
+  titans_config_to_json(&lib.cfg, a, sizeof a);
+  titans_config_to_json(&prog.cfg, b, sizeof b);
+  th_check(!strcmp(a, b), "the library's calls give the recipe's configuration (%s)", strcmp(a, b) ? b : "equal");
+  size_t differ = 0;
+  for (size_t i = 0; i < lib.n_floats && lib.n_floats == prog.n_floats; i++) differ += lib.params[i] != prog.params[i];
+  th_check(lib.n_floats == prog.n_floats && differ == 0,
+           "... and its weights, bit for bit (%zu floats, %zu differ)", lib.n_floats, differ);
+  titans_model_free(&lib);
+  titans_model_free(&prog);
+}
+
+
 static void tiny_model(titans_model *m, int block, uint64_t seed, const char *path) {
   titans_config c = titans_config_default(block, 256, 32, 1);
   c.attn_heads = 2;
@@ -598,6 +637,8 @@ int main(int argc, char **argv) {
     test_needle(models, "passkey", NULL, 0);
     test_needle(models, "prose", ids + n_train, n_val);
     test_needle(models, "copy", NULL, 0);
+    snprintf(path, sizeof path, "%s/data.txt", dir);
+    test_recipe_in_library(path);
     titans_model_free(&mac);
     titans_model_free(&swa);
     char cmd[600];
