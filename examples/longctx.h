@@ -201,6 +201,30 @@ static size_t longctx_needle_place(const longctx_example *ex, double depth) {
   return longctx_sentence_starts(ex, at) ? at : target;
 }
 
+/* Places needles texts [n][128] (drawing order: 0 is the asked one) at depths [n] of ex's filler and
+   stores them in the order they come in the context (a stable insertion sort: equal places keep the
+   drawing order), with needle_at the asked one's first token. ex's filler and filler_len are set. */
+static void longctx_layout_needles(longctx_example *ex, const char (*texts)[128], const double *depths, int n) {
+  int order[LONGCTX_MAX_NEEDLES];
+  size_t place[LONGCTX_MAX_NEEDLES];
+  ex->n_needles = (size_t)n;
+  for (int k = 0; k < n; k++) {
+    place[k] = longctx_needle_place(ex, depths[k]);
+    int j = k;
+    while (j > 0 && place[order[j - 1]] > place[k]) order[j] = order[j - 1], j--;
+    order[j] = k;
+  }
+  size_t before = 0; /* needle bytes before the current one */
+  for (int j = 0; j < n; j++) {
+    int k = order[j];
+    ex->insert_at[j] = place[k];
+    ex->others_len[j] = strlen(texts[k]);
+    memcpy(ex->others[j], texts[k], sizeof ex->others[j]);
+    if (k == 0) ex->needle_at = place[k] + before;
+    before += ex->others_len[j];
+  }
+}
+
 /* Sets up example ex of a kind, length (context + question) and depth in [0, 1] (a negative depth:
    drawn uniformly) from seed, with opt's needles, key words and filler. Prose (and passkey or copy with
    opt->filler_from_source) reads its filler from source [source_len] (token ids = bytes, at least 1).
@@ -285,25 +309,7 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
   }
   ex->context_len = length - ex->question_len;
   ex->filler_len = ex->context_len - total;
-  /* place each, then order them as they come (a stable insertion sort: equal places keep drawing order) */
-  ex->n_needles = (size_t)n;
-  int order[LONGCTX_MAX_NEEDLES];
-  size_t place[LONGCTX_MAX_NEEDLES];
-  for (int k = 0; k < n; k++) {
-    place[k] = longctx_needle_place(ex, depths[k]);
-    int j = k;
-    while (j > 0 && place[order[j - 1]] > place[k]) order[j] = order[j - 1], j--;
-    order[j] = k;
-  }
-  size_t before = 0; /* needle bytes before the current one */
-  for (int j = 0; j < n; j++) {
-    int k = order[j];
-    ex->insert_at[j] = place[k];
-    ex->others_len[j] = strlen(texts[k]);
-    memcpy(ex->others[j], texts[k], sizeof ex->others[j]);
-    if (k == 0) ex->needle_at = place[k] + before;
-    before += ex->others_len[j];
-  }
+  longctx_layout_needles(ex, (const char(*)[128])texts, depths, n);
   return 0;
 }
 
