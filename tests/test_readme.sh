@@ -1,8 +1,8 @@
 #!/bin/sh
 # What the README promises a user: its C code is the code of examples/ (every ```c block of README.md
 # and of docs/memory_api.md appears verbatim in an examples/*.c file) and that code compiles (make)
-# and runs; the Python reader / writer round-trips a model (when python3 with numpy is installed);
-# make install / uninstall.
+# and runs; the relative links of README.md and docs/ name files that exist; the Python reader /
+# writer round-trips a model (when python3 with numpy is installed); make install / uninstall.
 # Usage: sh tests/test_readme.sh [build folder]   (the folder holds titans, readme_quickstart, readme_memory)
 # The last line is "test_readme: N passed, N failed"; the exit status is non-zero on a failure.
 build=${1:-build/default}
@@ -36,6 +36,22 @@ for doc in README.md docs/memory_api.md; do
   done
   check "all $blocks C blocks of $doc are in examples/*.c${missing:+; not found:$missing}" sh -c "[ $blocks -ge 2 ] && [ -z '$missing' ]"
 done
+
+echo "== links between the pages"
+# every relative link of README.md and docs/**/*.md ([text](path) or [text](path#anchor)) names a file
+# or folder of the repository
+bad=""; links=0
+for doc in "$root"/README.md "$root"/docs/*.md "$root"/docs/*/*.md; do
+  [ -f "$doc" ] || continue
+  dir=$(dirname "$doc")
+  for target in $(grep -o '](\([^)#: ]*\)[)#]' "$doc" | sed 's/^](//; s/[)#]$//'); do
+    [ -n "$target" ] || continue
+    links=$((links + 1))
+    [ -e "$dir/$target" ] || bad="$bad ${doc#$root/}:$target"
+  done
+done
+check "all $links relative links of README.md and docs/ name files that exist${bad:+; missing:$bad}" \
+  sh -c "[ $links -ge 20 ] && [ -z '$bad' ]"
 
 cd "$tmp" || exit 1
 i=0
