@@ -1,4 +1,4 @@
-/* readme_memory: the memory layer's API as the README shows it. The README's two memory snippets are
+/* readme_memory: the memory layer's API as docs/memory_api.md shows it. Its two memory snippets are
    excerpts of this file (tests/test_readme.sh checks that they appear here verbatim); `make check`
    compiles and runs it. Prints what it measured and exits 1 when a call fails or the recall is poor. */
 #define TITANS_IMPLEMENTATION

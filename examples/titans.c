@@ -103,15 +103,16 @@ static char *read_file(const char *path, size_t *size, size_t max) {
       if (!nb) fail("out of memory reading %s", path);
       buf = nb;
     }
+    errno = 0;
     size_t got = fread(buf + n, 1, cap - n, f);
     n += got;
     if (got == 0) break;
   }
-  int bad = ferror(f);
+  int bad = ferror(f) ? (errno ? errno : EIO) : 0; /* what the read said: EISDIR for a directory */
   fclose(f);
   if (bad) {
     free(buf);
-    errno = EIO;
+    errno = bad;
     return NULL;
   }
   *size = n;
@@ -2752,13 +2753,18 @@ static void help(void) {
          "  ./titans generate [options]  generate from a checkpoint (./titans help generate)\n"
          "  ./titans eval [options]      loss by position over long streams (./titans help eval)\n"
          "  ./titans needle [options]    retrieval of a needle stated long ago (./titans help needle)\n"
-         "  ./titans info --model FILE   what a checkpoint (or --state FILE, a memory state) holds (./titans help info)\n");
+         "  ./titans info --model FILE   what a checkpoint (or --state FILE, a memory state) holds (./titans help info)\n"
+         "  ./titans --version           the version\n");
 }
 
 int main(int argc, char **argv) {
   if (argc > 0 && argv[0]) program_path = argv[0];
   if (argc < 2) return cmd_train(0, argv + 1);
   const char *cmd = argv[1];
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("titans " TITANS_VERSION "\n");
+    return 0;
+  }
   /* ./titans [train options] is ./titans train [train options] */
   if (cmd[0] == '-' && strcmp(cmd, "--help") && strcmp(cmd, "-h")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
@@ -2772,7 +2778,11 @@ int main(int argc, char **argv) {
     else if (argc > 2 && !strcmp(argv[2], "eval")) help_eval();
     else if (argc > 2 && !strcmp(argv[2], "needle")) help_needle();
     else if (argc > 2 && !strcmp(argv[2], "info")) help_info();
-    else help();
+    else if (argc > 2) {
+      fprintf(stderr, "titans: no help for '%s': not a command\n", argv[2]);
+      help();
+      return 2;
+    } else help();
     return 0;
   }
   fprintf(stderr, "titans: unknown command '%s'\n", cmd);

@@ -382,6 +382,17 @@ rc=$(run "$bin" frobnicate)
 check "an unknown command: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" help)
 check "help exits 0 (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" help foo)
+check "help of an unknown command: exit 2 with a message (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q \"no help for 'foo'\" err.txt"
+version=$(sed -n 's/^#define TITANS_VERSION "\(.*\)"/\1/p' "$root/titans.h")
+rc=$(run "$bin" --version)
+check "--version: exit 0, 'titans $version' (the header's TITANS_VERSION) (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && [ -n '$version' ] && [ \"\$(cat out.txt)\" = 'titans $version' ]"
+mkdir -p a_folder
+rc=$(run "$bin" train --data a_folder --out folder)
+check "--data a folder: exit 1, 'Is a directory' (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'a_folder: Is a directory' err.txt"
+rc=$(run "$bin" eval --model full/model.safetensors --data a_folder)
+check "eval --data a folder: exit 1, 'Is a directory' (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'a_folder: Is a directory' err.txt"
 
 echo "test_examples: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,6 +1,7 @@
 #!/bin/sh
 # What the README promises a user: its C code is the code of examples/ (every ```c block of README.md
-# appears verbatim in an examples/*.c file) and that code compiles (make) and runs; the Python reader /
+# and of docs/memory_api.md appears verbatim in an examples/*.c file) and that code compiles (make)
+# and runs; the relative links of README.md and docs/ name files that exist; the Python reader /
 # writer round-trips a model (when python3 with numpy is installed); make install / uninstall.
 # Usage: sh tests/test_readme.sh [build folder]   (the folder holds titans, readme_quickstart, readme_memory)
 # The last line is "test_readme: N passed, N failed"; the exit status is non-zero on a failure.
@@ -15,23 +16,42 @@ check() { # description, then a shell condition
   if "$@"; then echo "  ok   $what"; pass=$((pass + 1)); else echo "  FAIL $what"; fail=$((fail + 1)); fi
 }
 
-echo "== the README's C code is examples/ code"
+echo "== the README's C code (and docs/memory_api.md's) is examples/ code"
 # every ```c block into its own file, then each must be a verbatim part of one examples/*.c file
-awk -v dir="$tmp" '/^```c$/ { n++; inside = 1; next } /^```/ { inside = 0; next }
-  inside { print > (dir "/block" n ".c") }' "$root/README.md"
-blocks=0; missing=""
-for b in "$tmp"/block*.c; do
-  [ -f "$b" ] || continue
-  blocks=$((blocks + 1))
-  found=0
-  for f in "$root"/examples/*.c; do
-    if awk 'FNR == NR { want = want $0 "\n"; next } { have = have $0 "\n" } END { exit index(have, want) ? 0 : 1 }' "$b" "$f"; then
-      found=1; break
-    fi
+for doc in README.md docs/memory_api.md; do
+  name=$(basename "$doc" .md)
+  awk -v dir="$tmp" -v name="$name" '/^```c$/ { n++; inside = 1; next } /^```/ { inside = 0; next }
+    inside { print > (dir "/" name "_block" n ".c") }' "$root/$doc"
+  blocks=0; missing=""
+  for b in "$tmp/${name}"_block*.c; do
+    [ -f "$b" ] || continue
+    blocks=$((blocks + 1))
+    found=0
+    for f in "$root"/examples/*.c; do
+      if awk 'FNR == NR { want = want $0 "\n"; next } { have = have $0 "\n" } END { exit index(have, want) ? 0 : 1 }' "$b" "$f"; then
+        found=1; break
+      fi
+    done
+    [ $found = 1 ] || missing="$missing $(basename "$b") ($(head -n 1 "$b"))"
   done
-  [ $found = 1 ] || missing="$missing $(basename "$b") ($(head -n 1 "$b"))"
+  check "all $blocks C blocks of $doc are in examples/*.c${missing:+; not found:$missing}" sh -c "[ $blocks -ge 2 ] && [ -z '$missing' ]"
 done
-check "all $blocks C blocks of README.md are in examples/*.c${missing:+; not found:$missing}" sh -c "[ $blocks -ge 3 ] && [ -z '$missing' ]"
+
+echo "== links between the pages"
+# every relative link of README.md and docs/**/*.md ([text](path) or [text](path#anchor)) names a file
+# or folder of the repository
+bad=""; links=0
+for doc in "$root"/README.md "$root"/docs/*.md "$root"/docs/*/*.md; do
+  [ -f "$doc" ] || continue
+  dir=$(dirname "$doc")
+  for target in $(grep -o '](\([^)#: ]*\)[)#]' "$doc" | sed 's/^](//; s/[)#]$//'); do
+    [ -n "$target" ] || continue
+    links=$((links + 1))
+    [ -e "$dir/$target" ] || bad="$bad ${doc#$root/}:$target"
+  done
+done
+check "all $links relative links of README.md and docs/ name files that exist${bad:+; missing:$bad}" \
+  sh -c "[ $links -ge 20 ] && [ -z '$bad' ]"
 
 cd "$tmp" || exit 1
 i=0
