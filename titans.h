@@ -474,7 +474,7 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
 
    Speed: the scores are 4 x 4 blocks of dot products whose sixteen lane sums are reduced together, the
    weighted sums (p v, and dq, dk, dv in the backward) 4 x 64 register blocks; `bench_attn` (make bench)
-   prints GFLOP/s and the fraction of the machine's FMA peak (README, "Measured", has the figures). */
+   prints GFLOP/s and the fraction of the machine's FMA peak (figures: docs/results/). */
 
 #define TITANS_ROPE_BASE 10000.0 /* docs/model.md section 0: RoPE base */
 #define TITANS_ATTN_TILE 64      /* keys per online-softmax tile */

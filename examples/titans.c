@@ -819,7 +819,7 @@ static void help_train(void) {
          "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth),\n"
          "                      and the defaults become the retrieval recipe: --block mac --d 64 --doc-len 0\n"
          "                      --mem-heads 1 --mem-depth 1 --theta-max 1 --eta-init 0.02 --alpha-init 1e-7\n"
-         "                      --surprise-bound 6 --key-ngram 8 --emb-scale 10 --attn-identity 1.5 (mac, mal)\n"
+         "                      --surprise-bound 6 --key-ngram 12 --emb-scale 10 --attn-identity 1.5 (mac, mal)\n"
          "                      --mac-learns-input (mac) --lens-mix --end-jitter 64 --answer-loss --steps 3000\n"
          "                      --lens 256,1024,4096,16384 (prose; passkey also 65536; copy to 4096), --needles 4\n"
          "                      (prose); any option given wins\n"
@@ -845,7 +845,7 @@ static void help_train(void) {
    attention starting as the identity; embeddings x 10), writes in one shot (theta_max 1, momentum 0.02)
    and almost never forgets (1e-7 a token), learns from the block input, bounds each token's surprise at
    6, and trains 3,000 steps on a mixed length curriculum with the loss on the answers only (prose: 1 to 4
-   needles of different key words an example, and keys of the 8 tokens before, which carry the word). It writes
+   needles of different key words an example, and keys of the 12 tokens before, which carry the word). It writes
    these into o before the command line is parsed, so every option given still wins; --recipe none
    keeps the plain defaults. `block` is the --block given, or -1. */
 static void retrieval_recipe(train_opts *o, int task, int block) {
@@ -860,7 +860,7 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
   o->theta_max = 1, o->eta_init = 0.02, o->alpha_init[0] = 1e-7, o->n_alpha_init = 1;
   o->surprise_bound = 6;
   o->key_shift = o->key_shift_fixed = 1;
-  o->key_ngram = 8; /* keys of the 8 tokens before: they carry the key word, so several needles bind */
+  o->key_ngram = 12; /* keys of the 12 tokens before: they carry the key word, so several needles bind */
   o->emb_scale = 10;
   if (o->block == TITANS_BLOCK_MAC || o->block == TITANS_BLOCK_MAL) o->attn_identity = 1.5;
   if (o->block == TITANS_BLOCK_MAC) o->mac_learns_input = 1;

@@ -186,8 +186,8 @@ check "train --task prose with the recipe's defaults exits 0 (rc=$rc)" [ "$rc" =
 check "  a MAC of d 64 whose loss sees the answers (the recipe), and says what its validation measures" \
   sh -c 'grep -q "model: mac, d = 64" out.txt && grep -q "validation loss on text measures what the model was not trained on" out.txt'
 "$bin" info --model recipe/model.safetensors >info.txt 2>&1
-check "  its memory keys come from the 8 tokens before, held there (the library's key_ngram)" \
-  grep -q 'memory keys: from the 8 tokens before' info.txt
+check "  its memory keys come from the 12 tokens before, held there (the library's key_ngram)" \
+  grep -q 'memory keys: from the 12 tokens before' info.txt
 rc=$(run "$bin" train --data tiny.txt --task prose --block mag --d 32 --lens 200 --steps 2 --val-every 0 --sample-len 0 --out recipe2)
 check "  options given win over the recipe (--block mag --d 32) (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q 'model: mag, d = 32' out.txt"
 rc=$(run "$bin" train --recipe none --steps 2 --out nope)

@@ -369,7 +369,7 @@ static void test_recipe_in_library(const char *data_path) {
   titans_config c = titans_config_default(TITANS_BLOCK_MAC, 256, 64, 2);
   c.mem.heads = 1, c.mem.head_dim = 64, c.mem.depth = 1;
   c.mem.theta_max = 1.0f, c.mem.surprise_bound = 6.0f;
-  c.mem.conv_width = 9, c.mem.key_ngram = 8;
+  c.mem.conv_width = 13, c.mem.key_ngram = 12;
   c.mac_learns_from = TITANS_MAC_LEARNS_INPUT;
   titans_model lib, prog;
   titans_model_init(&lib, &c);
