@@ -952,8 +952,9 @@ TITANSDEF void titans_trainer_set_reduce(titans_trainer *t, int (*fn)(float *gra
 /* One optimizer step: forward and backward of n_micro micro-batches of B sequences (gradients
    accumulated and averaged), global-norm clipping, AdamW at titans_lr_at(step). tokens
    [n_micro, B, T + 1]: positions 0..T-1 are inputs, 1..T their next-token targets. *loss is the mean
-   loss. A non-finite loss or gradient returns TITANS_ERR_NONFINITE naming the step, and the weights
-   and optimizer state stay as they were before the call. */
+   loss (NaN when the step fails before computing one). A non-finite loss or gradient returns
+   TITANS_ERR_NONFINITE naming the step, and the weights and optimizer state stay as they were before
+   the call. */
 TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss);
 /* Mean loss of tokens [B, T + 1] without gradients. */
 TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, size_t T, float *loss);
@@ -9488,6 +9489,7 @@ static int titans__apply_gradients(titans_trainer *t, float mean) {
 
 TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss) {
   titans_model *mo = t->model;
+  if (loss) *loss = NAN; /* until a micro-batch gives one */
   if (n_micro == 0) return titans__error(t->error, TITANS_ERR_ARG, "train step: no micro-batch");
   memset(t->grads, 0, mo->n_floats * sizeof(float));
   double total = 0.0, count = 0.0;
@@ -9504,7 +9506,7 @@ TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_m
   }
   float mean = (float)(total / (double)n_micro);
   TITANS__TRY(titans__reduce(t, &mean, count, TITANS_OK));
-  if (loss) *loss = mean;
+  if (loss) *loss = mean; /* the whole batch's, with a reduce function */
   return titans__apply_gradients(t, mean);
 }
 
