@@ -19,7 +19,7 @@ README_PROGRAMS := $(BUILD)/readme_quickstart $(BUILD)/readme_memory
 PREFIX  ?= /usr/local
 VERSION := $(shell sed -n 's/^\#define TITANS_VERSION "\(.*\)"/\1/p' $(HEADER))
 
-.PHONY: all install uninstall check check-o2 check-noomp check-nosimd check-asan check-clang-asan check-neon check-all bench fuzz fuzz-check clean
+.PHONY: all install uninstall mpi check-mpi check check-o2 check-noomp check-nosimd check-asan check-clang-asan check-neon check-all bench fuzz fuzz-check clean
 
 all: $(EXAMPLES)
 
@@ -43,10 +43,28 @@ $(BUILD)/bench_%: bench/bench_%.c bench/bench_common.h $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(BENCH_LIBS)
 
+# Data-parallel training over MPI (docs/mpi.md): `make mpi` builds ./titans-mpi, examples/titans.c built
+# with mpicc -DTITANS_MPI (sh scripts/mpi_setup.sh installs OpenMPI). The plain check (build/default) also
+# builds it when mpicc is there, and tests/run.sh then runs tests/test_mpi.sh (which skips itself, saying
+# so, without mpirun); the variants leave it out. `make check-mpi` runs those tests alone.
+MPICC ?= mpicc
+MPI_PROGRAMS := $(if $(and $(filter build/default,$(BUILD)),$(shell command -v $(MPICC) 2>/dev/null)),$(BUILD)/titans-mpi $(BUILD)/weights_diff)
+mpi: titans-mpi
+titans-mpi: examples/titans.c $(wildcard examples/*.h) $(HEADER)
+	$(MPICC) $(CFLAGS) -DTITANS_MPI -o $@ $< $(LDLIBS)
+$(BUILD)/titans-mpi: examples/titans.c $(wildcard examples/*.h) $(HEADER)
+	@mkdir -p $(BUILD)
+	$(MPICC) $(CFLAGS) -DTITANS_MPI -o $@ $< $(LDLIBS)
+$(BUILD)/weights_diff: tests/weights_diff.c $(HEADER)
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+check-mpi: $(BUILD)/titans $(BUILD)/titans-mpi $(BUILD)/weights_diff
+	@sh tests/test_mpi.sh $(BUILD)
+
 # COMPILE_TEST=0 skips tests/compile_test.sh, which depends only on the compilers (the gcc variants
 # below leave it to the plain check; check-clang-asan runs it, so clang is covered too).
 COMPILE_TEST ?= 1
-check: $(TESTS) $(BUILD)/titans $(README_PROGRAMS)
+check: $(TESTS) $(BUILD)/titans $(README_PROGRAMS) $(MPI_PROGRAMS)
 	@if [ "$(COMPILE_TEST)" != 0 ]; then sh tests/compile_test.sh; fi
 	@sh tests/run.sh $(BUILD)
 
@@ -123,4 +141,4 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/titans.h $(DESTDIR)$(PREFIX)/bin/titans $(DESTDIR)$(PREFIX)/lib/pkgconfig/titans.pc
 
 clean:
-	rm -rf build $(EXAMPLES)
+	rm -rf build $(EXAMPLES) titans-mpi

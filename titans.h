@@ -49,6 +49,13 @@
         backward and one-token step side by side
      8. Checkpoints and tokenizer
 
+   DATA-PARALLEL TRAINING (several processes, e.g. MPI ranks; the header links no MPI)
+     titans_trainer_set_reduce(&tr, fn, user) after titans_trainer_init / _load: every training step
+     then hands fn this process's gradient slab (as a sum over its counted targets), loss sum and target
+     count once, before clipping; fn replaces each with its sum over the processes (one in-place
+     all-reduce), so the global norm and the AdamW step are the same on every process. docs/mpi.md
+     has a complete MPI program.
+
    THE MODEL, in the project's own words (every layer's equations, parameter names and shapes, the
    decisions where the paper is silent, a glossary of the paper's terms): docs/model.md. "docs/model.md
    1.4" in a comment means its section 1.4.
@@ -936,6 +943,8 @@ typedef struct titans_trainer {
   long step;           /* optimizer steps taken */
   float last_grad_norm, last_lr;
   struct titans__fwd *fwd; /* activations of the current micro-batch */
+  int (*reduce)(float *grads, size_t n, double *stats, void *user); /* titans_trainer_set_reduce, or NULL */
+  void *reduce_user;
   char error[TITANS_ERR_MSG_SIZE];
 } titans_trainer;
 
@@ -947,11 +956,31 @@ typedef struct titans_trainer {
 /* tc may be NULL for the defaults. */
 TITANSDEF int titans_trainer_init(titans_trainer *t, titans_model *m, const titans_train_config *tc);
 TITANSDEF void titans_trainer_free(titans_trainer *t);
+
+/* Data-parallel training: each of P processes holds the same model and trainer and trains its own rows
+   of a global batch. A reduce function makes their steps one step on the whole batch. Once per
+   titans_train_step / titans_train_step_stream, after the backward and before clipping, the trainer
+   calls fn(grads, n, stats, user) with
+     grads [n]  this process's gradient as a SUM over its counted targets (its mean times stats[1]),
+     stats [2]  {this process's loss summed over its counted targets, how many targets it counted},
+   and fn must replace every element of both with its sum over the P processes (an in-place all-reduce,
+   e.g. MPI_Allreduce(MPI_IN_PLACE, grads, n, MPI_FLOAT, MPI_SUM, comm), the same with stats as 2
+   MPI_DOUBLE) and return 0. The trainer then divides by the global count: the mean of the whole batch,
+   weighted by targets (TITANS_NO_LOSS targets count nowhere), whose norm, clipping and AdamW step are the
+   same on every process. The sum's order is fn's: results match one process on the whole batch to float
+   reordering. A step that fails on one process (a non-finite loss, a bad token) still calls fn, with a
+   NaN loss and a zero gradient, so no process waits forever and every one rejects the step with
+   TITANS_ERR_NONFINITE, weights untouched. fn returning non-zero fails the step with TITANS_ERR_STATE,
+   weights untouched. fn NULL (the default, and after titans_trainer_init / _load) turns it off.
+   Evaluation calls are never reduced. */
+TITANSDEF void titans_trainer_set_reduce(titans_trainer *t, int (*fn)(float *grads, size_t n, double *stats, void *user),
+                                         void *user);
 /* One optimizer step: forward and backward of n_micro micro-batches of B sequences (gradients
    accumulated and averaged), global-norm clipping, AdamW at titans_lr_at(step). tokens
    [n_micro, B, T + 1]: positions 0..T-1 are inputs, 1..T their next-token targets. *loss is the mean
-   loss. A non-finite loss or gradient returns TITANS_ERR_NONFINITE naming the step, and the weights
-   and optimizer state stay as they were before the call. */
+   loss (NaN when the step fails before computing one). A non-finite loss or gradient returns
+   TITANS_ERR_NONFINITE naming the step, and the weights and optimizer state stay as they were before
+   the call. */
 TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss);
 /* Mean loss of tokens [B, T + 1] without gradients. */
 TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, size_t T, float *loss);
@@ -9476,13 +9505,19 @@ TITANSDEF void titans_trainer_free(titans_trainer *t) {
   t->fwd = NULL;
 }
 
-/* Forward and backward of one batch (stream may be NULL), adding scale * gradient into t->grads. */
+/* Forward and backward of one batch (stream may be NULL), adding scale * gradient into t->grads;
+   *count (may be NULL) gets the targets the loss counted. */
 static int titans__forward_backward(titans_trainer *t, titans_stream *stream, const int *tokens, size_t B, size_t T,
-                                    float scale, float *loss) {
+                                    float scale, float *loss, double *count) {
   int rc = titans__model_forward(t, tokens, B, T, 1, stream);
   if (rc) return rc;
   struct titans__fwd *f = t->fwd;
   size_t n = B * T, V = (size_t)t->model->cfg.vocab;
+  if (count) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += f->targets[i] >= 0;
+    *count = (double)c;
+  }
   float *dlogits = titans__arena_alloc(&f->arena, n * V);
   if (!dlogits) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
   float l = titans_cross_entropy(dlogits, f->logits, f->targets, n, V, scale);
@@ -9492,7 +9527,40 @@ static int titans__forward_backward(titans_trainer *t, titans_stream *stream, co
 }
 
 TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale, float *loss) {
-  return titans__forward_backward(t, NULL, tokens, B, T, scale, loss);
+  return titans__forward_backward(t, NULL, tokens, B, T, scale, loss, NULL);
+}
+
+TITANSDEF void titans_trainer_set_reduce(titans_trainer *t, int (*fn)(float *grads, size_t n, double *stats, void *user),
+                                         void *user) {
+  t->reduce = fn;
+  t->reduce_user = user;
+}
+
+/* titans_trainer_set_reduce: this process's gradient (the mean over `count` targets, loss *mean) and its
+   status rc become the whole batch's. A failed local step (rc != 0) still takes part, with a NaN loss
+   and no gradient, so the others reject the step too; its rc is returned. */
+static int titans__reduce(titans_trainer *t, float *mean, double count, int rc) {
+  size_t n = t->model->n_floats;
+  if (!t->reduce) return rc;
+  double stats[2] = {count > 0 ? (double)*mean * count : 0.0, count};
+  if (rc) {
+    memset(t->grads, 0, n * sizeof(float));
+    stats[0] = NAN;
+    stats[1] = 0.0;
+  } else
+    for (size_t i = 0; i < n; i++) t->grads[i] *= (float)count;
+  if (t->reduce(t->grads, n, stats, t->reduce_user) != 0) {
+    memset(t->grads, 0, n * sizeof(float));
+    return rc ? rc : titans__error(t->error, TITANS_ERR_STATE, "step %ld: the reduce function failed; weights left unchanged", t->step);
+  }
+  if (rc) {
+    memset(t->grads, 0, n * sizeof(float));
+    return rc;
+  }
+  float inv = stats[1] > 0 ? (float)(1.0 / stats[1]) : 0.0f;
+  for (size_t i = 0; i < n; i++) t->grads[i] *= inv;
+  *mean = stats[1] > 0 ? (float)(stats[0] / stats[1]) : (isfinite(stats[0]) ? 0.0f : NAN);
+  return TITANS_OK;
 }
 
 /* The optimizer step on the gradients accumulated in t->grads (mean loss `mean`): global-norm clip,
@@ -9527,20 +9595,24 @@ static int titans__apply_gradients(titans_trainer *t, float mean) {
 
 TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss) {
   titans_model *mo = t->model;
+  if (loss) *loss = NAN; /* until a micro-batch gives one */
   if (n_micro == 0) return titans__error(t->error, TITANS_ERR_ARG, "train step: no micro-batch");
   memset(t->grads, 0, mo->n_floats * sizeof(float));
-  double total = 0.0;
+  double total = 0.0, count = 0.0;
   for (size_t i = 0; i < n_micro; i++) {
     float l = 0.0f;
-    int rc = titans_forward_backward(t, tokens + i * B * (T + 1), B, T, 1.0f / (float)n_micro, &l);
+    double c = 0.0;
+    int rc = titans__forward_backward(t, NULL, tokens + i * B * (T + 1), B, T, 1.0f / (float)n_micro, &l, &c);
     if (rc) {
       memset(t->grads, 0, mo->n_floats * sizeof(float));
-      return rc;
+      return titans__reduce(t, &l, 0.0, rc);
     }
     total += l;
+    count += c;
   }
   float mean = (float)(total / (double)n_micro);
-  if (loss) *loss = mean;
+  TITANS__TRY(titans__reduce(t, &mean, count, TITANS_OK));
+  if (loss) *loss = mean; /* the whole batch's, with a reduce function */
   return titans__apply_gradients(t, mean);
 }
 
@@ -9685,21 +9757,25 @@ static void titans__stream_advance(titans_trainer *t, titans_stream *s, size_t T
 TITANSDEF int titans_forward_backward_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
                                              float scale, float *loss) {
   TITANS__TRY(titans__stream_check(t, s, T));
-  TITANS__TRY(titans__forward_backward(t, s, tokens, s->batch, T, scale, loss));
+  TITANS__TRY(titans__forward_backward(t, s, tokens, s->batch, T, scale, loss, NULL));
   titans__stream_advance(t, s, T);
   return TITANS_OK;
 }
 
 TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss) {
-  TITANS__TRY(titans__stream_check(t, s, T));
-  memset(t->grads, 0, t->model->n_floats * sizeof(float));
   float l = 0.0f;
-  int rc = titans__forward_backward(t, s, tokens, s->batch, T, 1.0f, &l);
+  double count = 0.0;
+  int rc = titans__stream_check(t, s, T);
+  if (rc) return titans__reduce(t, &l, 0.0, rc);
+  memset(t->grads, 0, t->model->n_floats * sizeof(float));
+  rc = titans__forward_backward(t, s, tokens, s->batch, T, 1.0f, &l, &count);
   if (loss) *loss = l;
   if (rc) {
     memset(t->grads, 0, t->model->n_floats * sizeof(float));
-    return rc;
+    return titans__reduce(t, &l, 0.0, rc);
   }
+  TITANS__TRY(titans__reduce(t, &l, count, TITANS_OK));
+  if (loss) *loss = l;
   TITANS__TRY(titans__apply_gradients(t, l));
   titans__stream_advance(t, s, T);
   return TITANS_OK;

@@ -429,6 +429,9 @@ static float validation_loss(titans_trainer *t, const dataset *ds, size_t B, siz
   return (float)(total / (double)n_batches);
 }
 
+/* data-parallel training over MPI when built with -DTITANS_MPI (make mpi); one process otherwise */
+#include "titans_mpi.h"
+
 /* ---- loss history (kept in the trainer checkpoint, so a resumed run plots the whole curve) ------- */
 
 typedef struct series {
@@ -1323,6 +1326,9 @@ static int cmd_train(int argc, char **argv) {
   int carry_text = o.doc_len > 0 && o.task < 0, carry_examples = o.doc_len > 0 && o.task >= 0; /* --doc-len */
   if (carry_text && (size_t)o.doc_len / T * T + 1 > ds.n_train)
     fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train, o.doc_len);
+  size_t stage_rows[MAX_STAGES] = {B}; /* every step's global batch splits evenly over the ranks */
+  for (size_t i = 0; o.task >= 0 && i < o.n_lens; i++) stage_rows[i] = stage_batch(&o, i);
+  dist_check(argc, argv, ds.hash, stage_rows, o.task >= 0 ? o.n_lens : 1);
   int have_val = ds.n - ds.n_train >= T + 1;
   if (!have_val) fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
 
@@ -1335,9 +1341,9 @@ static int cmd_train(int argc, char **argv) {
   if (o.resume) {
     char *meta = NULL;
     titans_tokenizer ftok;
-    if (!file_exists(trainer_path)) fail("--resume: %s does not exist", trainer_path);
-    check_safetensors_file(trainer_path);
-    if (titans_trainer_load(&tr, &model, &ftok, &meta, trainer_path) != TITANS_OK) fail_file(trainer_path, tr.error);
+    if (dist_rank == 0 && !file_exists(trainer_path)) fail("--resume: %s does not exist", trainer_path);
+    if (dist_rank == 0) check_safetensors_file(trainer_path);
+    if (dist_trainer_load(&tr, &model, &ftok, &meta, trainer_path) != TITANS_OK) fail_file(trainer_path, tr.error);
     titans_tokenizer_free(&ftok);
     check_resume_meta(meta, &o, &ds, trainer_path);
     if (!series_parse(&train, meta, "train") || !series_parse(&val, meta, "val"))
@@ -1375,8 +1381,11 @@ static int cmd_train(int argc, char **argv) {
   }
   /* everything is checked: now the folder, created with its parents and tried for writing, so a bad --out
      is found before the first step rather than at the first checkpoint */
-  make_dirs(o.out);
-  check_writable_dir(o.out);
+  if (dist_rank == 0) {
+    make_dirs(o.out);
+    check_writable_dir(o.out);
+  }
+  dist_attach(&tr); /* MPI: the ranks' gradients are summed before every step */
   const titans_config *c = &model.cfg;
   char heads[48] = ""; /* LMM has no attention */
   if (c->block != TITANS_BLOCK_LMM) snprintf(heads, sizeof heads, " %d attention heads,", c->attn_heads);
@@ -1428,10 +1437,10 @@ static int cmd_train(int argc, char **argv) {
   }
   for (size_t i = 0; i < n_streams; i++) {
     size_t rows = carry_text ? B : stage_batch(&o, i), window = carry_text ? T : o.lens[i];
-    if (titans_stream_init(&streams[i], &model, rows) != TITANS_OK) fail("--doc-len: %s", streams[i].error);
+    if (titans_stream_init(&streams[i], &model, rows / (size_t)dist_size) != TITANS_OK) fail("--doc-len: %s", streams[i].error);
     stream_paths[i] = carry_text ? path_join(o.out, "stream.safetensors") : task_stream_path(&o, i);
     if (o.resume && stream_calls[i] % (o.doc_len / (long)window) != 0) { /* inside a document: what the rows carried */
-      if (titans_stream_load(&streams[i], stream_paths[i]) != TITANS_OK) fail("--resume: %s", streams[i].error);
+      if (dist_stream_load(&streams[i], stream_paths[i]) != TITANS_OK) fail("--resume: %s", streams[i].error);
       printf("resumed the rows' memory from %s\n", stream_paths[i]);
     }
   }
@@ -1465,13 +1474,15 @@ static int cmd_train(int argc, char **argv) {
     Tprev = Ts;
     double t0 = now_seconds();
     int rc;
+    size_t Bl = Bs / (size_t)dist_size; /* this rank's rows of the batch: Bl from row dist_rank Bl on */
+    const int *mine = tokens + (size_t)dist_rank * Bl * (Ts + 1);
     if (n_streams) {
       size_t i = carry_text ? 0 : step_length_index(&o, step);
       if (stream_calls[i] % (o.doc_len / (long)Ts) == 0) /* a new document for every row of the stream */
-        for (size_t b = 0; b < Bs; b++) titans_stream_restart(&streams[i], b);
-      rc = titans_train_step_stream(&tr, &streams[i], tokens, Ts, &loss);
+        for (size_t b = 0; b < Bl; b++) titans_stream_restart(&streams[i], b);
+      rc = titans_train_step_stream(&tr, &streams[i], mine, Ts, &loss);
       if (rc == TITANS_OK) stream_calls[i]++;
-    } else rc = titans_train_step(&tr, tokens, 1, Bs, Ts, &loss);
+    } else rc = titans_train_step(&tr, mine, 1, Bl, Ts, &loss);
     if (rc == TITANS_ERR_NONFINITE)
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
            "--resume restarts from the last checkpoint.", tr.error);
@@ -1483,6 +1494,7 @@ static int cmd_train(int argc, char **argv) {
     series_push(&train, tr.step, loss);
     if (tr.last_grad_norm > grad_max) grad_max = tr.last_grad_norm, grad_max_step = tr.step;
     if (tr.tc.clip > 0.0f && tr.last_grad_norm > 10.0f * tr.tc.clip) grad_far_steps++;
+    if (dist_size > 1) stop_signal = dist_max_int(stop_signal); /* a signal to any rank stops them all at this step */
     int last = tr.step == o.steps, stop = o.stop_at && tr.step == o.stop_at, signalled = stop_signal != 0;
     if (tr.step % o.log_every == 0 || last || stop || tr.step == first + 1) {
       /* the first step allocates and warms the caches (it took 6x a later one): the ETA leaves it out,
@@ -1494,7 +1506,7 @@ static int cmd_train(int argc, char **argv) {
              (double)tr.last_grad_norm, (double)tr.last_lr, tokens_done / train_time, eta);
       fflush(stdout);
     }
-    if (have_val && ((o.val_every && tr.step % o.val_every == 0) || last)) {
+    if (have_val && dist_rank == 0 && ((o.val_every && tr.step % o.val_every == 0) || last)) {
       float vl = validation_loss(&tr, &ds, B, T, (size_t)o.val_batches, tokens);
       series_push(&val, tr.step, vl);
       printf("step %5ld/%ld  validation loss %.4f\n", tr.step, o.steps, (double)vl);
@@ -1502,9 +1514,13 @@ static int cmd_train(int argc, char **argv) {
     }
     /* an interruption (--stop-at) saves but adds no validation point, so the resumed run's history
        and files are the uninterrupted run's */
-    if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled)
-      save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, streams, n_streams,
-                      stream_paths);
+    if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled) {
+      dist_check_weights(&tr);
+      titans_stream *rows = dist_streams_gather(streams, n_streams); /* MPI: every rank's rows, on rank 0 */
+      if (dist_rank == 0)
+        save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, rows, n_streams, stream_paths);
+      dist_streams_release(rows, streams, n_streams);
+    }
     if (stop) {
       printf("stopped at step %ld (--stop-at); continue with\n", tr.step);
       print_resume_command(stdout, argc, argv);
@@ -1512,10 +1528,12 @@ static int cmd_train(int argc, char **argv) {
     }
     if (signalled && !last) {
       fflush(stdout);
-      fprintf(stderr, "\ntitans: %s at step %ld of %ld: saved %s and %s; continue with\n",
-              stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)", tr.step, o.steps, model_path,
-              trainer_path);
-      print_resume_command(stderr, argc, argv);
+      if (dist_rank == 0) { /* MPI: the others stop at the same step, quietly */
+        fprintf(stderr, "\ntitans: %s at step %ld of %ld: saved %s and %s; continue with\n",
+                stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)", tr.step, o.steps, model_path,
+                trainer_path);
+        print_resume_command(stderr, argc, argv);
+      }
       break;
     }
   }
@@ -1528,6 +1546,11 @@ static int cmd_train(int argc, char **argv) {
     printf("trained %ld steps in %s; wrote %s, %s and %s\n", steps_done, took, model_path, trainer_path, svg_path);
     printf("gradient norm before clipping: largest %.3g (step %ld); %ld of %ld steps above 10x the clip (%g)\n",
            (double)grad_max, grad_max_step, grad_far_steps, steps_done, (double)tr.tc.clip);
+    if (dist_size > 1)
+      printf("data-parallel: %d ranks; the gradient all-reduce took %.3f s of %.3f s of training steps (%.1f%%, %.2f ms a "
+             "step), waiting for the slowest rank %.3f s\n", dist_size, dist_reduce_seconds, train_time,
+             100 * dist_reduce_seconds / train_time, 1e3 * dist_reduce_seconds / (double)(dist_reduce_calls ? dist_reduce_calls : 1),
+             dist_wait_seconds);
     if (grad_far_steps * 20 > steps_done) /* more than 5% of the steps */
       printf("note: the gradient was often far above the clip, which slows or stalls training. With a memory on long\n"
              "windows (--seq), a smaller inner step helps: --theta-init or --eta-init (docs/long_context.md,\n"
@@ -1535,7 +1558,7 @@ static int cmd_train(int argc, char **argv) {
   }
 
   int status = stop_signal ? 128 + (int)stop_signal : 0; /* 130 for SIGINT, 143 for SIGTERM, as the shell reports */
-  if (o.sample_len > 0 && !stop_signal) {
+  if (o.sample_len > 0 && !stop_signal && dist_rank == 0) {
     titans_session s;
     size_t n_prompt;
     if (titans_session_init(&s, &model) != TITANS_OK) fail("%s", s.error);
@@ -2757,7 +2780,16 @@ static void help(void) {
          "  ./titans --version           the version\n");
 }
 
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  dist_init(&argc, &argv); /* MPI (-DTITANS_MPI): every rank runs the command; train splits its batches */
+  int rc = run_command(argc, argv);
+  dist_finish();
+  return rc;
+}
+
+static int run_command(int argc, char **argv) {
   if (argc > 0 && argv[0]) program_path = argv[0];
   if (argc < 2) return cmd_train(0, argv + 1);
   const char *cmd = argv[1];
@@ -2768,6 +2800,7 @@ int main(int argc, char **argv) {
   /* ./titans [train options] is ./titans train [train options] */
   if (cmd[0] == '-' && strcmp(cmd, "--help") && strcmp(cmd, "-h")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+  if (dist_size > 1) fail("only 'train' runs on several ranks (run '%s' as one process)", cmd);
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
   if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
   if (!strcmp(cmd, "needle")) return cmd_needle(argc - 2, argv + 2);

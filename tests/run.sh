@@ -52,6 +52,18 @@ if [ -x "$build/readme_quickstart" ] && [ -x "$build/readme_memory" ] && [ -x "$
   if [ -z "$p" ]; then crashed="$crashed test_readme(rc=$rc)"; total_fail=$((total_fail + 1))
   else total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); fi
 fi
+# data-parallel training over MPI, when make built the MPI program (tests/test_mpi.sh; skips without mpirun)
+if [ -x "$build/titans-mpi" ]; then
+  echo "== test_mpi"
+  start=$(date +%s)
+  out=$(sh tests/test_mpi.sh "$build" 2>&1); rc=$?
+  printf '%s\n' "$out"
+  echo "(test_mpi took $(( $(date +%s) - start )) s)"
+  line=$(printf '%s\n' "$out" | tail -n 1)
+  p=$(echo "$line" | sed -nE 's/.*: ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed$/\1/p')
+  if [ -z "$p" ]; then crashed="$crashed test_mpi(rc=$rc)"; total_fail=$((total_fail + 1))
+  else total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); fi
+fi
 [ -n "$crashed" ] && echo "crashed or exited non-zero without a failed check:$crashed"
 echo "total: $total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

@@ -368,7 +368,7 @@ static void test_threads(void) {
     titans_trainer_init(&t, &m, NULL);
     int tokens[3 * 17];
     random_tokens(tokens, 51, c.vocab, 8);
-    float *g1 = titans_alloc_floats(m.n_floats), l1, l2;
+    float *g1 = titans_alloc_floats(m.n_floats), l1 = 0.0f, l2 = 0.0f;
     omp_set_num_threads(1);
     titans_forward_backward(&t, tokens, 3, 16, 1.0f, &l1);
     memcpy(g1, t.grads, m.n_floats * sizeof(float));
