@@ -10487,6 +10487,13 @@ static void titans__ck_add_optional(titans__ck_fields *fs, const char *key, int 
   fs->f[fs->n - 1].optional = 1;
 }
 
+/* An optional int written only when it is not 0: models that do not use it keep the files earlier
+   versions wrote, byte for byte. */
+static void titans__ck_add_when_set(titans__ck_fields *fs, const char *key, int *ptr) {
+  titans__ck_add(fs, key, TITANS__CK_INT, ptr);
+  fs->f[fs->n - 1].optional = 2;
+}
+
 /* The one list of a titans_config's fields, in the order they are written. */
 static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, titans__ck_fields *mem) {
   top->n = mem->n = 0;
@@ -10514,8 +10521,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add(mem, "residual", TITANS__CK_INT, &c->mem.residual);
   titans__ck_add(mem, "theta_max", TITANS__CK_FLOAT, &c->mem.theta_max);
   titans__ck_add_optional(mem, "surprise_bound", TITANS__CK_FLOAT, &c->mem.surprise_bound); /* 0: unbounded */
-  titans__ck_add(mem, "key_ngram", TITANS__CK_INT, &c->mem.key_ngram);
-  mem->f[mem->n - 1].optional = 2; /* written only when set */
+  titans__ck_add_when_set(mem, "key_ngram", &c->mem.key_ngram);
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {

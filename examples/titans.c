@@ -756,8 +756,8 @@ typedef struct train_opts {
   double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
   int conv_uniform;                        /* 1: the memory's conv taps start uniform (PyTorch's Conv1d default) */
   int key_shift;                           /* 1: the memory's key conv starts on the previous token */
-  int key_shift_fixed;                     /* 1: ... and stays there: its other taps are zeroed after every step */
-  int key_ngram;                           /* --key-ngram N: ... on the N tokens before (> 1; implies key_shift_fixed) */
+  int key_ngram;                           /* >= 1: ... and stays there (--key-shift-fixed: 1; --key-ngram N: on the
+                                              N tokens before): its other taps are zeroed after every step */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
   double attn_identity;                    /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
 } train_opts;
@@ -862,7 +862,7 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
   o->mem_heads = 1, o->mem_depth = 1;
   o->theta_max = 1, o->eta_init = 0.02, o->alpha_init[0] = 1e-7, o->n_alpha_init = 1;
   o->surprise_bound = 6;
-  o->key_shift = o->key_shift_fixed = 1;
+  o->key_shift = 1;
   o->key_ngram = 12; /* keys of the 12 tokens before: they carry the key word, so several needles bind */
   o->emb_scale = 10;
   if (o->block == TITANS_BLOCK_MAC || o->block == TITANS_BLOCK_MAL) o->attn_identity = 1.5;
@@ -985,10 +985,13 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--w0-scale")) o->w0_scale = arg_double(&a, s, 1e-6, 1e3);
     else if (!strcmp(s, "--conv-uniform")) o->conv_uniform = 1;
     else if (!strcmp(s, "--key-shift")) o->key_shift = 1;
-    else if (!strcmp(s, "--key-shift-fixed")) o->key_shift = o->key_shift_fixed = 1;
+    else if (!strcmp(s, "--key-shift-fixed")) {
+      o->key_shift = 1;
+      if (!o->key_ngram) o->key_ngram = 1; /* the recipe's or a --key-ngram given before stays */
+    }
     else if (!strcmp(s, "--key-ngram")) {
       o->key_ngram = (int)arg_long(&a, s, 1, 64);
-      o->key_shift = o->key_shift_fixed = 1;
+      o->key_shift = 1;
     }
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
@@ -1056,8 +1059,7 @@ static titans_config train_config_of(const train_opts *o) {
   if (o->slots) c.lm2_slots = o->slots;
   if (o->mac_learns_input) c.mac_learns_from = TITANS_MAC_LEARNS_INPUT; /* refused by the check for other kinds */
   if (o->key_ngram > 1 && c.mem.conv_width < o->key_ngram + 1) c.mem.conv_width = o->key_ngram + 1;
-  if (o->key_shift_fixed && c.mem.conv_width >= 2) /* the trainer holds the key there */
-    c.mem.key_ngram = o->key_ngram > 1 ? o->key_ngram : 1;
+  if (o->key_ngram && c.mem.conv_width >= 2) c.mem.key_ngram = o->key_ngram; /* the trainer holds the key there */
   return c;
 }
 
@@ -1174,7 +1176,7 @@ static char *train_meta(const train_opts *o, const dataset *ds, const series *tr
   text_printf(&t, "val_every=%ld\nval_batches=%ld\ndata=%s\ndata_tokens=%zu\ndata_hash=%llu\n", o->val_every,
               o->val_batches, ds->name, ds->n, (unsigned long long)ds->hash);
   if (o->doc_len > 0) text_printf(&t, "doc_len=%ld\n", o->doc_len); /* only then, as task= below */
-  if (o->key_shift_fixed) text_printf(&t, "key_shift_fixed=1\n");
+  if (o->key_ngram) text_printf(&t, "key_shift_fixed=1\n");
   if (o->key_ngram > 1) text_printf(&t, "key_ngram=%d\n", o->key_ngram);
   if (o->task >= 0) { /* only then: a plain run's files stay as they were */
     char task[512];
@@ -1197,7 +1199,7 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   if (!meta_u64(meta, "doc_len", &v)) v = 0;
   if (v != (uint64_t)o->doc_len) fail("--resume: %s was trained with --doc-len %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "key_shift_fixed", &v)) v = 0;
-  if (v != (uint64_t)o->key_shift_fixed)
+  if (v != (uint64_t)(o->key_ngram > 0))
     fail("--resume: %s was trained %s --key-shift-fixed", path, v ? "with" : "without");
   if (!meta_u64(meta, "key_ngram", &v)) v = 0;
   if (v != (uint64_t)(o->key_ngram > 1 ? o->key_ngram : 0))
@@ -1358,7 +1360,7 @@ static int cmd_train(int argc, char **argv) {
       tr.tc.total_steps = o.steps;
     }
     /* a checkpoint of an earlier version has no key_ngram: the resumed run's option says it */
-    if (o.key_shift_fixed && model.cfg.mem.conv_width >= 2 && model.cfg.mem.key_ngram == 0) model.cfg.mem.key_ngram = 1;
+    if (o.key_ngram && model.cfg.mem.conv_width >= 2 && model.cfg.mem.key_ngram == 0) model.cfg.mem.key_ngram = 1;
     printf("resumed %s at step %ld\n", trainer_path, tr.step);
   } else {
     titans_config cfg = train_config_of(&o);

@@ -1,5 +1,5 @@
-/* Fixtures shared by the model-level tests (test_model.c, test_stream.c): token streams and weights
-   larger than the default init. Include after titans.h. */
+/* Fixtures shared by the model-level tests (test_model.c, test_stream.c, test_reduce.c): token streams,
+   weights larger than the default init, a tiny configuration. Include after titans.h. */
 #ifndef TITANS_TEST_MODEL_FIXTURES_H
 #define TITANS_TEST_MODEL_FIXTURES_H
 #include <string.h>
@@ -29,6 +29,27 @@ static void lively_weights(titans_model *m, uint64_t seed) {
 /* What the MAC of a test's tiny_config learns from (titans_mac_learns_from): test_model and test_stream
    run MAC's checks once with each. */
 static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+
+/* Tiny, every option on (test_stream, test_reduce): persistent tokens, a window shorter than a stream
+   window, a 2-layer memory with conv, chunks of 2 and segments of 4 (windows are multiples of 4). */
+static inline titans_config tiny_stream_config(int kind) {
+  titans_config c = titans_config_default(kind, 13, 8, 2);
+  c.attn_heads = 2;
+  c.ffn_hidden = 12;
+  c.window = 3;
+  c.segment = 4;
+  c.n_persist = kind == TITANS_BLOCK_LMM ? 0 : 2;
+  c.mem.heads = 2;
+  c.mem.head_dim = 4;
+  c.mem.depth = 2;
+  c.mem.hidden_mult = 2;
+  c.mem.chunk = 2;
+  c.mem.conv_width = 3;
+  c.mem.theta_max = 0.1f;
+  if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3;
+  if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
+  return c;
+}
 
 /* The kind's name in the checks' messages, MAC's with what its memory learns from when not the paper's y. */
 static const char *kind_label(int kind) {

@@ -28,42 +28,26 @@ for t in "$build"/test_*; do
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
   fi
 done
-# the smoke test of the example program, when it was built
-if [ -x "$build/titans" ]; then
-  echo "== test_examples"
+# a shell test: NAME SCRIPT ARG, its last line "NAME: N passed, N failed" added to the totals
+run_script() {
+  echo "== $1"
   start=$(date +%s)
-  out=$(sh tests/test_examples.sh "$build/titans" 2>&1); rc=$?
+  out=$(sh "$2" "$3" 2>&1); rc=$?
   printf '%s\n' "$out"
-  echo "(test_examples took $(( $(date +%s) - start )) s)"
+  echo "($1 took $(( $(date +%s) - start )) s)"
   line=$(printf '%s\n' "$out" | tail -n 1)
   p=$(echo "$line" | sed -nE 's/.*: ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed$/\1/p')
-  if [ -z "$p" ]; then crashed="$crashed test_examples(rc=$rc)"; total_fail=$((total_fail + 1))
+  if [ -z "$p" ]; then crashed="$crashed $1(rc=$rc)"; total_fail=$((total_fail + 1))
   else total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); fi
-fi
+}
+# the smoke test of the example program, when it was built
+if [ -x "$build/titans" ]; then run_script test_examples tests/test_examples.sh "$build/titans"; fi
 # what the README promises (its C code, the Python reader, make install), when its programs were built
 if [ -x "$build/readme_quickstart" ] && [ -x "$build/readme_memory" ] && [ -x "$build/titans" ]; then
-  echo "== test_readme"
-  start=$(date +%s)
-  out=$(sh tests/test_readme.sh "$build" 2>&1); rc=$?
-  printf '%s\n' "$out"
-  echo "(test_readme took $(( $(date +%s) - start )) s)"
-  line=$(printf '%s\n' "$out" | tail -n 1)
-  p=$(echo "$line" | sed -nE 's/.*: ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed$/\1/p')
-  if [ -z "$p" ]; then crashed="$crashed test_readme(rc=$rc)"; total_fail=$((total_fail + 1))
-  else total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); fi
+  run_script test_readme tests/test_readme.sh "$build"
 fi
 # data-parallel training over MPI, when make built the MPI program (tests/test_mpi.sh; skips without mpirun)
-if [ -x "$build/titans-mpi" ]; then
-  echo "== test_mpi"
-  start=$(date +%s)
-  out=$(sh tests/test_mpi.sh "$build" 2>&1); rc=$?
-  printf '%s\n' "$out"
-  echo "(test_mpi took $(( $(date +%s) - start )) s)"
-  line=$(printf '%s\n' "$out" | tail -n 1)
-  p=$(echo "$line" | sed -nE 's/.*: ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed$/\1/p')
-  if [ -z "$p" ]; then crashed="$crashed test_mpi(rc=$rc)"; total_fail=$((total_fail + 1))
-  else total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); fi
-fi
+if [ -x "$build/titans-mpi" ]; then run_script test_mpi tests/test_mpi.sh "$build"; fi
 [ -n "$crashed" ] && echo "crashed or exited non-zero without a failed check:$crashed"
 echo "total: $total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

@@ -16,23 +16,6 @@ static const int kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL
                             TITANS_BLOCK_LM2, TITANS_BLOCK_ATTN, TITANS_BLOCK_SWA};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
-static titans_config tiny_config(int kind) {
-  titans_config c = titans_config_default(kind, 13, 8, 2);
-  c.attn_heads = 2;
-  c.ffn_hidden = 12;
-  c.window = 3;
-  c.segment = 4;
-  c.n_persist = kind == TITANS_BLOCK_LMM ? 0 : 2;
-  c.mem.heads = 2;
-  c.mem.head_dim = 4;
-  c.mem.depth = 2;
-  c.mem.hidden_mult = 2;
-  c.mem.chunk = 2;
-  c.mem.conv_width = 3;
-  c.mem.theta_max = 0.1f;
-  if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3;
-  return c;
-}
 
 /* What one simulated process handed its reduce function: its gradient sum and stats. */
 typedef struct half {
@@ -106,7 +89,7 @@ static void step_tokens(int *tok, size_t T, int V, int step, int mask) {
 /* Two processes of two rows each against one of four rows, `steps` steps. */
 static void test_halves(int kind, int stream, int mask) {
   const size_t T = 8, steps = 3;
-  titans_config c = tiny_config(kind);
+  titans_config c = tiny_stream_config(kind);
   proc R, P0, P1;
   proc_init(&R, &c, 4, stream);
   proc_init(&P0, &c, 2, stream);
@@ -155,7 +138,7 @@ static void test_halves(int kind, int stream, int mask) {
    loss: the other rejects the step as non-finite, weights untouched. */
 static void test_failure_propagates(void) {
   const size_t T = 8;
-  titans_config c = tiny_config(TITANS_BLOCK_MAG);
+  titans_config c = tiny_stream_config(TITANS_BLOCK_MAG);
   proc P0, P1;
   proc_init(&P0, &c, 2, 0);
   proc_init(&P1, &c, 2, 0);

@@ -12,26 +12,6 @@
 static const int kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_LMM, TITANS_BLOCK_SWA, TITANS_BLOCK_MAG, TITANS_BLOCK_LM2};
 #define NKINDS (int)(sizeof kinds / sizeof kinds[0])
 
-/* Tiny, every option on: persistent tokens, a window shorter than a stream window, a 2-layer memory with
-   conv, chunks of 2 and segments of 4 (windows are multiples of 4). */
-static titans_config tiny_config(int kind) {
-  titans_config c = titans_config_default(kind, 13, 8, 2);
-  c.attn_heads = 2;
-  c.ffn_hidden = 12;
-  c.window = 3;
-  c.segment = 4;
-  c.n_persist = kind == TITANS_BLOCK_LMM ? 0 : 2;
-  c.mem.heads = 2;
-  c.mem.head_dim = 4;
-  c.mem.depth = 2;
-  c.mem.hidden_mult = 2;
-  c.mem.chunk = 2;
-  c.mem.conv_width = 3;
-  c.mem.theta_max = 0.1f;
-  if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3;
-  if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
-  return c;
-}
 
 /* rows [B, n_windows * T] -> the window w as tokens [B, T] (with_target: [B, T + 1], the next token too) */
 static void window_of(int *out, const int *rows, size_t B, size_t len, size_t w, size_t T, int with_target) {
@@ -42,7 +22,7 @@ static void window_of(int *out, const int *rows, size_t B, size_t len, size_t w,
 /* The stream's logits over 3 windows against sessions fed token by token, and the first window against
    the stateless forward. */
 static void test_stream_equals_session(int kind) {
-  titans_config c = tiny_config(kind);
+  titans_config c = tiny_stream_config(kind);
   titans_model m;
   titans_trainer t;
   titans_stream st;
@@ -133,7 +113,7 @@ static double window2_loss(titans_trainer *t, const float *p0, const int *w1, co
    extrapolated, along the gradient and a random direction, per parameter tensor; tolerance as in
    test_model). */
 static void test_stream_gradients(int kind, size_t restart_row) {
-  titans_config c = tiny_config(kind);
+  titans_config c = tiny_stream_config(kind);
   titans_model m;
   titans_trainer t;
   const char *name = kind_label(kind);
@@ -207,7 +187,7 @@ static void test_stream_gradients(int kind, size_t restart_row) {
 static void test_refusals_and_ignored_targets(void) {
   int refused[] = {TITANS_BLOCK_MAG, TITANS_BLOCK_MAL, TITANS_BLOCK_ATTN};
   for (int i = 0; i < 3; i++) {
-    titans_config c = tiny_config(refused[i]);
+    titans_config c = tiny_stream_config(refused[i]);
     c.n_persist = 3; /* MAG: not a multiple of the chunk (2) */
     titans_model m;
     titans_stream st;
@@ -216,7 +196,7 @@ static void test_refusals_and_ignored_targets(void) {
     th_check(rc == TITANS_ERR_ARG && st.error[0], "%s (3 persistent tokens, chunk 2) cannot stream: %s", titans_block_name(refused[i]), st.error);
     titans_model_free(&m);
   }
-  titans_config c = tiny_config(TITANS_BLOCK_MAC);
+  titans_config c = tiny_stream_config(TITANS_BLOCK_MAC);
   titans_model m;
   titans_trainer t;
   titans_stream st;
@@ -264,7 +244,7 @@ static void test_refusals_and_ignored_targets(void) {
 /* A stream saved and loaded into a fresh one continues bit for bit; a file of another batch size or of
    other weights is refused and leaves the stream as it was. */
 static void test_stream_checkpoint(int kind) {
-  titans_config c = tiny_config(kind);
+  titans_config c = tiny_stream_config(kind);
   titans_model m;
   titans_trainer t;
   titans_stream a, b, other;
