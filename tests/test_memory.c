@@ -185,8 +185,8 @@ typedef struct fixture {
 } fixture;
 
 static titans_mem_config make_cfg(int d, int H, int dh, int L, int e, int b, int K, int res, float theta_max) {
-  titans_mem_config c;
-  c.d = d; c.heads = H; c.head_dim = dh; c.depth = L; c.hidden_mult = e; c.chunk = b; c.conv_width = K;
+  titans_mem_config c = titans_mem_config_default(d); /* every field set, key_ngram 0 among them */
+  c.heads = H; c.head_dim = dh; c.depth = L; c.hidden_mult = e; c.chunk = b; c.conv_width = K;
   c.residual = res; c.theta_max = theta_max; c.surprise_bound = 0.0f;
   return c;
 }
