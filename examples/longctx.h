@@ -81,7 +81,7 @@ static const char *const longctx_sentences[] = {
     "The kettle begins to sing. "};
 #define LONGCTX_N_SENTENCES (sizeof longctx_sentences / sizeof longctx_sentences[0])
 
-/* What an example holds beyond its kind, length and depth. {1, LONGCTX_WORDS_TRAIN, 0} is the
+/* What an example holds beyond its kind, length and depth. {1, LONGCTX_WORDS_TRAIN, 0, 0} is the
    single-needle example (opt NULL in longctx_example_init). */
 typedef struct longctx_options {
   int needles;         /* needles in the context, 1..LONGCTX_MAX_NEEDLES (above 1: prose only); the question
@@ -90,6 +90,8 @@ typedef struct longctx_options {
   int word_set;        /* LONGCTX_WORDS_TRAIN or LONGCTX_WORDS_HELDOUT */
   int filler_from_source; /* passkey and copy: the filler is read from the source, as prose's is, not the
                              fixed sentence cycle */
+  double number_words; /* the fraction of the filler's words (runs of letters) written as numbers, a random
+                          digit for each letter: numbers amid the text that no question asks for (0: none) */
 } longctx_options;
 
 typedef struct longctx_example {
@@ -106,6 +108,8 @@ typedef struct longctx_example {
   const int *source;       /* [source_len] token ids (bytes) the filler is read from, cyclically; NULL: the
                               fixed sentence cycle (passkey, copy) */
   size_t source_len, source_offset;
+  double number_words;     /* longctx_options.number_words */
+  uint64_t number_key;     /* the stream that picks those words and their digits (from the seed) */
   /* every needle, the asked one included, in the order they come in the context */
   size_t n_needles;
   size_t insert_at[LONGCTX_MAX_NEEDLES];  /* the filler byte each needle goes before */
@@ -174,10 +178,32 @@ static char longctx_first_symbol(int kind) { return kind == LONGCTX_COPY ? 'a' :
    filler. */
 static size_t longctx_min_length(int kind) { return kind == LONGCTX_PROSE ? 160 : 128; }
 
-/* Byte j of the filler (j < filler_len). */
-static int longctx_filler_byte(const longctx_example *ex, size_t j) {
+/* Byte j of the filler before any word becomes a number. */
+static int longctx_text_byte(const longctx_example *ex, size_t j) {
   if (!ex->source) return (unsigned char)longctx_filler[j % (sizeof longctx_filler - 1)];
   return ex->source[(ex->source_offset + j) % ex->source_len];
+}
+
+static int longctx_is_letter(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* Words longer than this stay words (it bounds the look back for a word's start). */
+#define LONGCTX_NUMBER_MAX_LEN 12
+
+/* Byte j of the filler (j < filler_len): the text's, or a digit when it is a letter of a word drawn to be
+   a number (ex->number_words). A word is drawn by its first byte's place, each of its digits by its own,
+   so any byte is found without reading the filler before it. */
+static int longctx_filler_byte(const longctx_example *ex, size_t j) {
+  int c = longctx_text_byte(ex, j);
+  if (ex->number_words <= 0 || !longctx_is_letter(c)) return c;
+  size_t start = j;
+  while (start > 0 && j - start < LONGCTX_NUMBER_MAX_LEN && longctx_is_letter(longctx_text_byte(ex, start - 1))) start--;
+  size_t end = j + 1; /* one past the word's last letter, or start + LONGCTX_NUMBER_MAX_LEN + 1 */
+  while (end - start <= LONGCTX_NUMBER_MAX_LEN && end < ex->filler_len && longctx_is_letter(longctx_text_byte(ex, end))) end++;
+  if (end - start > LONGCTX_NUMBER_MAX_LEN || (start > 0 && longctx_is_letter(longctx_text_byte(ex, start - 1))))
+    return c; /* a very long word */
+  double draw = (double)(longctx_mix64(ex->number_key, (uint64_t)start) >> 11) * (1.0 / 9007199254740992.0);
+  if (draw >= ex->number_words) return c;
+  return '0' + (int)(longctx_mix64(ex->number_key ^ 0xD161D161ull, (uint64_t)j) % 10);
 }
 
 /* Does a filler sentence start at byte j? */
@@ -235,10 +261,12 @@ static void longctx_layout_needles(longctx_example *ex, const char (*texts)[128]
    depth. So one needle with the training words draws exactly what it always drew. */
 static int longctx_example_init(longctx_example *ex, int kind, size_t length, double depth, uint64_t seed,
                                 const int *source, size_t source_len, const longctx_options *opt, char *err) {
-  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0};
+  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0};
   if (!opt) opt = &one_needle;
   uint64_t rng = seed;
   memset(ex, 0, sizeof *ex);
+  ex->number_words = opt->number_words;
+  ex->number_key = longctx_mix64(seed, 0x4E554D42455253ull); /* not drawn from rng: the draws below stay */
   ex->kind = kind;
   ex->length = length;
   ex->answer_len = longctx_answer_len(kind);

@@ -750,6 +750,8 @@ typedef struct train_opts {
   size_t end_jitter;             /* --end-jitter: an example ends 0..end_jitter-1 tokens before its row's end */
   int needles;                   /* --needles: prose examples hold 1..needles needles (uniform per example) */
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
+  double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
+                                    words as numbers (longctx_options.number_words) */
   double theta_init, eta_init;             /* where the memory's gates start (0: the library's) */
   double alpha_init[MAX_ALPHA_LAYERS];     /* where its forgetting gate starts, per layer (--alpha-init X or X,Y,...) */
   size_t n_alpha_init;                     /* 1: alpha_init[0] for every layer; else one per layer */
@@ -830,6 +832,9 @@ static void help_train(void) {
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
          "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order) or a file\n"
          "                      (default: the kind's own: prose the training split, passkey its fixed cycle)\n"
+         "  --numbers F         each example writes a fraction, uniform in [0, F), of its filler's words as\n"
+         "                      numbers no question asks for: the memory learns to bind a number to its key,\n"
+         "                      not to every number it reads (0)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
          "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
@@ -979,6 +984,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--end-jitter")) o->end_jitter = (size_t)arg_long(&a, s, 0, 1L << 20);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
+    else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init")) o->theta_init = arg_double(&a, s, 1e-6, 0.999999);
@@ -1020,9 +1026,10 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->task < 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
-    if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack)
-      usage_fail("train", "--task-frac, --lens, --lens-mix, --end-jitter, --answer-loss, --needles and --haystack go "
-                 "with --task");
+    if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
+        o->numbers > 0)
+      usage_fail("train", "--task-frac, --lens, --lens-mix, --end-jitter, --answer-loss, --needles, --haystack and "
+                 "--numbers go with --task");
     return;
   }
   if (o->needles > 1 && o->task != LONGCTX_PROSE) usage_fail("train", "--needles goes with --task prose");
@@ -1130,7 +1137,9 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
   length -= early;
   /* --needles N: 1..N needles, uniform (a stream of its own: one needle draws what it always drew) */
   int needles = o->needles > 1 ? 1 + (int)(longctx_mix64(seed, 0x4E4545444C4553ull) % (uint64_t)o->needles) : 1;
-  longctx_options opt = {needles, LONGCTX_WORDS_TRAIN, o->haystack != NULL && kind != LONGCTX_PROSE};
+  /* --numbers F: a fraction uniform in [0, F) of the filler's words are numbers (a stream of its own too) */
+  double number_words = o->numbers * (double)(longctx_mix64(seed, 0x4E554D57524453ull) >> 11) * (1.0 / 9007199254740992.0);
+  longctx_options opt = {needles, LONGCTX_WORDS_TRAIN, o->haystack != NULL && kind != LONGCTX_PROSE, number_words};
   if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) {
     opt.needles = 1; /* a row too short for its needles holds one */
     if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) fail("%s", why);
@@ -1165,7 +1174,8 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->lens_mix && n < size) n += (size_t)snprintf(out + n, size - n, " lens-mix");
   if (o->end_jitter && n < size) n += (size_t)snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
   if (o->needles > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " needles=%d", o->needles);
-  if (o->haystack && n < size) snprintf(out + n, size - n, " haystack=%s", o->haystack);
+  if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
+  if (o->numbers > 0 && n < size) snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
 }
 
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */
@@ -2195,6 +2205,8 @@ static void help_needle(void) {
          "  --needles N         prose: N needles of different key words, the question asks for one (1)\n"
          "  --key-words SET     prose: the key words asked, 'train' (the 16 training draws from) or 'heldout'\n"
          "                      (16 never trained on) (train)\n"
+         "  --numbers F         the filler writes this fraction of its words as numbers no question asks for,\n"
+         "                      a random digit per letter (0)\n"
          "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
          "  --svg FILE          heat map of exact match, one panel per model (needle.svg)\n"
          "  --trace FILE        write trace: the first model reads the first trial of the first (length, depth)\n"
@@ -2208,6 +2220,7 @@ typedef struct needle_opts {
   model_set models;
   int kind, threads;
   int needles, word_set;     /* --needles, --key-words: longctx_options */
+  double numbers;            /* --numbers: longctx_options.number_words */
   const char *data, *svg, *haystack, *trace;
   const int *source;         /* [source_len] the filler's text (token ids): the held-out split of --data for
                                 prose, or --haystack; NULL: the passkey's fixed cycle */
@@ -2243,6 +2256,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
     else if (!strcmp(s, "--trace")) o->trace = arg_value(&a, s);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
+    else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--key-words")) {
       const char *w = arg_value(&a, s);
       if (!strcmp(w, "train")) o->word_set = LONGCTX_WORDS_TRAIN;
@@ -2309,7 +2323,7 @@ static int needle_trial(titans_session *s, const longctx_example *ex, size_t fro
    why [200]. */
 static int needle_example(const needle_opts *o, size_t length, double depth, size_t trial, longctx_example *ex,
                           char *why) {
-  longctx_options opt = {o->needles, o->word_set, o->source != NULL && o->kind != LONGCTX_PROSE};
+  longctx_options opt = {o->needles, o->word_set, o->source != NULL && o->kind != LONGCTX_PROSE, o->numbers};
   return longctx_example_init(ex, o->kind, length, depth, longctx_eval_seed(o->seed, length, depth, trial),
                                    o->source, o->source_len, &opt, why);
 }
@@ -2503,6 +2517,7 @@ static int cmd_needle(int argc, char **argv) {
   if (o.needles > 1 || o.word_set != LONGCTX_WORDS_TRAIN)
     printf("prose: %d needle%s of different key words, the key asked drawn from the %s words\n", o.needles,
            o.needles > 1 ? "s" : "", o.word_set == LONGCTX_WORDS_HELDOUT ? "held-out" : "training");
+  if (o.numbers > 0) printf("filler: %g of its words written as numbers\n", o.numbers);
   models_load(&o.models);
   if (o.trace) needle_trace(&o, &o.models.model[0]);
   size_t n_models = o.models.n, cells = o.n_lens * o.n_depths, answer_len = longctx_answer_len(o.kind);

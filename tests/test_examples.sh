@@ -213,6 +213,15 @@ rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data ti
   --trace trace.tsv --svg n.svg)
 check "needle --trace writes the memory's change per chunk and layer, and its plot (rc=$rc)" \
   sh -c "[ $rc = 0 ] && [ \$(grep -c '^[0-9]' trace.tsv) -ge 40 ] && awk -F'\t' '\$5 > 0' trace.tsv | grep -q 'magic' && grep -q '</svg>' trace.tsv.svg"
+rc=$(run "$bin" train $tiny --numbers 0.1 --steps 2 --out nope)
+check "--numbers without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train $tiny --task prose --recipe none --numbers 0.2 --lens 400 --steps 3 --out numbers)
+check "train --task prose --numbers 0.2 exits 0 (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" train $tiny --task prose --recipe none --lens 400 --steps 3 --resume --out numbers)
+check "  --resume without its --numbers is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'numbers' err.txt"
+rc=$(run "$bin" needle --model numbers/model.safetensors --task prose --data tiny.txt --numbers 0.3 --len 400 --depth 50 \
+  --trials 2 --svg n.svg)
+check "needle --numbers 0.3 exits 0 and says so (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '0.3 of its words written as numbers' out.txt"
 rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --needles 2 --len 400)
 check "needle --needles with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model hay/model.safetensors --task prose --data tiny.txt --haystack sentences --len 400)

@@ -138,7 +138,7 @@ static void test_needles(const int *source, size_t source_len) {
     for (int set = 0; set < 2; set++)
       for (uint64_t seed = 1; seed <= 4; seed++) {
         longctx_example ex;
-        longctx_options opt = {n, set, 0};
+        longctx_options opt = {n, set, 0, 0.0};
         char err[200], asked[160];
         size_t length = seed % 2 ? 1000 : 4096;
         if (longctx_example_init(&ex, LONGCTX_PROSE, length, 0.3, seed * 77 + (uint64_t)n, source, source_len, &opt,
@@ -174,19 +174,68 @@ static void test_needles(const int *source, size_t source_len) {
            "(%zu, %zu wrong)", bad_answer, bad_question);
   th_check(bad_pieces == 0, "several needles: longctx_tokens in pieces = token by token (%zu differ)", bad_pieces);
   longctx_example a, b;
-  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0};
+  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0};
   char err[200];
   longctx_example_init(&a, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, NULL, err);
   longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &one, err);
   size_t differ = 0;
   for (size_t i = 0; i < 4096 + a.answer_len; i++) differ += longctx_token(&a, i) != longctx_token(&b, i);
   th_check(differ == 0, "one needle through the options = the single-needle example (%zu tokens differ)", differ);
-  longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0};
+  longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0, 0.0};
   th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 4096, 0.5, 1, NULL, 0, &two, err) != 0,
            "several needles are refused for the passkey: %s", err);
-  longctx_options eight = {8, LONGCTX_WORDS_TRAIN, 0};
+  longctx_options eight = {8, LONGCTX_WORDS_TRAIN, 0, 0.0};
   th_check(longctx_example_init(&a, LONGCTX_PROSE, 300, 0.5, 1, source, source_len, &eight, err) != 0,
            "a length too short for its needles is refused: %s", err);
+}
+
+/* Numbers amid the text (longctx_options.number_words): with 0 the example is the plain one; with 0.05
+   only letters change, each to a digit, whole words at a time, about 5% of the words, and the needles,
+   the question and the answer are untouched; any piece of the example reads as token by token. */
+static void test_number_words(const int *source, size_t source_len) {
+  enum { LEN = 16384 };
+  longctx_options none = {2, LONGCTX_WORDS_TRAIN, 0, 0.0}, some = {2, LONGCTX_WORDS_TRAIN, 0, 0.05};
+  longctx_example plain, with_numbers, zero;
+  char err[200];
+  longctx_example_init(&plain, LONGCTX_PROSE, LEN, 0.3, 7, source, source_len, NULL, err);
+  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0};
+  longctx_example_init(&zero, LONGCTX_PROSE, LEN, 0.3, 7, source, source_len, &one, err);
+  size_t differ = 0;
+  for (size_t i = 0; i < LEN + plain.answer_len; i++) differ += longctx_token(&plain, i) != longctx_token(&zero, i);
+  th_check(differ == 0, "numbers 0: the example is the plain one (%zu tokens differ)", differ);
+  longctx_example_init(&plain, LONGCTX_PROSE, LEN, 0.3, 7, source, source_len, &none, err);
+  longctx_example_init(&with_numbers, LONGCTX_PROSE, LEN, 0.3, 7, source, source_len, &some, err);
+  size_t not_letter = 0, words = 0, numbers = 0, half_words = 0;
+  for (size_t i = 0; i < LEN; i++) {
+    int a = longctx_token(&plain, i), b = longctx_token(&with_numbers, i);
+    if (a != b && !(longctx_is_letter(a) && b >= '0' && b <= '9')) not_letter++;
+    int starts = longctx_is_letter(a) && (i == 0 || !longctx_is_letter(longctx_token(&plain, i - 1)));
+    if (!starts) continue;
+    size_t end = i;
+    while (end < LEN && longctx_is_letter(longctx_token(&plain, end))) end++;
+    words++;
+    /* a changed word is all digits (a digit may equal no letter, so count digits, not changes) */
+    size_t digits = 0;
+    for (size_t j = i; j < end; j++) digits += longctx_token(&with_numbers, j) >= '0' && longctx_token(&with_numbers, j) <= '9';
+    numbers += digits == end - i;
+    half_words += digits != 0 && digits != end - i;
+  }
+  double frac = words ? (double)numbers / (double)words : 0;
+  th_check(not_letter == 0 && half_words == 0, "numbers 0.05: only letters become digits, whole words at a time (%zu, %zu)",
+           not_letter, half_words);
+  th_check(frac > 0.035 && frac < 0.065, "numbers 0.05: %.3f of %zu words are numbers", frac, words);
+  th_check(count_in_example(&with_numbers, with_numbers.needle) == 1 &&
+               find_in_example(&with_numbers, with_numbers.question) == LEN - with_numbers.question_len &&
+               !strcmp(with_numbers.answer, plain.answer),
+           "numbers 0.05: the needle, the question and the answer are the plain example's");
+  int piece[1000];
+  size_t bad = 0;
+  for (size_t from = 0; from < LEN; from += 1000) {
+    size_t m = LEN - from < 1000 ? LEN - from : 1000;
+    longctx_tokens(&with_numbers, from, piece, m);
+    for (size_t i = 0; i < m; i++) bad += piece[i] != longctx_token(&with_numbers, from + i);
+  }
+  th_check(bad == 0, "numbers 0.05: longctx_tokens in pieces = token by token (%zu differ)", bad);
 }
 
 /* Plain sentences in random order: deterministic by seed, made of the pool's sentences only, and not
@@ -218,7 +267,7 @@ static void test_sentence_haystack(void) {
   for (size_t shift = 1; shift <= 4096; shift++) periodic += !memcmp(a + 8192, a + 8192 + shift, 2048 * sizeof(int));
   th_check(periodic == 0, "sentence haystack: no period up to 4,096 bytes (%zu shifts repeat)", periodic);
   longctx_example ex;
-  longctx_options from_source = {1, LONGCTX_WORDS_TRAIN, 1};
+  longctx_options from_source = {1, LONGCTX_WORDS_TRAIN, 1, 0.0};
   char err[200];
   longctx_example_init(&ex, LONGCTX_PASSKEY, 8192, 0.5, 3, a, N, &from_source, err);
   th_check(count_in_example(&ex, ex.needle) == 1 && find_in_example(&ex, ex.question) == 8192 - ex.question_len &&
@@ -602,6 +651,7 @@ int main(int argc, char **argv) {
   test_layout(LONGCTX_COPY, NULL, 0);
   test_digits_uniform();
   test_needles(ids, text_len);
+  test_number_words(ids, text_len);
   test_sentence_haystack();
   test_xml_checker();
 
