@@ -827,7 +827,7 @@ static void help_train(void) {
          "                      --surprise-bound 6 --key-ngram 12 --emb-scale 10 --attn-identity 1.5 (mac, mal)\n"
          "                      --mac-learns-input (mac) --lens-mix --end-jitter 64 --answer-loss --steps 3000\n"
          "                      --lens 256,1024,4096,16384 (prose; passkey also 65536; copy to 4096), --needles 4\n"
-         "                      (prose); any option given wins\n"
+         "                      --numbers 0.05 (prose); any option given wins\n"
          "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
          "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order) or a file\n"
@@ -853,7 +853,8 @@ static void help_train(void) {
    attention starting as the identity; embeddings x 10), writes in one shot (theta_max 1, momentum 0.02)
    and almost never forgets (1e-7 a token), learns from the block input, bounds each token's surprise at
    6, and trains 3,000 steps on a mixed length curriculum with the loss on the answers only (prose: 1 to 4
-   needles of different key words an example, and keys of the 12 tokens before, which carry the word). It writes
+   needles of different key words an example, keys of the 12 tokens before, which carry the word, and up
+   to 5% of the filler's words written as numbers no question asks for). It writes
    these into o before the command line is parsed, so every option given still wins; --recipe none
    keeps the plain defaults. `block` is the --block given, or -1. */
 static void retrieval_recipe(train_opts *o, int task, int block) {
@@ -874,7 +875,10 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
   if (o->block == TITANS_BLOCK_MAC) o->mac_learns_input = 1;
   memcpy(o->lens, lens, n_lens * sizeof(size_t)), o->n_lens = n_lens;
   o->lens_mix = 1, o->end_jitter = 64, o->answer_loss = 1;
-  if (task == LONGCTX_PROSE) o->needles = 4; /* 1..4 keyed needles an example: binding, not "a number" */
+  if (task == LONGCTX_PROSE) {
+    o->needles = 4;    /* 1..4 keyed needles an example: binding, not "a number" */
+    o->numbers = 0.05; /* numbers amid the text no question asks for: text with digits keeps its needle */
+  }
   o->steps = 3000;
 }
 
