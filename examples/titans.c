@@ -822,8 +822,9 @@ static void help_train(void) {
          );
   printf("Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth),\n"
-         "                      and the defaults become the retrieval recipe: --block mac --d 64 --doc-len 0\n"
-         "                      --mem-heads 1 --mem-depth 1 --theta-max 1 --eta-init 0.02 --alpha-init 1e-7\n"
+         "                      and the defaults become the retrieval recipe: --block mac --d 64 (prose 128)\n"
+         "                      --doc-len 0 --mem-heads 1 --mem-depth 1 --theta-max 1 --eta-init 0.02\n"
+         "                      --alpha-init 1e-7\n"
          "                      --surprise-bound 6 --key-ngram 12 --emb-scale 10 --attn-identity 1.5 (mac, mal)\n"
          "                      --mac-learns-input (mac) --lens-mix --end-jitter 64 --answer-loss --steps 3000\n"
          "                      --lens 256,1024,4096,16384 (prose; passkey also 65536; copy to 4096), --needles 4\n"
@@ -849,7 +850,7 @@ static void help_train(void) {
 }
 
 /* The retrieval recipe, the defaults of a --task run (docs/long_context.md, "The retrieval recipe"): a MAC
-   of d 64 whose one matrix memory head starts as a look-up (keys on the previous token, held there;
+   of d 64 (prose: 128) whose one matrix memory head starts as a look-up (keys on the previous token, held there;
    attention starting as the identity; embeddings x 10), writes in one shot (theta_max 1, momentum 0.02)
    and almost never forgets (1e-7 a token), learns from the block input, bounds each token's surprise at
    6, and trains 3,000 steps on a mixed length curriculum with the loss on the answers only (prose: 1 to 4
@@ -863,7 +864,7 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
   const size_t *lens = task == LONGCTX_PROSE ? prose_lens : task == LONGCTX_COPY ? copy_lens : passkey_lens;
   size_t n_lens = task == LONGCTX_PROSE ? 4 : task == LONGCTX_COPY ? 3 : 5;
   o->block = block >= 0 ? block : TITANS_BLOCK_MAC;
-  o->d = 64;
+  o->d = task == LONGCTX_PROSE ? 128 : 64; /* prose: a memory head of 128 holds four keys, and one to 1M */
   o->doc_len = 0;
   o->mem_heads = 1, o->mem_depth = 1;
   o->theta_max = 1, o->eta_init = 0.02, o->alpha_init[0] = 1e-7, o->n_alpha_init = 1;

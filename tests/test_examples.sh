@@ -183,8 +183,8 @@ check "  a length that is not a multiple of the memory chunk: exit 1 (rc=$rc)" \
 echo "== train --task: the retrieval recipe, keyed needles, haystacks"
 rc=$(run "$bin" train --data tiny.txt --task prose --lens 200 --steps 2 --val-every 0 --sample-len 0 --out recipe)
 check "train --task prose with the recipe's defaults exits 0 (rc=$rc)" [ "$rc" = 0 ]
-check "  a MAC of d 64 whose loss sees the answers (the recipe), and says what its validation measures" \
-  sh -c 'grep -q "model: mac, d = 64" out.txt && grep -q "validation loss on text measures what the model was not trained on" out.txt'
+check "  a MAC of d 128 (prose) whose loss sees the answers (the recipe), and says what its validation measures" \
+  sh -c 'grep -q "model: mac, d = 128" out.txt && grep -q "validation loss on text measures what the model was not trained on" out.txt'
 "$bin" info --model recipe/model.safetensors >info.txt 2>&1
 check "  its memory keys come from the 12 tokens before, held there (the library's key_ngram)" \
   grep -q 'memory keys: from the 12 tokens before' info.txt

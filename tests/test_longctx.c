@@ -415,8 +415,8 @@ static void test_recipe_in_library(const char *data_path) {
            "--threads 1 --out %s/recipe", data_path, dir);
   int rc = run(args, "recipe.txt");
   th_check(rc == 0, "./titans train --task prose --lr 0 (the recipe's starting point) exits 0 (rc=%d)", rc);
-  titans_config c = titans_config_default(TITANS_BLOCK_MAC, 256, 64, 2);
-  c.mem.heads = 1, c.mem.head_dim = 64, c.mem.depth = 1;
+  titans_config c = titans_config_default(TITANS_BLOCK_MAC, 256, 128, 2); /* prose: d 128 */
+  c.mem.heads = 1, c.mem.head_dim = 128, c.mem.depth = 1;
   c.mem.theta_max = 1.0f, c.mem.surprise_bound = 6.0f;
   c.mem.conv_width = 13, c.mem.key_ngram = 12;
   c.mac_learns_from = TITANS_MAC_LEARNS_INPUT;
