@@ -1028,6 +1028,9 @@ typedef struct titans_stream {
 
 /* A stream of B rows on model m, every row fresh. Returns TITANS_ERR_ARG for a kind that cannot stream. */
 TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t B);
+/* The windows of a stream on a model of configuration c must be multiples of this many tokens (MAC's and
+   LM2's segment, LMM's and MAG's memory chunk, 1 for SWA); 0 when such a model cannot stream. */
+TITANSDEF size_t titans_stream_unit(const titans_config *c);
 TITANSDEF void titans_stream_free(titans_stream *s);
 /* Row `row` starts a new document at its next window (TITANS_ERR_ARG for a row out of range). */
 TITANSDEF int titans_stream_restart(titans_stream *s, size_t row);
@@ -9639,6 +9642,8 @@ static size_t titans__stream_unit(const titans_config *c) {
   const titans__kind *k = titans__kind_of(c->block);
   return k->stream_unit ? k->stream_unit(c) : 0;
 }
+
+TITANSDEF size_t titans_stream_unit(const titans_config *c) { return titans__stream_unit(c); }
 
 TITANSDEF void titans_stream_free(titans_stream *s) {
   if (s->mem && s->model)
