@@ -53,6 +53,11 @@ done
 check "all $links relative links of README.md and docs/ name files that exist${bad:+; missing:$bad}" \
   sh -c "[ $links -ge 20 ] && [ -z '$bad' ]"
 
+echo "== the header's top block"
+version=$(sed -n 's/^#define TITANS_VERSION "\(.*\)"/\1/p' "$root/titans.h")
+check "its revision history has a line for TITANS_VERSION ${version:-?}" \
+  sh -c "[ -n '$version' ] && sed -n '1,/^\*\//p' '$root/titans.h' | grep -A 9 '^   REVISION HISTORY' | grep -q '^     $version ('"
+
 cd "$tmp" || exit 1
 i=0
 : > text.txt
