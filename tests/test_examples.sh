@@ -290,6 +290,7 @@ check "generate --state (existing file) exits 0 (rc=$rc)" [ "$rc" = 0 ]
 check "  reads the memory it saved" grep -q "read the memory state .*49 tokens seen" err.txt
 check "  and saves it again, 49 tokens later" grep -q "wrote the memory state .*98 tokens seen" err.txt
 
+: > gsig.out # there before the background job opens it, for the loop below
 "$bin" generate $gen --prompt "The clock" -n 100000000 --state sigmem.safetensors >gsig.out 2>gsig.err &
 pid=$!
 i=0
