@@ -13,9 +13,9 @@
 
    OPTIONS (define before including the implementation)
      TITANS_STATIC        every public function is static to the including file
-     TITANS_MALLOC(n), TITANS_REALLOC(p,n), TITANS_FREE(p)
-                          your allocator (define all three or none; realloc is no longer called:
-                          blocks are 64-byte aligned inside larger TITANS_MALLOC blocks)
+     TITANS_MALLOC(n), TITANS_FREE(p)
+                          your allocator (define both or neither; no realloc is needed: blocks are
+                          64-byte aligned inside larger TITANS_MALLOC blocks)
      TITANS_ASSERT(x)     your assert (default: assert from <assert.h>); only checks internal
                           invariants, never the caller's input, which is reported as an error instead
      TITANS_NO_SIMD       plain scalar kernels (same results within float tolerance)
@@ -59,6 +59,9 @@
    THE MODEL, in the project's own words (every layer's equations, parameter names and shapes, the
    decisions where the paper is silent, a glossary of the paper's terms): docs/model.md. "docs/model.md
    1.4" in a comment means its section 1.4.
+
+   REVISION HISTORY (one line a version; every change is in the project's git log)
+     0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
 */
@@ -1028,6 +1031,9 @@ typedef struct titans_stream {
 
 /* A stream of B rows on model m, every row fresh. Returns TITANS_ERR_ARG for a kind that cannot stream. */
 TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t B);
+/* The windows of a stream on a model of configuration c must be multiples of this many tokens (MAC's and
+   LM2's segment, LMM's and MAG's memory chunk, 1 for SWA); 0 when such a model cannot stream. */
+TITANSDEF size_t titans_stream_unit(const titans_config *c);
 TITANSDEF void titans_stream_free(titans_stream *s);
 /* Row `row` starts a new document at its next window (TITANS_ERR_ARG for a row out of range). */
 TITANSDEF int titans_stream_restart(titans_stream *s, size_t row);
@@ -1314,15 +1320,14 @@ TITANSDEF int titans_stream_load(titans_stream *s, const char *path);
 #include <omp.h>
 #endif
 
-#if defined(TITANS_MALLOC) && defined(TITANS_FREE) && defined(TITANS_REALLOC)
-/* ok: all three given */
-#elif !defined(TITANS_MALLOC) && !defined(TITANS_FREE) && !defined(TITANS_REALLOC)
+#if defined(TITANS_MALLOC) && defined(TITANS_FREE)
+/* ok: both given */
+#elif !defined(TITANS_MALLOC) && !defined(TITANS_FREE)
 #include <stdlib.h>
 #define TITANS_MALLOC(n) malloc(n)
-#define TITANS_REALLOC(p, n) realloc(p, n)
 #define TITANS_FREE(p) free(p)
 #else
-#error "titans.h: define all of TITANS_MALLOC, TITANS_REALLOC and TITANS_FREE, or none of them"
+#error "titans.h: define both TITANS_MALLOC and TITANS_FREE, or neither"
 #endif
 
 #ifndef TITANS_ASSERT
@@ -9639,6 +9644,8 @@ static size_t titans__stream_unit(const titans_config *c) {
   const titans__kind *k = titans__kind_of(c->block);
   return k->stream_unit ? k->stream_unit(c) : 0;
 }
+
+TITANSDEF size_t titans_stream_unit(const titans_config *c) { return titans__stream_unit(c); }
 
 TITANSDEF void titans_stream_free(titans_stream *s) {
   if (s->mem && s->model)

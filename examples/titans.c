@@ -239,6 +239,23 @@ static uint64_t fnv1a(const void *data, size_t n) {
   return h;
 }
 
+/* The durations of the last ETA_WINDOW steps: the ETA goes by the recent speed, so that slow first steps
+   (or a pause) do not stretch it for the rest of the run. */
+#define ETA_WINDOW 20
+typedef struct recent_steps {
+  double seconds[ETA_WINDOW];
+  long n; /* steps added */
+} recent_steps;
+
+static void recent_steps_add(recent_steps *r, double seconds) { r->seconds[r->n++ % ETA_WINDOW] = seconds; }
+
+static double recent_steps_mean(const recent_steps *r) {
+  long n = r->n < ETA_WINDOW ? r->n : ETA_WINDOW;
+  double sum = 0;
+  for (long i = 0; i < n; i++) sum += r->seconds[i];
+  return n ? sum / (double)n : 0;
+}
+
 static void fmt_duration(char *out, size_t size, double s) {
   long t = (long)(s + 0.5);
   if (t >= 3600) snprintf(out, size, "%ldh%02ldm", t / 3600, t / 60 % 60);
@@ -655,10 +672,77 @@ static int write_svg(const char *path, const series *train, const series *val, c
   return -1;
 }
 
+/* ---- interruptions ------------------------------------------------------------------------------- */
+
+/* The first SIGINT / SIGTERM during train or generate only sets this flag (the signal's number): train
+   finishes its current step, generate its current token; then they save what they hold (the checkpoint,
+   the memory state) and exit with 128 + the number. */
+static volatile sig_atomic_t stop_signal = 0;
+
+/* What a second signal removes before the program dies of it: the temporary file of a save it cuts short
+   ("<file>.tmp", as the library and write_svg name them) and the folders this run created that are still
+   empty (make_dirs), so that nothing half-written or empty is left; the last complete save stays. */
+#define MAX_TEMP_FILES 40
+static char *temp_files[MAX_TEMP_FILES];
+static int n_temp_files;
+
+static void note_temp_file_of(const char *path) {
+  if (n_temp_files == MAX_TEMP_FILES) return;
+  size_t n = strlen(path);
+  char *tmp = (char *)xmalloc(n + 5);
+  memcpy(tmp, path, n);
+  memcpy(tmp + n, ".tmp", 5);
+  temp_files[n_temp_files++] = tmp;
+}
+
+static char stop_hint[160]; /* what the first signal prints: what the command does now */
+
+static void on_stop_signal(int sig) {
+  if (!stop_signal) {
+    stop_signal = sig;
+    signal(sig, on_stop_signal); /* where a handler is reset on delivery, the second signal still comes here */
+#ifndef _WIN32
+    ssize_t written = write(2, stop_hint, strlen(stop_hint)); /* async-signal-safe, unlike fprintf */
+    (void)written;
+#endif
+    return;
+  }
+  /* the second: quit at once (unlink and rmdir are async-signal-safe; rmdir fails on a folder in use) */
+  for (int i = 0; i < n_temp_files; i++) {
+#ifdef _WIN32
+    remove(temp_files[i]);
+#else
+    unlink(temp_files[i]);
+#endif
+  }
+  for (int i = n_created_dirs - 1; i >= 0; i--) {
+#ifdef _WIN32
+    _rmdir(created_dirs[i]);
+#else
+    rmdir(created_dirs[i]);
+#endif
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* From now on the first SIGINT / SIGTERM sets stop_signal and prints "titans: <doing>; Ctrl-C again quits at once". */
+static void catch_stop_signals(const char *doing) {
+  snprintf(stop_hint, sizeof stop_hint, "\ntitans: %s; Ctrl-C again quits at once\n", doing);
+  signal(SIGINT, on_stop_signal);
+  signal(SIGTERM, on_stop_signal);
+}
+
+static void release_stop_signals(void) {
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+}
+
 /* ---- generation --------------------------------------------------------------------------------- */
 
 /* Feed prompt ids (or one newline when there are none), then sample n tokens, writing each token's
-   bytes to out as it comes. Every sampled token is fed back, so the session ends having read it all. */
+   bytes to out as it comes. Every sampled token is fed back, so the session ends having read it all.
+   A stop signal (stop_signal) ends it after the current token. */
 static void generate_text(titans_session *s, titans_tokenizer *tok, const int *prompt, size_t n_prompt, long n,
                           float temperature, int top_k, float top_p, uint64_t seed, FILE *out) {
   size_t V = (size_t)s->model->cfg.vocab;
@@ -668,7 +752,7 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
   titans_rng_seed(&rng, seed);
   if (n_prompt == 0) prompt = &nl, n_prompt = 1;
   if (titans_session_feed(s, prompt, n_prompt, logits) != TITANS_OK) fail("generate: %s", s->error);
-  for (long i = 0; i < n; i++) {
+  for (long i = 0; i < n && !stop_signal; i++) {
     int id, rc = titans_sample_ex(logits, V, temperature, top_k, top_p, &rng, &id);
     if (rc != TITANS_OK) fail("generate: sampling: %s", titans_status_string(rc));
     char bytes[16];
@@ -682,15 +766,6 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
 }
 
 /* ---- train ------------------------------------------------------------------------------------ */
-
-/* SIGINT / SIGTERM during training only set this flag (the signal's number); the training loop sees it
-   after its current step, saves a checkpoint and exits with 128 + the number. */
-static volatile sig_atomic_t stop_signal = 0;
-
-static void on_stop_signal(int sig) {
-  stop_signal = sig;
-  signal(sig, SIG_DFL); /* a second Ctrl-C ends the program at once; the last checkpoint stays intact */
-}
 
 static const char *program_path = "./titans"; /* argv[0], for the --resume command we print */
 
@@ -915,7 +990,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->emb_scale = 1.0;
   o->alpha_init[0] = 0.01, o->n_alpha_init = 1; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
   o->chunk = 16;
-  o->segment = 64;
+  o->segment = 0; /* the library's (64); MAC and LM2 only */
   o->window = 64;
   o->persist = -1; /* the kind's default */
   o->seq = 128;
@@ -1027,6 +1102,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--alpha-init lists %zu values for %d layers (give one value, or one per layer)", o->n_alpha_init,
                o->layers);
   if (o->slots && o->block != TITANS_BLOCK_LM2) usage_fail("train", "--slots goes with --block lm2");
+  if (o->segment && o->block != TITANS_BLOCK_MAC && o->block != TITANS_BLOCK_LM2)
+    usage_fail("train", "--segment goes with --block mac or lm2 (a %s block has no segment)", titans_block_name(o->block));
   if (o->mac_learns_input && o->block != TITANS_BLOCK_MAC) usage_fail("train", "--mac-learns-input goes with --block mac");
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
   if (o->doc_len > 0 && o->task < 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
@@ -1052,13 +1129,44 @@ static void parse_train(int argc, char **argv, train_opts *o) {
       usage_fail("train", "--doc-len %ld is shorter than one example (--lens %zu)", o->doc_len, o->lens[i]);
 }
 
+static titans_config train_config_of(const train_opts *o);
+
+/* Exits (2) when the options describe no model the library accepts (titans_config_check), naming why:
+   found before the data is read and the folder made, not at the first step. */
+static void check_model_options(const train_opts *o) {
+  titans_config c = train_config_of(o);
+  char why[TITANS_ERR_MSG_SIZE];
+  if (titans_config_check(&c, why) != TITANS_OK) usage_fail("train", "the options make no model: %s", why);
+}
+
+#define DOC_LEN_DEFAULT 4096 /* --doc-len where the model can stream and the text holds two such stretches */
+
+/* --doc-len left at its default: DOC_LEN_DEFAULT where the model of c can stream (titans_stream_unit) and
+   the training split holds two such stretches, else 0 (saying so when only the model stands in the way).
+   Then a plain run's long reads go by windows of whole stream units: a --seq that is not one is refused
+   here (exit 2), naming --doc-len also when it was left at its default. */
+static void resolve_doc_len(train_opts *o, const titans_config *c, const dataset *ds) {
+  size_t unit = titans_stream_unit(c), T = (size_t)o->seq;
+  int by_default = o->doc_len < 0, long_text = ds->n_train >= 2 * DOC_LEN_DEFAULT + T + 1;
+  if (by_default) {
+    o->doc_len = unit && long_text && DOC_LEN_DEFAULT % T == 0 ? DOC_LEN_DEFAULT : 0;
+    if (!unit && long_text)
+      printf("note: a %s model with these options cannot stream (titans_stream_init), so --doc-len is 0: every "
+             "window starts afresh\n", titans_block_name(c->block));
+  }
+  if (o->task >= 0 || o->doc_len <= 0 || unit == 0 || T % unit == 0) return; /* unit 0: refused with the stream */
+  usage_fail("train", "--doc-len %ld%s reads windows of whole %zu-token units (the memory chunk, or MAC's and LM2's "
+             "segment), and --seq %zu is not one: give --seq a multiple of %zu, or --doc-len 0", o->doc_len,
+             by_default ? " (the default)" : "", unit, T, unit);
+}
+
 static titans_config train_config_of(const train_opts *o) {
   titans_config c = titans_config_default(o->block, 256, o->d, o->layers);
   if (o->heads) c.attn_heads = o->heads;
   if (o->ffn) c.ffn_hidden = o->ffn;
   if (o->persist >= 0 && o->block != TITANS_BLOCK_LMM) c.n_persist = o->persist;
   c.window = o->window;
-  c.segment = o->segment;
+  if (o->segment) c.segment = o->segment;
   c.mem.heads = o->mem_heads;
   c.mem.head_dim = o->d % o->mem_heads == 0 ? o->d / o->mem_heads : 0; /* 0: refused by titans_config_check */
   c.mem.depth = o->mem_depth;
@@ -1230,6 +1338,48 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
          task ? "--task " : "no --task", task ? (int)len : 0, task ? task : "");
 }
 
+/* Whether opt is among the arguments (an option, or a value spelled as one). */
+static int arg_given(int argc, char **argv, const char *opt) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], opt)) return 1;
+  return 0;
+}
+
+/* A resumed run keeps the checkpoint's model and learning-rate schedule: a model option (or --lr,
+   --warmup) given with another value than the checkpoint's is refused (exit 2), not silently dropped.
+   The same value is fine: the command that continues a run repeats the options it started with. The
+   initialisation options (--theta-init, --emb-scale, ...) shaped only the weights of step 0. */
+static void check_resume_options(int argc, char **argv, const train_opts *o, const titans_trainer *tr, const char *path) {
+  const titans_config *had = &tr->model->cfg;
+  titans_config want = train_config_of(o);
+  if (arg_given(argc, argv, "--block") && want.block != had->block)
+    usage_fail("train", "--resume: %s is a %s model, not --block %s (leave --block out, or train into another --out)",
+               path, titans_block_name(had->block), titans_block_name(want.block));
+  const struct {
+    const char *opt;
+    double want, had;
+  } v[] = {{"--d", want.d, had->d},
+           {"--layers", want.n_layers, had->n_layers},
+           {"--heads", want.attn_heads, had->attn_heads},
+           {"--mem-heads", want.mem.heads, had->mem.heads},
+           {"--mem-depth", want.mem.depth, had->mem.depth},
+           {"--chunk", want.mem.chunk, had->mem.chunk},
+           {"--segment", want.segment, had->segment},
+           {"--window", want.window, had->window},
+           {"--persist", want.n_persist, had->n_persist},
+           {"--ffn", want.ffn_hidden, had->ffn_hidden},
+           {"--slots", want.lm2_slots, had->lm2_slots},
+           {"--mac-learns-input", want.mac_learns_from, had->mac_learns_from},
+           {"--theta-max", want.mem.theta_max, had->mem.theta_max},
+           {"--surprise-bound", want.mem.surprise_bound, had->mem.surprise_bound},
+           {"--lr", (float)o->lr, tr->tc.lr},
+           {"--warmup", (double)o->warmup, (double)tr->tc.warmup_steps}};
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+    if (v[i].want != v[i].had && arg_given(argc, argv, v[i].opt))
+      usage_fail("train", "--resume: %s was trained with %s %g, not %g: a resumed run keeps the checkpoint's model and "
+                 "learning rate (leave %s out, or train into another --out)", path, v[i].opt, v[i].had, v[i].want, v[i].opt);
+}
+
 static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const train_opts *o, const dataset *ds,
                             const series *train, const series *val, const char *model_path, const char *trainer_path,
                             const char *svg_path, titans_stream *streams, size_t n_streams, char *const *stream_paths) {
@@ -1305,6 +1455,7 @@ static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haysta
 static int cmd_train(int argc, char **argv) {
   train_opts o;
   parse_train(argc, argv, &o);
+  if (!o.resume) check_model_options(&o);
 #ifdef _OPENMP
   if (o.threads) omp_set_num_threads(o.threads);
 #endif
@@ -1337,9 +1488,9 @@ static int cmd_train(int argc, char **argv) {
   if (o.task >= 0 && o.task_frac < 1)
     for (size_t i = 0; i < o.n_lens; i++)
       if (ds.n_train < o.lens[i] + 1) fail("%s: the training split is shorter than --lens %zu + 1", ds.name, o.lens[i]);
-  /* long reads by default where the kind can stream (MAL and full attention cannot in this version) */
-  int can_stream = o.block != TITANS_BLOCK_MAL && o.block != TITANS_BLOCK_ATTN;
-  if (o.doc_len < 0) o.doc_len = can_stream && ds.n_train >= 2 * 4096 + T + 1 && 4096 % (long)T == 0 ? 4096 : 0;
+  /* long reads by default where the model can stream */
+  titans_config wanted = train_config_of(&o); /* the options' model: a resumed run's when they are its own */
+  resolve_doc_len(&o, &wanted, &ds);
   int carry_text = o.doc_len > 0 && o.task < 0, carry_examples = o.doc_len > 0 && o.task >= 0; /* --doc-len */
   if (carry_text && (size_t)o.doc_len / T * T + 1 > ds.n_train)
     fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train, o.doc_len);
@@ -1351,6 +1502,9 @@ static int cmd_train(int argc, char **argv) {
 
   char *model_path = path_join(o.out, "model.safetensors"), *trainer_path = path_join(o.out, "trainer.safetensors");
   char *svg_path = path_join(o.out, "loss.svg");
+  note_temp_file_of(model_path);
+  note_temp_file_of(trainer_path);
+  note_temp_file_of(svg_path);
 
   titans_model model;
   titans_trainer tr;
@@ -1363,6 +1517,14 @@ static int cmd_train(int argc, char **argv) {
     if (dist_trainer_load(&tr, &model, &ftok, &meta, trainer_path) != TITANS_OK) fail_file(trainer_path, tr.error);
     titans_tokenizer_free(&ftok);
     check_resume_meta(meta, &o, &ds, trainer_path);
+    check_resume_options(argc, argv, &o, &tr, trainer_path);
+    if (tr.step >= o.steps) { /* every rank sees the same step */
+      if (dist_rank == 0)
+        printf("nothing to do: %s is at step %ld, and --steps %ld asks for no more (raise --steps to train longer)\n",
+               trainer_path, tr.step, o.steps);
+      dist_finish();
+      exit(0);
+    }
     if (!series_parse(&train, meta, "train") || !series_parse(&val, meta, "val"))
       fail("%s: the loss history in its metadata is malformed", trainer_path);
     titans_free(meta); /* the library allocated it */
@@ -1454,22 +1616,25 @@ static int cmd_train(int argc, char **argv) {
   }
   for (size_t i = 0; i < n_streams; i++) {
     size_t rows = carry_text ? B : stage_batch(&o, i), window = carry_text ? T : o.lens[i];
-    if (titans_stream_init(&streams[i], &model, rows / (size_t)dist_size) != TITANS_OK) fail("--doc-len: %s", streams[i].error);
+    int rc = titans_stream_init(&streams[i], &model, rows / (size_t)dist_size);
+    if (rc == TITANS_ERR_ARG) usage_fail("train", "--doc-len %ld: %s", o.doc_len, streams[i].error);
+    if (rc != TITANS_OK) fail("--doc-len: %s", streams[i].error);
     stream_paths[i] = carry_text ? path_join(o.out, "stream.safetensors") : task_stream_path(&o, i);
+    note_temp_file_of(stream_paths[i]);
     if (o.resume && stream_calls[i] % (o.doc_len / (long)window) != 0) { /* inside a document: what the rows carried */
       if (dist_stream_load(&streams[i], stream_paths[i]) != TITANS_OK) fail("--resume: %s", streams[i].error);
       printf("resumed the rows' memory from %s\n", stream_paths[i]);
     }
   }
-  double train_time = 0, first_step_time = 0, t_start = now_seconds(), tokens_done = 0;
+  double train_time = 0, t_start = now_seconds(), tokens_done = 0;
+  recent_steps recent = {{0}, 0}; /* for the ETA */
   long first = tr.step, steps_done = 0;
   /* the gradient norm before clipping: its largest value and how often it was far above the clip
      (the signature of a memory whose chunk recurrence amplifies gradients: docs/long_context.md) */
   float grad_max = 0.0f;
   long grad_max_step = 0, grad_far_steps = 0;
   size_t Tprev = 0, stage_prev = 0;
-  signal(SIGINT, on_stop_signal);
-  signal(SIGTERM, on_stop_signal);
+  catch_stop_signals("stopping after the current step, to save it");
   while (tr.step < o.steps) {
     long step = tr.step; /* 0-based index of this optimizer step */
     float loss;
@@ -1504,8 +1669,9 @@ static int cmd_train(int argc, char **argv) {
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
            "--resume restarts from the last checkpoint.", tr.error);
     if (rc != TITANS_OK) fail("%s", tr.error);
-    train_time += now_seconds() - t0;
-    if (steps_done == 0) first_step_time = train_time;
+    double took = now_seconds() - t0;
+    train_time += took;
+    if (steps_done > 0) recent_steps_add(&recent, took); /* the first step allocates and warms up */
     tokens_done += (double)(Bs * Ts);
     steps_done++;
     series_push(&train, tr.step, loss);
@@ -1517,8 +1683,7 @@ static int cmd_train(int argc, char **argv) {
       /* the first step allocates and warms the caches (it took 6x a later one): the ETA leaves it out,
          and says "--" until two later steps were timed */
       char eta[32] = "--";
-      if (steps_done >= 3)
-        fmt_duration(eta, sizeof eta, (train_time - first_step_time) / (double)(steps_done - 1) * (double)(o.steps - tr.step));
+      if (recent.n >= 2) fmt_duration(eta, sizeof eta, recent_steps_mean(&recent) * (double)(o.steps - tr.step));
       printf("step %5ld/%ld  loss %.4f  grad %7.3g  lr %.2e  %6.0f tok/s  ETA %s\n", tr.step, o.steps, (double)loss,
              (double)tr.last_grad_norm, (double)tr.last_lr, tokens_done / train_time, eta);
       fflush(stdout);
@@ -1554,25 +1719,21 @@ static int cmd_train(int argc, char **argv) {
       break;
     }
   }
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  if (steps_done == 0) printf("nothing to do: the checkpoint is already at step %ld of %ld\n", tr.step, o.steps);
-  else {
-    char took[32];
-    fmt_duration(took, sizeof took, now_seconds() - t_start);
-    printf("trained %ld steps in %s; wrote %s, %s and %s\n", steps_done, took, model_path, trainer_path, svg_path);
-    printf("gradient norm before clipping: largest %.3g (step %ld); %ld of %ld steps above 10x the clip (%g)\n",
-           (double)grad_max, grad_max_step, grad_far_steps, steps_done, (double)tr.tc.clip);
-    if (dist_size > 1)
-      printf("data-parallel: %d ranks; the gradient all-reduce took %.3f s of %.3f s of training steps (%.1f%%, %.2f ms a "
-             "step), waiting for the slowest rank %.3f s\n", dist_size, dist_reduce_seconds, train_time,
-             100 * dist_reduce_seconds / train_time, 1e3 * dist_reduce_seconds / (double)(dist_reduce_calls ? dist_reduce_calls : 1),
-             dist_wait_seconds);
-    if (grad_far_steps * 20 > steps_done) /* more than 5% of the steps */
-      printf("note: the gradient was often far above the clip, which slows or stalls training. With a memory on long\n"
-             "windows (--seq), a smaller inner step helps: --theta-init or --eta-init (docs/long_context.md,\n"
-             "\"Momentum and long windows\")\n");
-  }
+  release_stop_signals();
+  char took[32];
+  fmt_duration(took, sizeof took, now_seconds() - t_start);
+  printf("trained %ld steps in %s; wrote %s, %s and %s\n", steps_done, took, model_path, trainer_path, svg_path);
+  printf("gradient norm before clipping: largest %.3g (step %ld); %ld of %ld steps above 10x the clip (%g)\n",
+         (double)grad_max, grad_max_step, grad_far_steps, steps_done, (double)tr.tc.clip);
+  if (dist_size > 1)
+    printf("data-parallel: %d ranks; the gradient all-reduce took %.3f s of %.3f s of training steps (%.1f%%, %.2f ms a "
+           "step), waiting for the slowest rank %.3f s\n", dist_size, dist_reduce_seconds, train_time,
+           100 * dist_reduce_seconds / train_time, 1e3 * dist_reduce_seconds / (double)(dist_reduce_calls ? dist_reduce_calls : 1),
+           dist_wait_seconds);
+  if (grad_far_steps * 20 > steps_done) /* more than 5% of the steps */
+    printf("note: the gradient was often far above the clip, which slows or stalls training. With a memory on long\n"
+           "windows (--seq), a smaller inner step helps: --theta-init or --eta-init (docs/long_context.md,\n"
+           "\"Momentum and long windows\")\n");
 
   int status = stop_signal ? 128 + (int)stop_signal : 0; /* 130 for SIGINT, 143 for SIGTERM, as the shell reports */
   if (o.sample_len > 0 && !stop_signal && dist_rank == 0) {
@@ -1667,18 +1828,23 @@ static int cmd_generate(int argc, char **argv) {
   int *ids = (int *)xmalloc((plen + 1) * sizeof(int));
   if (titans_tokenizer_encode(&tok, ids, plen, &n_prompt, prompt, plen) != TITANS_OK) fail("%s", tok.error);
   fwrite(prompt, 1, plen, stdout);
+  if (state_path) note_temp_file_of(state_path);
+  catch_stop_signals(state_path ? "stopping after the current token, to save the memory state" : "stopping after the current token");
   generate_text(&s, &tok, ids, n_prompt, n, (float)temperature, top_k, (float)top_p, seed, stdout);
   printf("\n");
   fflush(stdout);
+  if (stop_signal)
+    fprintf(stderr, "titans: %s\n", stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)");
   if (state_path) {
     if (titans_session_save(&s, state_path) != TITANS_OK) fail("%s: %s", state_path, s.error);
     fprintf(stderr, "titans: wrote the memory state %s (%lld tokens seen)\n", state_path, s.position);
   }
+  release_stop_signals();
   free(ids);
   titans_session_free(&s);
   titans_model_free(&model);
   titans_tokenizer_free(&tok);
-  return 0;
+  return stop_signal ? 128 + (int)stop_signal : 0; /* 130 for SIGINT, 143 for SIGTERM, as the shell reports */
 }
 
 /* ---- shared by eval and needle: sizes, models, plots ------------------------------------------------ */
@@ -2114,6 +2280,8 @@ static int cmd_eval(int argc, char **argv) {
   if (len == 0) { /* the default: 16K, or the largest power of two that fits */
     len = 16384;
     while (len > 2 && n_val < len + 1) len /= 2;
+    if (n_val < len + 1)
+      fail("the held-out 10%% of %s has %zu tokens: too few to evaluate (a stream reads at least 3)", ds.name, n_val);
     if (len < 16384) printf("note: --len %zu (the held-out split of %s has %zu tokens)\n", len, ds.name, n_val);
     o.len = len;
   }
@@ -2805,6 +2973,11 @@ static void help(void) {
 static int run_command(int argc, char **argv);
 
 int main(int argc, char **argv) {
+#ifdef SIGXFSZ
+  /* past a file-size limit (ulimit -f) a write fails with EFBIG, which the saves report, instead of the
+     signal's default of ending the program without a word and leaving the temporary file */
+  signal(SIGXFSZ, SIG_IGN);
+#endif
   dist_init(&argc, &argv); /* MPI (-DTITANS_MPI): every rank runs the command; train splits its batches */
   int rc = run_command(argc, argv);
   dist_finish();

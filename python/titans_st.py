@@ -54,7 +54,12 @@ def load(path):
     (n,) = struct.unpack("<Q", data[:8])
     if n > MAX_HEADER or n > len(data) - 8:
         raise ValueError(f"{path} is not a safetensors file (header length {n})")
-    header = json.loads(data[8:8 + n].decode("utf-8"))
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"))
+    except ValueError:  # not UTF-8, or not JSON
+        header = None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a safetensors file (its header is not a JSON object)")
     metadata = header.pop("__metadata__", {})
     base, tensors = 8 + n, {}
     for name, entry in header.items():
@@ -103,7 +108,11 @@ def main(argv):
     if len(argv) < 2:
         print(__doc__.strip().splitlines()[-2], file=sys.stderr)
         return 2
-    f = load(argv[1])
+    try:
+        f = load(argv[1])
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a file that is not one: one line, not a traceback
+        print(f"titans_st.py: error: {e}", file=sys.stderr)
+        return 1
     floats = sum(v.size for v in f.model_tensors().values())
     print(f"{argv[1]}: {f.kind}, {len(f.tensors)} tensors, {floats} {'state floats' if f.kind == 'session' else 'parameters'}")
     if f.config:

@@ -12,7 +12,6 @@ static void *test_malloc(size_t n) {
   return malloc(n);
 }
 #define TITANS_MALLOC(n) test_malloc(n)
-#define TITANS_REALLOC(p, n) realloc(p, n)
 #define TITANS_FREE(p) free(p)
 #define TITANS_IMPLEMENTATION
 #include "titans.h"

@@ -32,8 +32,9 @@ while [ $i -lt 30 ]; do
   i=$((i + 1))
 done
 
-tiny="--data tiny.txt --d 32 --layers 1 --heads 2 --mem-heads 2 --seq 32 --batch 2 --segment 16 --chunk 8 --window 16"
+tiny="--data tiny.txt --d 32 --layers 1 --heads 2 --mem-heads 2 --seq 32 --batch 2 --chunk 8 --window 16"
 tiny="$tiny --val-every 4 --val-batches 1 --sample-len 20 --seed 7"
+mac="--block mac --segment 16" # a segment is MAC's (and LM2's) alone
 
 echo "== train"
 rc=$(run "$bin" train $tiny --steps 8 --save-every 4 --out full)
@@ -58,6 +59,19 @@ check "so is the whole trainer checkpoint (moments, step, loss history)" cmp -s 
 rc=$(run "$bin" train $tiny --steps 8 --seed 8 --resume --out split)
 check "--resume with another seed is refused (rc=$rc)" [ "$rc" != 0 ]
 check "  with a message" grep -q "seed" err.txt
+cp full/trainer.safetensors trainer_before.safetensors
+rc=$(run "$bin" train $tiny --steps 4 --resume --out full)
+check "--resume --steps 4 of a step-8 checkpoint: 'nothing to do', no schedule stretched, nothing written (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q '^nothing to do: full/trainer.safetensors is at step 8' out.txt && ! grep -q stretched out.txt &&
+         cmp -s trainer_before.safetensors full/trainer.safetensors"
+rc=$(run "$bin" train $tiny --steps 12 --d 64 --resume --out full)
+check "--resume with a model option of another value (--d 64): exit 2 naming the checkpoint's (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'trained with --d 32, not 64' err.txt && grep -q 'help train' err.txt"
+rc=$(run "$bin" train $tiny $mac --steps 12 --resume --out full)
+check "  so are --block mac (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'is a mag model, not --block mac' err.txt"
+rc=$(run "$bin" train $tiny --steps 12 --lr 0.01 --resume --out full)
+check "  and --lr (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'trained with --lr 0.002, not 0.01' err.txt"
+check "  and nothing was written" cmp -s trainer_before.safetensors full/trainer.safetensors
 
 echo "== train: never lose a run"
 rc=$(run "$bin" $tiny --threads 1 --steps 2 --out deep/er/run)
@@ -76,8 +90,23 @@ else
   chmod 755 ro
 fi
 # the surprise bound keeps even theta_max 100 finite: turned off, the inner loop diverges at once
-rc=$(run "$bin" $tiny --block mac --steps 100 --lr 10 --theta-max 100 --surprise-bound 0 --warmup 0 --out gone/run)
+rc=$(run "$bin" $tiny $mac --steps 100 --lr 10 --theta-max 100 --surprise-bound 0 --warmup 0 --out gone/run)
 check "a run that fails before its first checkpoint (diverged, rc=$rc) leaves no folder" sh -c "[ $rc = 1 ] && [ ! -e gone ]"
+small="--d 32 --layers 1 --heads 2 --mem-heads 2 --batch 2 --threads 1 --val-every 0 --sample-len 0" # the built-in text
+rc=$(run "$bin" train $small --chunk 7 --steps 2 --out chunk7)
+check "--chunk 7, long reads by default and --seq 128 not a multiple of it: exit 2 before the first step, naming --doc-len (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'doc-len 4096 (the default)' err.txt && grep -q 'help train' err.txt && ! grep -q '^step' out.txt && [ ! -e chunk7 ]"
+rc=$(run "$bin" train $tiny --heads 3 --steps 2 --out heads3)
+check "--heads 3 with --d 32: exit 2 before the first step, with the pointer to help (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'attn_heads = 3' err.txt && grep -q 'help train' err.txt && [ ! -e heads3 ]"
+rc=$(run "$bin" train $small --persist 2 --chunk 4 --steps 1 --out persist2)
+check "MAG --persist 2 --chunk 4 cannot stream: --doc-len defaults to 0, saying so (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'cannot stream .*--doc-len is 0' out.txt"
+rc=$(run "$bin" train $tiny --segment 12 --steps 1 --out seg12)
+check "--segment with MAG, which has none: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'segment goes with --block mac or lm2' err.txt"
+rc=$(run sh -c 'ulimit -f 100 && exec "$0" "$@"' "$bin" train $tiny --steps 2 --out fsize)
+check "a checkpoint past the file-size limit (ulimit -f): exit 1, 'File too large', no temporary file left (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'File too large' err.txt && ! ls fsize 2>/dev/null | grep -q tmp"
 rc=$(run "$bin" $tiny --steps 8 --stop-at 8 --out nope)
 check "--stop-at not before --steps: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 
@@ -112,12 +141,28 @@ check "  its checkpoint (step ${at:-?}) is the one of a run stopped there with -
 resume_cmd=$(tail -n 1 sig.err)
 case $resume_cmd in *" --resume") eval "$resume_cmd --stop-at $((${at:-0} + 1))" >out.txt 2>&1 ;; esac
 check "  printing the --resume command, which resumes it" grep -q "resumed sig/trainer.safetensors at step ${at:-x}\$" out.txt
+start_run twice --steps 100000 --batch 64 --seq 256 # a step long enough for the second Ctrl-C to land in it
+kill -s INT $pid
+i=0
+while [ $i -lt 500 ] && ! grep -q 'Ctrl-C again' twice.err; do sleep 0.02; i=$((i + 1)); done
+check "the first Ctrl-C says what the run does now" grep -q 'stopping after the current step, to save it; Ctrl-C again quits at once' twice.err
+kill -s INT $pid; wait $pid; rc=$?
+check "a second Ctrl-C before the first checkpoint quits at once, leaving no empty --out folder (rc=$rc)" \
+  sh -c "[ $rc = 130 ] && { [ ! -e twice ] || { [ -s twice/trainer.safetensors ] && ! ls twice | grep -q tmp; }; }"
+# a pause of 12 s at step 2 or 3 (the process stopped): 24 steps on, the ETA goes by the steps since, not
+# by the average over the run (tok/s), which holds the pause
+start_run eta --steps 60 --log-every 1 --val-every 0 --save-every 0 --sample-len 0
+kill -s STOP $pid; sleep 12; kill -s CONT $pid; wait $pid
+eta=$(sed -n 's/^step    24\/60 .* ETA \([0-9]*\)s$/\1/p' eta.out)
+by_average=$(awk '/^step    24\/60 / { for (i = 1; i <= NF; i++) if ($i == "tok/s") print 36 * 64 / $(i - 1) }' eta.out)
+check "the ETA goes by the recent steps' speed: ${eta:-?} s at step 24 of 60, the run's average says ${by_average:-?} s" \
+  awk -v e="$eta" -v a="$by_average" 'BEGIN { exit !(e != "" && a != "" && 2 * e < a) }'
 start_run term --steps 100000
 kill -s TERM $pid; wait $pid; rc=$?
 check "SIGTERM: saves and exits 143 (rc=$rc)" sh -c "[ $rc = 143 ] && [ -s term/trainer.safetensors ]"
-start_run periodic --steps 5000
+start_run periodic --steps 5000 # its first checkpoint, step 500, may take a minute on a loaded machine
 i=0
-while [ $i -lt 200 ] && [ ! -e periodic/trainer.safetensors ]; do sleep 0.05; i=$((i + 1)); done
+while [ $i -lt 1200 ] && [ ! -e periodic/trainer.safetensors ]; do sleep 0.05; i=$((i + 1)); done
 kill -s KILL $pid; wait $pid 2>/dev/null
 "$bin" info --model periodic/trainer.safetensors >out.txt 2>&1
 check "killed with SIGKILL: a checkpoint of the default interval (steps / 10) is there" \
@@ -226,7 +271,7 @@ rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --needles 2 
 check "needle --needles with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model hay/model.safetensors --task prose --data tiny.txt --haystack sentences --len 400)
 check "needle with both --data and --haystack: exit 2 (rc=$rc)" [ "$rc" = 2 ]
-rc=$(run "$bin" train $tiny --block mac --mac-learns-input --steps 2 --out learnx)
+rc=$(run "$bin" train $tiny $mac --mac-learns-input --steps 2 --out learnx)
 check "train --block mac --mac-learns-input exits 0 (rc=$rc)" [ "$rc" = 0 ]
 "$bin" info --model learnx/model.safetensors >out.txt 2>&1
 check "  info shows that its memory learns from X, and the config saves it" \
@@ -254,6 +299,22 @@ check "generate --state (existing file) exits 0 (rc=$rc)" [ "$rc" = 0 ]
 check "  reads the memory it saved" grep -q "read the memory state .*49 tokens seen" err.txt
 check "  and saves it again, 49 tokens later" grep -q "wrote the memory state .*98 tokens seen" err.txt
 
+: > gsig.out # there before the background job opens it, for the loop below
+"$bin" generate $gen --prompt "The clock" -n 100000000 --state sigmem.safetensors >gsig.out 2>gsig.err &
+pid=$!
+i=0
+while [ $i -lt 200 ] && [ "$(wc -c <gsig.out)" -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+kill -s INT $pid
+# a background job of this shell starts with SIGINT ignored: a program that does not catch it would run on
+i=0
+while [ $i -lt 300 ] && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -s KILL $pid 2>/dev/null; wait $pid; rc=$?
+"$bin" info --state sigmem.safetensors >out.txt 2>&1
+seen=$(sed -n 's/.* \([0-9]*\) tokens seen.*/\1/p' out.txt)
+check "Ctrl-C during generate --state: exit 130 and the memory state is saved (rc=$rc, ${seen:-no} tokens seen)" \
+  sh -c "[ $rc = 130 ] && grep -q 'interrupted (SIGINT)' gsig.err && grep -q 'wrote the memory state sigmem.safetensors' gsig.err &&
+         [ '${seen:-0}' -ge 200 ]"
+
 echo "== info"
 rc=$(run "$bin" info --model full/model.safetensors)
 check "info --model exits 0 (rc=$rc)" [ "$rc" = 0 ]
@@ -273,11 +334,11 @@ check "  info without a file: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" train $tiny --block lmm --steps 1 --sample-len 0 --out lmm)
 check "LMM's summary line claims no attention heads (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '^model: lmm' out.txt && ! grep -q 'attention heads' out.txt"
 rc=$(run "$bin" train $tiny --block lmm --steps 1 --sample-len 0 --key-shift --emb-scale 10 --w0-scale 0.1 --out init1)
-rc2=$(run "$bin" train $tiny --block mac --steps 1 --sample-len 0 --conv-uniform --surprise-bound 0.5 --out init2)
+rc2=$(run "$bin" train $tiny $mac --steps 1 --sample-len 0 --conv-uniform --surprise-bound 0.5 --out init2)
 rc3=$(run "$bin" info --model init2/model.safetensors)
 check "the initialisation options train (--key-shift --emb-scale --w0-scale: rc=$rc; --conv-uniform --surprise-bound: rc=$rc2), and info shows the bound" \
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q 'surprise bound 0.5' out.txt"
-rc=$(run "$bin" train $tiny --block mac --steps 1 --sample-len 0 --attn-identity 1.5 --key-shift --out init3)
+rc=$(run "$bin" train $tiny $mac --steps 1 --sample-len 0 --attn-identity 1.5 --key-shift --out init3)
 check "--attn-identity trains (rc=$rc)" [ "$rc" = 0 ]
 kf="--block lmm --steps 6 --sample-len 0 --emb-scale 10"
 rc=$(run "$bin" train $tiny $kf --key-shift-fixed --out kfix)
@@ -294,7 +355,7 @@ check "  interrupted and resumed (rc=$rc, $rc2): bit-identical to the uninterrup
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s kfix/trainer.safetensors kfix_split/trainer.safetensors"
 rc=$(run "$bin" train $tiny $kf --resume --out kfix_split)
 check "  --resume without --key-shift-fixed is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'key-shift-fixed' err.txt"
-af="--block mac --layers 2 --steps 1 --lr 0 --sample-len 0" # lr 0: the gates stay where they started
+af="$mac --layers 2 --steps 1 --lr 0 --sample-len 0" # lr 0: the gates stay where they started
 rc=$(run "$bin" train $tiny $af --alpha-init 0.001,0.00001 --out alpha2)
 rc2=$(run "$bin" info --model alpha2/model.safetensors)
 check "--alpha-init X,Y starts each layer's forgetting gate at its own value (rc=$rc, $rc2)" \
@@ -354,6 +415,10 @@ rc=$(run "$bin" eval --model full/model.safetensors --len 12Q)
 check "eval with a bad size: exit 2 with a message (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'len' err.txt"
 rc=$(run "$bin" eval --model full/model.safetensors --data tiny.txt --len 1M)
 check "eval longer than the held-out split: exit 1 with a message (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'held-out' err.txt"
+: > empty.txt
+rc=$(run "$bin" eval --model full/model.safetensors --data empty.txt)
+check "eval --data an empty file: exit 1 saying so once, no note of a --len it cannot read (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'too few to evaluate' err.txt && ! grep -q 'note: --len' out.txt"
 rc=$(run "$bin" needle --model full/model.safetensors --task riddle)
 check "needle with an unknown task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model full/model.safetensors --len 64)

@@ -9,7 +9,7 @@
      documented bound, the KV caches grow by use, a hostile state file cannot make them grow;
    - the position limit 2^62: a session there saves, loads and refuses to go past it;
    - configurations whose memory head width is 0 are refused.
-   The allocator is replaced (TITANS_MALLOC / TITANS_REALLOC / TITANS_FREE) to inject failures and to
+   The allocator is replaced (TITANS_MALLOC / TITANS_FREE) to inject failures and to
    measure what is allocated. */
 #include <stddef.h>
 #include <stdlib.h>
@@ -49,8 +49,6 @@ static void ta_free(void *q) {
   free(p);
 }
 #define TITANS_MALLOC(n) ta_malloc(n)
-/* the library takes all three macros but no longer calls TITANS_REALLOC (its blocks are aligned, cb0386a) */
-#define TITANS_REALLOC(p, n) ((void)(p), (void)(n), (void *)NULL)
 #define TITANS_FREE(p) ta_free(p)
 #define TITANS_IMPLEMENTATION
 #include "titans.h"

@@ -53,6 +53,11 @@ done
 check "all $links relative links of README.md and docs/ name files that exist${bad:+; missing:$bad}" \
   sh -c "[ $links -ge 20 ] && [ -z '$bad' ]"
 
+echo "== the header's top block"
+version=$(sed -n 's/^#define TITANS_VERSION "\(.*\)"/\1/p' "$root/titans.h")
+check "its revision history has a line for TITANS_VERSION ${version:-?}" \
+  sh -c "[ -n '$version' ] && sed -n '1,/^\*\//p' '$root/titans.h' | grep -A 9 '^   REVISION HISTORY' | grep -q '^     $version ('"
+
 cd "$tmp" || exit 1
 i=0
 : > text.txt
@@ -80,8 +85,8 @@ if [ -z "$py" ]; then
   echo "  skipped: python3-numpy not installed"
 else
   st="$root/python/titans_st.py"
-  "$build/titans" train --data text.txt --d 32 --layers 1 --heads 2 --mem-heads 2 --seq 32 --batch 2 --segment 16 \
-    --chunk 8 --window 16 --steps 2 --sample-len 0 --out run >/dev/null 2>&1
+  "$build/titans" train --data text.txt --d 32 --layers 1 --heads 2 --mem-heads 2 --seq 32 --batch 2 --chunk 8 \
+    --window 16 --steps 2 --sample-len 0 --out run >/dev/null 2>&1
   "$build/titans" generate --model run/model.safetensors --prompt "The clock" -n 10 --seed 1 --state mem.safetensors >/dev/null 2>&1
   PYTHONPATH="$root/python" "$py" - run/trainer.safetensors mem.safetensors copy.safetensors >py.txt 2>&1 <<'PY'; rc=$?
 import sys, titans_st
@@ -107,6 +112,9 @@ PY
   check "  and continues a prompt as the original does (greedy)" sh -c "[ -s a.txt ] && cmp -s a.txt b.txt"
   "$build/titans" generate --model copy.safetensors --state mem.safetensors -n 5 --seed 1 >/dev/null 2>err.txt; rc=$?
   check "  and takes the memory state saved with the original (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '19 tokens seen' err.txt"
+  "$py" "$st" text.txt >py.txt 2>&1; rc=$?
+  check "titans_st.py given a text file: exit 1 with one line, not a traceback (rc=$rc)" \
+    sh -c "[ $rc = 1 ] && [ \$(wc -l <py.txt) = 1 ] && grep -q 'text.txt is not a safetensors file' py.txt"
 fi
 
 echo "== make install"

@@ -33,23 +33,12 @@ static void tm_free(void *q) {
   tm_live -= n;
   free(p);
 }
-static void *tm_realloc(void *q, size_t n) {
-  void *r = tm_malloc(n);
-  if (r && q) {
-    size_t old;
-    memcpy(&old, (unsigned char *)q - 16, sizeof(old));
-    memcpy(r, q, old < n ? old : n);
-    tm_free(q);
-  }
-  return r;
-}
 static void tm_reset(void) {
   tm_peak = tm_live;
   tm_count = 0;
   tm_fail_at = -1;
 }
 #define TITANS_MALLOC(n) tm_malloc(n)
-#define TITANS_REALLOC(p, n) tm_realloc(p, n)
 #define TITANS_FREE(p) tm_free(p)
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
@@ -848,7 +837,6 @@ static void test_throughput(void) {
 }
 
 int main(void) {
-  (void)tm_realloc; /* TITANS_REALLOC must be given with the others; the library does not call it */
   snprintf(tmp_dir_prefix, sizeof(tmp_dir_prefix), "/tmp/titans_st_%ld", (long)getpid());
   test_round_trip();
   test_atomic_and_io_errors();
