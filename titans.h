@@ -8452,10 +8452,17 @@ static int64_t titans__window(const titans_config *c) {
 }
 
 /* 1 when x [n] holds no NaN or Inf */
+/* Whether every float of x [n] is finite. x * 0 is 0 for a finite x and NaN for Inf or NaN, so the sum of
+   those products is 0 exactly when all are finite: one vector pass without a branch per float. (The
+   scalar loop with an early exit it replaced was a quarter of a generated token's time: a session checks
+   the memory's W and S after every feed, issue 38.) */
 static int titans__all_finite(const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!isfinite(x[i])) return 0;
-  return 1;
+  titans__vf zero = titans__vset1(0.0f), acc = zero;
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) acc = titans__vadd(acc, titans__vmul(titans__vload(x + i), zero));
+  float sum = titans__vsum(acc);
+  for (; i < n; i++) sum += x[i] * 0.0f;
+  return sum == 0.0f;
 }
 
 /* What a session keeps per layer between tokens. */
