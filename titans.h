@@ -8452,11 +8452,18 @@ static int64_t titans__window(const titans_config *c) {
 }
 
 /* 1 when x [n] holds no NaN or Inf */
-/* Whether every float of x [n] is finite. x * 0 is 0 for a finite x and NaN for Inf or NaN, so the sum of
-   those products is 0 exactly when all are finite: one vector pass without a branch per float. (The
-   scalar loop with an early exit it replaced was a quarter of a generated token's time: a session checks
-   the memory's W and S after every feed, issue 38.) */
 static int titans__all_finite(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) return 0;
+  return 1;
+}
+
+/* titans__all_finite for a session's own large buffers (a memory's W and S, LM2's bank), in one vector
+   pass: x * 0 is 0 for a finite x and NaN for Inf or NaN, so the sum of those products is 0 exactly when
+   all are finite. The scalar loop with an early exit was a quarter of a generated token's time (the
+   check runs after every feed, issue 38). The small rows (a token's x, k, v, the caller's logits) keep
+   the scalar loop: inlined on a caller's short array, the vector loads draw -Warray-bounds. */
+static int titans__state_finite(const float *x, size_t n) {
   titans__vf zero = titans__vset1(0.0f), acc = zero;
   size_t i = 0;
   for (; i + TITANS__VW <= n; i += TITANS__VW) acc = titans__vadd(acc, titans__vmul(titans__vload(x + i), zero));
@@ -10082,10 +10089,10 @@ static int titans__session_state_finite(titans_session *s) {
     int ok = 1;
     if (sl->has_mem) {
       size_t n = sl->mem.batch * (size_t)sl->mem.cfg.heads * sl->mem.head_size; /* floats of W, and of S */
-      ok = titans__all_finite(sl->mem.w, n) && titans__all_finite(sl->mem.s, n);
+      ok = titans__state_finite(sl->mem.w, n) && titans__state_finite(sl->mem.s, n);
     }
     if (ok && sl->has_kv) ok = !sl->kv_nonfinite; /* every row was checked as it entered the cache */
-    if (ok && sl->lm2) ok = titans__all_finite(sl->lm2, titans__lm2_session_saved(c));
+    if (ok && sl->lm2) ok = titans__state_finite(sl->lm2, titans__lm2_session_saved(c));
     if (!ok) {
       s->broken = 1;
       return titans__error(s->error, TITANS_ERR_NONFINITE,
