@@ -1526,6 +1526,14 @@ TITANSDEF int titans_threads(void) {
 #endif
 }
 
+#ifdef _OPENMP
+/* Whether a loop may start threads at all: more than one thread to start, and not inside a parallel
+   region already. A region of one thread still costs libgomp a team per call, and a session makes such
+   calls for every token (issue 38: with --threads 1 an OpenMP build generated 1.6-1.8x slower than one
+   without OpenMP). Loops on a token's path skip the pragma altogether when this is false. */
+static inline int titans__omp_can_split(void) { return omp_get_max_threads() > 1 && !omp_in_parallel(); }
+#endif
+
 /* ---- RNG -------------------------------------------------------------------------------------- */
 TITANSDEF void titans_rng_seed(titans_rng *rng, uint64_t seed) { rng->state = seed ^ 0x9E3779B97F4A7C15ull; }
 
@@ -2758,7 +2766,7 @@ static inline float titans__ops_fmaf(float a, float b, float c) {
    (blocks, rows) to share, and the caller is not in a parallel region already (then the kernel runs
    on the calling thread). */
 static inline int titans__ops_par(size_t work, size_t units) {
-  return work >= TITANS__OPS_PAR_WORK && units > 1 && !omp_in_parallel();
+  return work >= TITANS__OPS_PAR_WORK && units > 1 && titans__omp_can_split();
 }
 #endif
 
@@ -2770,7 +2778,14 @@ typedef void (*titans__ops_bwd_fn)(float *dinp, const float *dout, const float *
 static void titans__ops_map_fwd(titans__ops_fwd_fn fn, float *out, const float *inp, size_t n) {
   ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(n, TITANS__OPS_BLOCK);
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (titans__ops_par(n, (size_t)nb))
+  if (titans__ops_par(n, (size_t)nb)) {
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t b = 0; b < nb; b++) {
+      size_t i0 = (size_t)b * TITANS__OPS_BLOCK;
+      fn(out + i0, inp + i0, titans__ops_min(n - i0, TITANS__OPS_BLOCK));
+    }
+    return;
+  }
 #endif
   for (ptrdiff_t b = 0; b < nb; b++) {
     size_t i0 = (size_t)b * TITANS__OPS_BLOCK;
@@ -3036,7 +3051,11 @@ static void titans__softmax_bwd_row(float *dx, const float *g, const float *y, s
 TITANSDEF void titans_softmax_forward(float *out, const float *inp, size_t rows, size_t cols) {
   ptrdiff_t nr = (ptrdiff_t)rows;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (titans__ops_par(rows * cols, rows))
+  if (titans__ops_par(rows * cols, rows)) {
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t r = 0; r < nr; r++) titans__softmax_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
+    return;
+  }
 #endif
   for (ptrdiff_t r = 0; r < nr; r++) titans__softmax_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
 }
@@ -3124,12 +3143,13 @@ TITANSDEF void titans_rmsnorm_forward(float *out, float *rstd, const float *inp,
                                       size_t cols) {
   ptrdiff_t nr = (ptrdiff_t)rows;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (titans__ops_par(rows * cols, rows))
-#endif
-  for (ptrdiff_t r = 0; r < nr; r++) {
-    size_t o = (size_t)r * cols;
-    rstd[r] = titans__rmsnorm_row(out + o, inp + o, gain, cols);
+  if (titans__ops_par(rows * cols, rows)) {
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t r = 0; r < nr; r++) rstd[r] = titans__rmsnorm_row(out + (size_t)r * cols, inp + (size_t)r * cols, gain, cols);
+    return;
   }
+#endif
+  for (ptrdiff_t r = 0; r < nr; r++) rstd[r] = titans__rmsnorm_row(out + (size_t)r * cols, inp + (size_t)r * cols, gain, cols);
 }
 
 /* Serial: one pass over the rows, dinp and dgain together. Threaded: dinp over rows, then dgain over
@@ -3202,12 +3222,13 @@ static void titans__l2norm_bwd_row(float *dx, const float *g, const float *x, fl
 TITANSDEF void titans_l2norm_forward(float *out, float *rnorm, const float *inp, size_t rows, size_t cols) {
   ptrdiff_t nr = (ptrdiff_t)rows;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (titans__ops_par(rows * cols, rows))
-#endif
-  for (ptrdiff_t r = 0; r < nr; r++) {
-    size_t o = (size_t)r * cols;
-    rnorm[r] = titans__l2norm_row(out + o, inp + o, cols);
+  if (titans__ops_par(rows * cols, rows)) {
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t r = 0; r < nr; r++) rnorm[r] = titans__l2norm_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
+    return;
   }
+#endif
+  for (ptrdiff_t r = 0; r < nr; r++) rnorm[r] = titans__l2norm_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
 }
 
 TITANSDEF void titans_l2norm_backward(float *dinp, const float *dout, const float *inp, const float *rnorm,
@@ -3310,18 +3331,26 @@ static void titans__conv_bwd_w_block(float *dweight, const float *dout, const fl
   }
 }
 
+/* Block b of titans_conv_forward (ncb channel blocks per row block). */
+static void titans__conv_fwd_task(float *out, const float *inp, const float *tail, const float *weight, size_t T,
+                                  size_t C, size_t K, size_t ncb, size_t b) {
+  size_t t0 = b / ncb * TITANS__OPS_TB, j0 = b % ncb * TITANS__OPS_CB;
+  titans__conv_fwd_block(out, inp, tail, weight, t0, titans__ops_min(T, t0 + TITANS__OPS_TB), j0,
+                         titans__ops_min(C, j0 + TITANS__OPS_CB), C, K);
+}
+
 TITANSDEF void titans_conv_forward(float *out, const float *inp, const float *tail, const float *weight, size_t T,
                                    size_t C, size_t K) {
   size_t ncb = titans__ops_ceil_div(C, TITANS__OPS_CB);
   ptrdiff_t nb = (ptrdiff_t)(titans__ops_ceil_div(T, TITANS__OPS_TB) * ncb);
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (titans__ops_par(T * C * (K + 1), (size_t)nb))
-#endif
-  for (ptrdiff_t b = 0; b < nb; b++) {
-    size_t t0 = (size_t)b / ncb * TITANS__OPS_TB, j0 = (size_t)b % ncb * TITANS__OPS_CB;
-    titans__conv_fwd_block(out, inp, tail, weight, t0, titans__ops_min(T, t0 + TITANS__OPS_TB), j0,
-                           titans__ops_min(C, j0 + TITANS__OPS_CB), C, K);
+  if (titans__ops_par(T * C * (K + 1), (size_t)nb)) {
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t b = 0; b < nb; b++) titans__conv_fwd_task(out, inp, tail, weight, T, C, K, ncb, (size_t)b);
+    return;
   }
+#endif
+  for (ptrdiff_t b = 0; b < nb; b++) titans__conv_fwd_task(out, inp, tail, weight, T, C, K, ncb, (size_t)b);
 }
 
 TITANSDEF void titans_conv_backward(float *dinp, float *dweight, const float *dout, const float *inp,
@@ -3355,7 +3384,11 @@ TITANSDEF int titans_embedding_forward(float *out, const int *tokens, const floa
   if (d == 0) return TITANS_OK;
   ptrdiff_t nn = (ptrdiff_t)n;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (titans__ops_par(n * d, n))
+  if (titans__ops_par(n * d, n)) {
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t i = 0; i < nn; i++) memcpy(out + (size_t)i * d, table + (size_t)tokens[i] * d, d * sizeof(float));
+    return TITANS_OK;
+  }
 #endif
   for (ptrdiff_t i = 0; i < nn; i++) memcpy(out + (size_t)i * d, table + (size_t)tokens[i] * d, d * sizeof(float));
   return TITANS_OK;
@@ -4849,6 +4882,27 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
   }
 }
 
+#ifdef _OPENMP
+/* Whether the (row, head) tasks of a call over T tokens run on threads: at least two tasks, threads to
+   start, and work (floats of the heads' weights the tokens touch) that pays for waking them. A session's
+   one-token call at d = 128 (4 heads of 8K floats) stays on the calling thread; d = 256 splits. */
+static int titans__mem_split(const titans__mem_dims *m, long long tasks, size_t T) {
+  return tasks > 1 && (double)tasks * (double)T * (double)m->head_size >= TITANS__OPS_PAR_WORK && titans__omp_can_split();
+}
+#endif
+
+/* Task `task` (row task / H, head task % H) of titans_mem_forward: the recurrence over the call's T tokens
+   with a work space of its thread's own. */
+static void titans__mem_forward_task(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, titans_mem_state *st,
+                                     titans_mem_ctx *ctx, float *work, size_t work_floats, long long task, size_t T) {
+  size_t hs = m->head_size, r = (size_t)task / m->H, h = (size_t)task % m->H, at = (size_t)task * hs;
+  titans__mem_work wk;
+  titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, m, 0);
+  float *states = ctx ? ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs : NULL;
+  titans__mem_recur_one(m, residual, bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
+                        st->position, r, h, T, &wk);
+}
+
 TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
                                  float *out, const float *x, size_t T, titans_mem_ctx *ctx) {
   if (memcmp(cfg, &st->cfg, sizeof *cfg) != 0)
@@ -4861,7 +4915,7 @@ TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_
                          st->position, m.b);
   titans__mem_bufs bf;
   float *work;
-  size_t work_floats, B = st->batch, hs = m.head_size;
+  size_t work_floats, B = st->batch;
   int rc = titans__mem_prepare(&m, st, ctx, T, &bf, &work, &work_floats, 0);
   if (rc) return rc;
   if (ctx) {
@@ -4879,16 +4933,14 @@ TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_
 
   long long tasks = (long long)(B * m.H);
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
+  if (titans__mem_split(&m, tasks, T)) {
+#pragma omp parallel for schedule(static)
+    for (long long task = 0; task < tasks; task++)
+      titans__mem_forward_task(&m, cfg->residual, &bf, st, ctx, work, work_floats, task, T);
+  } else
 #endif
-  for (long long task = 0; task < tasks; task++) {
-    size_t r = (size_t)task / m.H, h = (size_t)task % m.H, at = (size_t)task * hs;
-    titans__mem_work wk;
-    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 0);
-    float *states = ctx ? ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs : NULL;
-    titans__mem_recur_one(&m, cfg->residual, &bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
-                          st->position, r, h, T, &wk);
-  }
+    for (long long task = 0; task < tasks; task++)
+      titans__mem_forward_task(&m, cfg->residual, &bf, st, ctx, work, work_floats, task, T);
   st->position += (long long)T;
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_RECURRENCE, &since);
   titans__mem_output_forward(&m, w, &bf, out, x, B * T);
@@ -4908,6 +4960,20 @@ static void titans__mem_read_block(const titans__mem_dims *m, int residual, floa
   for (size_t t = 0; t < n; t++)
     for (size_t j = 0; j < m->dh; j++)
       y[t * ldy + j] = wk->zq[m->L - 1][t * m->dh + j] + (residual ? wk->aq[0][t * m->dh + j] : 0.0f);
+}
+
+/* Task `task` of titans_mem_retrieve: the reads of one (row, head) over T tokens from its weights w
+   [head_size], in blocks of at most b queries. */
+static void titans__mem_retrieve_task(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, const float *w,
+                                      float *work, size_t work_floats, long long task, size_t T) {
+  size_t r = (size_t)task / m->H, h = (size_t)task % m->H, base = r * T * m->dm + h * m->dh;
+  titans__mem_work wk;
+  titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, m, 0);
+  for (size_t t = 0; t < T; t += m->b) {
+    size_t n = T - t < m->b ? T - t : m->b;
+    titans__mem_read_block(m, residual, bf->y + base + t * m->dm, m->dm, bf->qk[0] + base + t * m->dm, m->dm, w, n,
+                           &wk);
+  }
 }
 
 TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
@@ -4934,18 +5000,14 @@ TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem
   titans__mem_inputs_forward(&m, cfg, w, &bf, tails, saved, x, B, T, 1);
   long long tasks = (long long)(B * m.H);
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (tasks > 1 && !omp_in_parallel())
+  if (titans__mem_split(&m, tasks, T)) {
+#pragma omp parallel for schedule(static)
+    for (long long task = 0; task < tasks; task++)
+      titans__mem_retrieve_task(&m, cfg->residual, &bf, st->w + (size_t)task * hs, work, work_floats, task, T);
+  } else
 #endif
-  for (long long task = 0; task < tasks; task++) {
-    size_t r = (size_t)task / m.H, h = (size_t)task % m.H, base = r * T * m.dm + h * m.dh;
-    titans__mem_work wk;
-    titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, &m, 0);
-    for (size_t t = 0; t < T; t += m.b) {
-      size_t n = T - t < m.b ? T - t : m.b;
-      titans__mem_read_block(&m, cfg->residual, bf.y + base + t * m.dm, m.dm, bf.qk[0] + base + t * m.dm, m.dm,
-                             st->w + (size_t)task * hs, n, &wk);
-    }
-  }
+    for (long long task = 0; task < tasks; task++)
+      titans__mem_retrieve_task(&m, cfg->residual, &bf, st->w + (size_t)task * hs, work, work_floats, task, T);
   titans__mem_output_forward(&m, w, &bf, out, x, B * T);
   return TITANS_OK;
 }
@@ -5817,6 +5879,24 @@ static int titans__attn_check(size_t Tq, size_t P, size_t Tk, size_t H, size_t d
 
 #define TITANS__ROPE_STACK 256 /* inverse frequencies kept on the stack up to this half width */
 
+/* RoPE of one row [H, d_a] at position pos; inv [d_a / 2] the inverse frequencies (NULL: computed here). */
+static void titans__rope_row(float *row, int64_t pos, const double *inv, size_t H, size_t d_a, int inverse) {
+  size_t half = d_a / 2;
+  double p = (double)pos;
+  for (size_t i = 0; i < half; i++) {
+    double f = inv ? inv[i] : pow(TITANS_ROPE_BASE, -2.0 * (double)i / (double)d_a);
+    double ang = p * f;
+    double c = cos(ang), s = sin(ang);
+    if (inverse) s = -s;
+    for (size_t h = 0; h < H; h++) {
+      float *xh = row + h * d_a;
+      double x1 = xh[i], x2 = xh[i + half];
+      xh[i] = (float)(x1 * c - x2 * s);
+      xh[i + half] = (float)(x1 * s + x2 * c);
+    }
+  }
+}
+
 static int titans__rope_apply(float *x, const int64_t *pos, size_t T, size_t H, size_t d_a, int inverse) {
   size_t ld, n;
   if (T == 0) return TITANS_OK;
@@ -5829,26 +5909,13 @@ static int titans__rope_apply(float *x, const int64_t *pos, size_t T, size_t H, 
     for (size_t i = 0; i < half; i++) inv_stack[i] = pow(TITANS_ROPE_BASE, -2.0 * (double)i / (double)d_a);
   const double *inv = inv_stack;
 #ifdef _OPENMP
-  int par = n >= 16384 && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (par)
-#endif
-  for (ptrdiff_t tt = 0; tt < (ptrdiff_t)T; tt++) {
-    size_t t = (size_t)tt;
-    float *row = x + t * ld;
-    double p = (double)pos[t];
-    for (size_t i = 0; i < half; i++) {
-      double f = cached ? inv[i] : pow(TITANS_ROPE_BASE, -2.0 * (double)i / (double)d_a);
-      double ang = p * f;
-      double c = cos(ang), s = sin(ang);
-      if (inverse) s = -s;
-      for (size_t h = 0; h < H; h++) {
-        float *xh = row + h * d_a;
-        double x1 = xh[i], x2 = xh[i + half];
-        xh[i] = (float)(x1 * c - x2 * s);
-        xh[i + half] = (float)(x1 * s + x2 * c);
-      }
-    }
+  if (n >= 16384 && titans__omp_can_split()) {
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t tt = 0; tt < (ptrdiff_t)T; tt++) titans__rope_row(x + (size_t)tt * ld, pos[tt], cached ? inv : NULL, H, d_a, inverse);
+    return TITANS_OK;
   }
+#endif
+  for (size_t t = 0; t < T; t++) titans__rope_row(x + t * ld, pos[t], cached ? inv : NULL, H, d_a, inverse);
   return TITANS_OK;
 }
 
@@ -6115,7 +6182,7 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
   size_t ntile = (Tq + TITANS__ATTN_QTILE - 1) / TITANS__ATTN_QTILE;
   size_t ntask = H * ntile;
 #ifdef _OPENMP
-  int par = ntask > 1 && titans__attn_work(Tq, P, Tk, ld) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
+  int par = ntask > 1 && titans__attn_work(Tq, P, Tk, ld) >= TITANS__ATTN_PAR_WORK && titans__omp_can_split();
 #pragma omp parallel for schedule(dynamic, 1) if (par)
 #endif
   for (ptrdiff_t task = 0; task < (ptrdiff_t)ntask; task++) {
@@ -6158,7 +6225,7 @@ static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const 
   titans__attn_bwd_init(&c, dq, dk, dv, dout, q, k, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, ld, window);
   int par = 0, nth = 1;
 #ifdef _OPENMP
-  par = titans__attn_work(Tq, P, Tk, c.ld) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
+  par = titans__attn_work(Tq, P, Tk, c.ld) >= TITANS__ATTN_PAR_WORK && titans__omp_can_split();
   if (par) nth = omp_get_max_threads();
 #endif
   (void)par;
@@ -6418,11 +6485,16 @@ TITANSDEF int titans_kv_cache_attend(titans_kv_cache *cache, float *out, float *
   size_t H = c->H, d_a = c->d_a;
   float scale = titans__attn_scale(d_a);
 #ifdef _OPENMP
-  int par = H > 1 && titans__attn_work(1, c->P, c->count, H * d_a) >= TITANS__ATTN_PAR_WORK && !omp_in_parallel();
-#pragma omp parallel for schedule(static, 1) if (par)
+  if (H > 1 && titans__attn_work(1, c->P, c->count, H * d_a) >= TITANS__ATTN_PAR_WORK && titans__omp_can_split()) {
+#pragma omp parallel for schedule(static, 1)
+    for (ptrdiff_t hh = 0; hh < (ptrdiff_t)H; hh++) {
+      float l = titans__kv_cache_attend_head(c, out + (size_t)hh * d_a, q + (size_t)hh * d_a, (size_t)hh, qpos, scale);
+      if (lse) lse[hh] = l;
+    }
+    return TITANS_OK;
+  }
 #endif
-  for (ptrdiff_t hh = 0; hh < (ptrdiff_t)H; hh++) {
-    size_t h = (size_t)hh;
+  for (size_t h = 0; h < H; h++) {
     float l = titans__kv_cache_attend_head(c, out + h * d_a, q + h * d_a, h, qpos, scale);
     if (lse) lse[h] = l;
   }
@@ -8391,6 +8463,20 @@ static int titans__all_finite(const float *x, size_t n) {
   return 1;
 }
 
+/* titans__all_finite for a session's own large buffers (a memory's W and S, LM2's bank), in one vector
+   pass: x * 0 is 0 for a finite x and NaN for Inf or NaN, so the sum of those products is 0 exactly when
+   all are finite. The scalar loop with an early exit was a quarter of a generated token's time (the
+   check runs after every feed, issue 38). The small rows (a token's x, k, v, the caller's logits) keep
+   the scalar loop: inlined on a caller's short array, the vector loads draw -Warray-bounds. */
+static int titans__state_finite(const float *x, size_t n) {
+  titans__vf zero = titans__vset1(0.0f), acc = zero;
+  size_t i = 0;
+  for (; i + TITANS__VW <= n; i += TITANS__VW) acc = titans__vadd(acc, titans__vmul(titans__vload(x + i), zero));
+  float sum = titans__vsum(acc);
+  for (; i < n; i++) sum += x[i] * 0.0f;
+  return sum == 0.0f;
+}
+
 /* What a session keeps per layer between tokens. */
 struct titans__session_layer {
   titans_kv_cache kv;          /* attention kinds: prefix rows + a ring of keys/values */
@@ -10010,10 +10096,10 @@ static int titans__session_state_finite(titans_session *s) {
     int ok = 1;
     if (sl->has_mem) {
       size_t n = sl->mem.batch * (size_t)sl->mem.cfg.heads * sl->mem.head_size; /* floats of W, and of S */
-      ok = titans__all_finite(sl->mem.w, n) && titans__all_finite(sl->mem.s, n);
+      ok = titans__state_finite(sl->mem.w, n) && titans__state_finite(sl->mem.s, n);
     }
     if (ok && sl->has_kv) ok = !sl->kv_nonfinite; /* every row was checked as it entered the cache */
-    if (ok && sl->lm2) ok = titans__all_finite(sl->lm2, titans__lm2_session_saved(c));
+    if (ok && sl->lm2) ok = titans__state_finite(sl->lm2, titans__lm2_session_saved(c));
     if (!ok) {
       s->broken = 1;
       return titans__error(s->error, TITANS_ERR_NONFINITE,

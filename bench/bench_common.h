@@ -96,6 +96,40 @@ static inline double fma_peak_wall(int nth) {
   return best * 1e-9;
 }
 
+/* GB/s of one thread reading a buffer of `bytes` again and again, by its CPU time (the best of 5 blocks
+   of at least 20 ms): the bandwidth of whichever cache level (or memory) holds a working set that size,
+   which bounds a step that reads that many bytes per call. 0 when the buffer cannot be allocated. */
+static inline double read_bandwidth(size_t bytes) {
+  const size_t U = 4 * TITANS__VW; /* floats per iteration: four independent sums hide the add latency */
+  size_t n = (bytes / sizeof(float) + U - 1) / U * U;
+  float *buf = titans_alloc_floats(n); /* [n] small values: the sums stay finite */
+  if (!buf) return 0.0;
+  for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 7) * 1e-3f;
+  double best = 0.0;
+  volatile float sink = 0.0f;
+  for (int r = 0; r < 5; r++) {
+    titans__vf a0 = titans__vset1(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    double t0 = thread_sec(), t = 0.0;
+    long passes = 0;
+    do {
+      for (size_t i = 0; i < n; i += U) {
+        a0 = titans__vadd(a0, titans__vload(buf + i));
+        a1 = titans__vadd(a1, titans__vload(buf + i + TITANS__VW));
+        a2 = titans__vadd(a2, titans__vload(buf + i + 2 * TITANS__VW));
+        a3 = titans__vadd(a3, titans__vload(buf + i + 3 * TITANS__VW));
+      }
+      passes++;
+      t = thread_sec() - t0;
+    } while (t < 0.02);
+    sink += titans__vsum(titans__vadd(titans__vadd(a0, a1), titans__vadd(a2, a3)));
+    double gbs = (double)passes * (double)n * sizeof(float) / t * 1e-9;
+    if (gbs > best) best = gbs;
+  }
+  (void)sink;
+  titans_free(buf);
+  return best;
+}
+
 /* The header's vector width in floats and its name. */
 static inline int vector_width(void) { return TITANS__VW; }
 static inline const char *vector_name(void) {

@@ -72,6 +72,8 @@ typedef struct bm_stat {
 
 typedef struct bm_cell { /* one kind on one thread count */
   bm_stat train, infer, torch;
+  bm_stat infer_cpu;    /* inference tokens/s by the process's CPU time (the roofline's: see bm_roofline) */
+  double infer_mflop;   /* titans_gemm MFLOP per generated token, counted over the timed streams */
   int warm_steps;       /* training warm-up steps */
   double warm_mb;       /* memory first touched by them (minor page faults x page size) */
   double step_faults;   /* minor page faults per timed step (0 in a steady state) */
@@ -88,10 +90,14 @@ typedef struct bm_kind { /* what does not depend on the thread count */
   float theta_max;      /* memory inner learning-rate bound used */
   float theta_default;
   double gemm_mflop;    /* MFLOP per training token in titans_gemm (forward, backward), from a warm-up step */
+  double tok_mb;        /* MB a generated token must read: weights, memory state, KV rows (bm_token_bytes) */
+  double attn_mflop;    /* the attention's own MFLOP per generated token (not in titans_gemm), averaged */
+  double bw_gbs;        /* GB/s of one thread reading a buffer of tok_mb, measured in this run */
   int failed;
 } bm_kind;
 
 static double bm_peak1; /* GFLOP/s of the FMA-chain loop on one thread by the wall clock, at the start */
+static double bm_peak1_cpu; /* the same by the thread's CPU time (the roofline's: see bm_roofline) */
 
 static long bm_faults(void) {
   struct rusage r;
@@ -269,33 +275,96 @@ static int bm_train_interleaved(bm_cell *cells, bm_kind *kind, titans_trainer *t
   return TITANS_OK;
 }
 
-/* One stream of n tokens, one per call, logits [V] after each. Returns seconds, < 0 on error. */
-static double bm_stream(titans_session *s, const int *tokens, size_t n, float *logits) {
+/* CPU seconds of the whole process (every thread). */
+static double bm_cpu_sec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One stream of n tokens, one per call, logits [V] after each. Returns wall seconds (and CPU seconds in
+   *cpu), < 0 on error. */
+static double bm_stream(titans_session *s, const int *tokens, size_t n, float *logits, double *cpu) {
   if (titans_session_reset(s)) return -1.0;
-  double t0 = now_sec();
+  double t0 = now_sec(), c0 = bm_cpu_sec();
   for (size_t i = 0; i < n; i++)
     if (titans_session_feed(s, &tokens[i], 1, logits)) return -1.0;
+  *cpu = bm_cpu_sec() - c0;
   return now_sec() - t0;
 }
 
+/* ---- the roofline of a generated token (issue 38) --------------------------------------------------
+   What one token must read: every weight it uses once (the embedding table's one row, or all of it when
+   the head is tied to it; not the parameters read only at a reset: persistent tokens, LM2's initial bank,
+   the memory's w0), each memory layer's W and S once (MAC's retrieval also reads its committed W), LM2's
+   bank, and the key and value rows the attention sees. Its flops: the matrix products counted by
+   titans_gemm over the timed streams, plus the attention's 4 d per visible row. The bound is the larger
+   of bytes / (the read bandwidth of a buffer that size, measured here) and flops / (the FMA peak). */
+
+/* Floats of one memory head's weights: sum over its layers of n_{l+1} n_l. */
+static double bm_mem_head_floats(const titans_mem_config *m) {
+  double dh = m->head_dim, hid = (double)m->hidden_mult * dh;
+  return m->depth == 1 ? dh * dh : 2.0 * dh * hid + (double)(m->depth - 2) * hid * hid;
+}
+
+/* Key rows a token at stream position t (from 0) attends to in one layer; 0 without attention. */
+static double bm_kv_rows(const titans_config *c, int kind, size_t t) {
+  double P = c->n_persist, seen = (double)t + 1.0, win = c->window;
+  switch (kind) {
+  case TITANS_BLOCK_ATTN: return P + seen;
+  case TITANS_BLOCK_SWA:
+  case TITANS_BLOCK_MAG:
+  case TITANS_BLOCK_MAL:
+  case TITANS_BLOCK_LM2: return P + (seen < win ? seen : win);
+  case TITANS_BLOCK_MAC: return P + 2.0 * (double)(t % (size_t)c->segment + 1); /* Hm_j and X_j, j <= i */
+  default: return 0.0;
+  }
+}
+
+/* Fills kind->tok_mb and kind->attn_mflop for a stream of n tokens from position 0 (averages). */
+static void bm_token_bytes(bm_kind *kind, const titans_model *m, int k, size_t n) {
+  const titans_config *c = &m->cfg;
+  double d = c->d, floats = 0.0, rows = 0.0;
+  for (size_t i = 0; i < m->n_params; i++) {
+    const titans_param *p = &m->plist[i];
+    if (strstr(p->name, "tok_emb")) floats += c->tied ? (double)p->size : d;
+    else if (p->kind != TITANS_PARAM_TOKENS && !strstr(p->name, ".w0.")) floats += (double)p->size;
+  }
+  if (bm_has_mem(k)) floats += c->n_layers * (k == TITANS_BLOCK_MAC ? 3.0 : 2.0) * c->mem.heads * bm_mem_head_floats(&c->mem);
+  if (k == TITANS_BLOCK_LM2) floats += c->n_layers * (double)c->lm2_slots * (2.0 * d + 2.0);
+  for (size_t t = 0; t < n; t++) rows += bm_kv_rows(c, k, t);
+  rows /= (double)n;
+  floats += c->n_layers * rows * 2.0 * d; /* a key and a value row of d floats each */
+  kind->tok_mb = floats * sizeof(float) / 1e6;
+  kind->attn_mflop = c->n_layers * rows * 4.0 * d / 1e6;
+}
+
 static int bm_infer(bm_cell *cell, const titans_model *m, const int *tokens, float *logits, const bm_opts *o) {
-  double secs[BM_MAX_SAMPLES];
+  double secs[BM_MAX_SAMPLES], cpus[BM_MAX_SAMPLES];
   titans_session s;
   int rc = titans_session_init(&s, m);
   if (rc) {
     fprintf(stderr, "bench_model: session init failed: %s\n", s.error);
     return rc;
   }
+  unsigned long long madds = 0;
   for (int i = -1; i < o->infer_reps && rc == TITANS_OK; i++) { /* i = -1: warm-up stream */
-    double t = bm_stream(&s, tokens, o->infer_tokens, logits);
+    unsigned long long m0 = titans_gemm_madds();
+    double cpu = 0.0, t = bm_stream(&s, tokens, o->infer_tokens, logits, &cpu);
     if (t < 0) {
       fprintf(stderr, "bench_model: session feed failed: %s\n", s.error);
       rc = TITANS_ERR_STATE;
     } else if (i >= 0) {
       secs[i] = t;
+      cpus[i] = cpu;
+      madds += titans_gemm_madds() - m0;
     }
   }
-  if (rc == TITANS_OK) cell->infer = bm_stats(secs, o->infer_reps, (double)o->infer_tokens);
+  if (rc == TITANS_OK) {
+    cell->infer = bm_stats(secs, o->infer_reps, (double)o->infer_tokens);
+    cell->infer_cpu = bm_stats(cpus, o->infer_reps, (double)o->infer_tokens);
+    cell->infer_mflop = 2.0 * (double)madds / ((double)o->infer_reps * (double)o->infer_tokens) / 1e6;
+  }
   titans_session_free(&s);
   return rc;
 }
@@ -307,7 +376,9 @@ static void bm_print_cell(const bm_cell *c, int kind, int threads) {
            "other processes %.2f cores)",
            c->train.med, c->train.lo, c->train.hi, c->warm_steps, c->train.n, c->warm_mb, c->step_faults,
            c->other_cores);
-  if (c->infer.n) printf(" infer %7.1f tok/s [%.1f..%.1f]", c->infer.med, c->infer.lo, c->infer.hi);
+  if (c->infer.n)
+    printf(" infer %7.1f tok/s [%.1f..%.1f] (by CPU time %.1f)", c->infer.med, c->infer.lo, c->infer.hi,
+           c->infer_cpu.med);
   printf("\n");
   fflush(stdout);
 }
@@ -325,6 +396,10 @@ static int bm_measure(bm_cell *cells, bm_kind *kind, int k, const titans_config 
   }
   titans_model_init_weights(&m, 1234);
   kind->params = m.n_floats;
+  if (o->infer) {
+    bm_token_bytes(kind, &m, k, o->infer_tokens);
+    kind->bw_gbs = read_bandwidth((size_t)(kind->tok_mb * 1e6));
+  }
   rc = titans_trainer_init(&tr, &m, NULL);
   if (rc) {
     fprintf(stderr, "bench_model: %s: %s\n", bm_name(k), tr.error);
@@ -531,6 +606,42 @@ static void bm_print_stat(bm_stat s) {
     printf(" - |");
 }
 
+/* The roofline of a generated token on one thread (see bm_token_bytes): tokens/s by the process's CPU
+   time, so that other processes taking the core do not count against it (the bandwidth and the peak are
+   measured the same way), and the fraction of the bound's speed reached. */
+static void bm_roofline(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, const bm_opts *o) {
+  int attn = -1, header = 0;
+  for (int ki = 0; ki < o->nkinds; ki++)
+    if (o->kinds[ki] == TITANS_BLOCK_ATTN) attn = ki;
+  for (int ti = 0; ti < o->nthreads; ti++) {
+    if (o->threads[ti] != 1) continue;
+    for (int ki = 0; ki < o->nkinds; ki++) {
+      const bm_cell *c = &cells[ki][ti];
+      const bm_kind *kd = &kinds[ki];
+      if (c->infer_cpu.n == 0 || kd->bw_gbs <= 0 || bm_peak1_cpu <= 0) continue;
+      if (!header) {
+        printf("\nroofline of a generated token, 1 thread (bytes: weights used, memory W and S, KV rows seen; "
+               "flops: titans_gemm + attention; tok/s by CPU time):\n"
+               "| kind | MB/token | read GB/s (buffer that size) | MFLOP/token | bound tok/s | tok/s | %% of bound "
+               "| vs attn |\n|---|---|---|---|---|---|---|---|\n");
+        header = 1;
+      }
+      double mflop = c->infer_mflop + kd->attn_mflop;
+      double t_mem = kd->tok_mb * 1e-3 / kd->bw_gbs, t_fma = mflop * 1e-3 / bm_peak1_cpu; /* seconds per token */
+      double bound = 1.0 / (t_mem > t_fma ? t_mem : t_fma);
+      const bm_cell *a = attn >= 0 ? &cells[attn][ti] : NULL;
+      printf("| %s | %.2f | %.1f | %.2f | %.0f (%s) | %.1f | %.1f%% |", bm_name(o->kinds[ki]), kd->tok_mb, kd->bw_gbs,
+             mflop, bound, t_mem > t_fma ? "bytes" : "flops", c->infer_cpu.med, 100.0 * c->infer_cpu.med / bound);
+      bm_print_ratio(a && a->infer_cpu.n ? bm_ratio(c->infer_cpu.med, a->infer_cpu.med) : NAN);
+      printf("\n");
+      printf("bench_model_roofline kind=%s tok_mb=%.3f read_gbs=%.2f mflop=%.3f gemm_mflop=%.3f attn_mflop=%.3f "
+             "bound_tok_s=%.1f infer_cpu_tok_s=%.1f infer_wall_tok_s=%.1f fraction=%.4f\n",
+             bm_name(o->kinds[ki]), kd->tok_mb, kd->bw_gbs, mflop, c->infer_mflop, kd->attn_mflop, bound,
+             c->infer_cpu.med, c->infer.med, c->infer_cpu.med / bound);
+    }
+  }
+}
+
 static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, const bm_opts *o) {
   int attn = -1, marked = 0;
   for (int ki = 0; ki < o->nkinds; ki++)
@@ -606,6 +717,7 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
                300.0 * theirs / peak);
       printf("\n");
     }
+  bm_roofline(cells, kinds, o);
   /* step-0 losses: both models start near ln(vocab) from their own random weights */
   for (int ki = 0; ki < o->nkinds; ki++) {
     const bm_cell *c = &cells[ki][0];
@@ -756,6 +868,10 @@ static void bm_header(const bm_opts *o) {
   printf("OpenMP threads available: %d; load average at start: %s\n", max_threads, load);
   bm_peak1 = fma_peak_wall(1);
   printf("FMA peak of 1 thread by the wall clock: %.1f GFLOP/s\n", bm_peak1);
+  if (o->infer) {
+    bm_peak1_cpu = fma_peak(1);
+    printf("FMA peak of 1 thread by its CPU time: %.1f GFLOP/s\n", bm_peak1_cpu);
+  }
 #ifdef _OPENMP
   if (max_threads > 1) {
     const char *policy = getenv("OMP_WAIT_POLICY");
