@@ -823,6 +823,7 @@ typedef struct train_opts {
   int answer_loss;               /* --task: the loss sees only the answers */
   int lens_mix;                  /* --lens-mix: stage i draws each step's length from lens[0..i] */
   size_t end_jitter;             /* --end-jitter: an example ends 0..end_jitter-1 tokens before its row's end */
+  size_t min_rows;               /* --min-rows: at least this many sequences a step at every length (1) */
   int needles;                   /* --needles: prose examples hold 1..needles needles (uniform per example) */
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
@@ -1061,6 +1062,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     } else if (!strcmp(s, "--task-frac")) o->task_frac = arg_double(&a, s, 0.0, 1.0);
     else if (!strcmp(s, "--lens")) o->n_lens = arg_size_list(&a, s, o->lens, MAX_STAGES, 1, (size_t)1 << 20);
     else if (!strcmp(s, "--lens-mix")) o->lens_mix = 1;
+    else if (!strcmp(s, "--min-rows")) o->min_rows = (size_t)arg_long(&a, s, 1, 1 << 16);
     else if (!strcmp(s, "--end-jitter")) o->end_jitter = (size_t)arg_long(&a, s, 0, 1L << 20);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
@@ -1109,9 +1111,9 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (o->doc_len > 0 && o->task < 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
-        o->numbers > 0)
-      usage_fail("train", "--task-frac, --lens, --lens-mix, --end-jitter, --answer-loss, --needles, --haystack and "
-                 "--numbers go with --task");
+        o->numbers > 0 || o->min_rows)
+      usage_fail("train", "--task-frac, --lens, --lens-mix, --min-rows, --end-jitter, --answer-loss, --needles, "
+                 "--haystack and --numbers go with --task");
     return;
   }
   if (o->needles > 1 && o->task != LONGCTX_PROSE) usage_fail("train", "--needles goes with --task prose");
@@ -1216,8 +1218,8 @@ static char *task_stream_path(const train_opts *o, size_t i) {
 
 /* B_i sequences of lens[i] tokens: about as many tokens per step in every stage */
 static size_t stage_batch(const train_opts *o, size_t i) {
-  size_t b = (size_t)o->batch * o->lens[0] / o->lens[i];
-  return b ? b : 1;
+  size_t b = (size_t)o->batch * o->lens[0] / o->lens[i], least = o->min_rows ? o->min_rows : 1;
+  return b > least ? b : least;
 }
 
 static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
@@ -1286,6 +1288,7 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->answer_loss && n < size) n += (size_t)snprintf(out + n, size - n, " answer-loss");
   if (o->lens_mix && n < size) n += (size_t)snprintf(out + n, size - n, " lens-mix");
   if (o->end_jitter && n < size) n += (size_t)snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
+  if (o->min_rows > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " min-rows=%zu", o->min_rows);
   if (o->needles > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " needles=%d", o->needles);
   if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
   if (o->numbers > 0 && n < size) snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
@@ -1648,7 +1651,7 @@ static int cmd_train(int argc, char **argv) {
       if (step == first || stage != stage_prev) {
         printf("step %5ld/%ld  %s: each step's length drawn from", step, o.steps, longctx_kind_name(o.task));
         for (size_t i = 0; i <= stage; i++) printf("%s%zu", i ? "," : " ", o.lens[i]);
-        printf(" (max(1, %ld x %zu / length) sequences)\n", o.batch, o.lens[0]);
+        printf(" (max(%zu, %ld x %zu / length) sequences)\n", o.min_rows ? o.min_rows : 1, o.batch, o.lens[0]);
       }
       stage_prev = stage;
     } else if (o.task >= 0 && (step == first || Ts != Tprev))
