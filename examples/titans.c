@@ -1455,6 +1455,8 @@ static int memory_keys_one_tap(const titans_model *model) {
 static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haystack, const size_t *lens, size_t n_lens,
                           uint64_t seed);
 
+static void task_check(const train_opts *o, const titans_model *model, const dataset *ds, const dataset *hay);
+
 static int cmd_train(int argc, char **argv) {
   train_opts o;
   parse_train(argc, argv, &o);
@@ -1733,13 +1735,18 @@ static int cmd_train(int argc, char **argv) {
            "step), waiting for the slowest rank %.3f s\n", dist_size, dist_reduce_seconds, train_time,
            100 * dist_reduce_seconds / train_time, 1e3 * dist_reduce_seconds / (double)(dist_reduce_calls ? dist_reduce_calls : 1),
            dist_wait_seconds);
-  if (grad_far_steps * 20 > steps_done) /* more than 5% of the steps */
+  if (grad_far_steps * 20 > steps_done && o.task >= 0 && o.answer_loss) /* more than 5% of the steps */
+    printf("note: with --answer-loss a step's loss is its answers alone, so a step whose few rows answer wrong has a\n"
+           "gradient hundreds of times a right one's: most of the steps counted above (--min-rows R averages R rows\n"
+           "a step at every length)\n");
+  else if (grad_far_steps * 20 > steps_done)
     printf("note: the gradient was often far above the clip, which slows or stalls training. With a memory on long\n"
            "windows (--seq), a smaller inner step helps: --theta-init or --eta-init (docs/long_context.md,\n"
            "\"Momentum and long windows\")\n");
 
   int status = stop_signal ? 128 + (int)stop_signal : 0; /* 130 for SIGINT, 143 for SIGTERM, as the shell reports */
-  if (o.sample_len > 0 && !stop_signal && dist_rank == 0) {
+  if (o.task >= 0 && o.answer_loss && o.sample_len > 0 && !stop_signal && dist_rank == 0) task_check(&o, &model, &ds, &hay);
+  else if (o.sample_len > 0 && !stop_signal && dist_rank == 0) {
     titans_session s;
     size_t n_prompt;
     if (titans_session_init(&s, &model) != TITANS_OK) fail("%s", s.error);
@@ -2479,9 +2486,10 @@ static int needle_feed(titans_session *s, const longctx_example *ex, size_t from
 
 /* Streams example ex from token `from` (s has read the tokens before it) to the end of the question,
    then decodes the answer greedily, feeding each decoded token back. Returns the number of answer
-   symbols right (all of them = exact match) in *correct. */
-static int needle_trial(titans_session *s, const longctx_example *ex, size_t from, size_t *correct, long long *done,
-                        progress *prog) {
+   symbols right (all of them = exact match) in *correct, and the answer decoded in guessed
+   [ex->answer_len] unless it is NULL. */
+static int needle_trial(titans_session *s, const longctx_example *ex, size_t from, size_t *correct, char *guessed,
+                        long long *done, progress *prog) {
   size_t V = (size_t)s->model->cfg.vocab;
   float *logits = (float *)xmalloc(V * sizeof(float)); /* [V] */
   int rc = needle_feed(s, ex, from, ex->length, logits, done, prog);
@@ -2489,10 +2497,57 @@ static int needle_trial(titans_session *s, const longctx_example *ex, size_t fro
   for (size_t i = 0; i < ex->answer_len && rc == TITANS_OK; i++) {
     int guess = argmax(logits, V);
     *correct += guess == (unsigned char)ex->answer[i];
+    if (guessed) guessed[i] = guess >= 32 && guess < 127 ? (char)guess : '?';
     if (i + 1 < ex->answer_len) rc = titans_session_feed(s, &guess, 1, logits);
   }
   free(logits);
   return rc;
+}
+
+/* The end of a --task run that trained on the answers only: a text sample would say nothing (the model
+   was never taught text), so it answers the first trial of `./titans needle --seed 1` at the longest
+   training length and depths 10 / 50 / 90%, the filler the held-out split (prose) or the run's own. */
+static void task_check(const train_opts *o, const titans_model *model, const dataset *ds, const dataset *hay) {
+  static const double depths[3] = {0.1, 0.5, 0.9};
+  size_t length = o->lens[o->n_lens - 1];
+  const int *source = hay->ids; /* [source_len] */
+  size_t source_len = hay->n;
+  if (!source && o->task == LONGCTX_PROSE) source = ds->ids + ds->n_train, source_len = ds->n - ds->n_train;
+  longctx_example ex[3];
+  char why[200];
+  int ok = 0;
+  longctx_options opt = {o->needles, LONGCTX_WORDS_TRAIN, source != NULL && o->task != LONGCTX_PROSE, 0.0};
+  for (; opt.needles >= 1; opt.needles--) { /* as many needles as the run trained on, or as fit */
+    ok = 1;
+    for (size_t i = 0; i < 3 && ok; i++)
+      ok = longctx_example_init(&ex[i], o->task, length, depths[i], longctx_eval_seed(1, length, depths[i], 0), source,
+                                source_len, &opt, why) == 0;
+    if (ok) break;
+  }
+  printf("\nretrieval check: %d needle%s in %zu tokens of %s; `./titans needle` gives the full table\n", opt.needles,
+         opt.needles > 1 ? "s" : "", length, source ? (hay->ids ? hay->name : "held-out text") : "the fixed filler");
+  titans_session s;
+  if (!ok || titans_session_init(&s, model) != TITANS_OK) {
+    printf("  not run: %s\n", ok ? s.error : why);
+    return;
+  }
+  progress prog = {"retrieval check", now_seconds(), now_seconds(), (long long)(3 * length)};
+  long long done = 0;
+  for (size_t i = 0; i < 3; i++) {
+    char guessed[sizeof ex[i].answer] = {0};
+    size_t correct = 0;
+    int rc = titans_session_reset(&s);
+    if (rc == TITANS_OK) rc = needle_trial(&s, &ex[i], 0, &correct, guessed, &done, &prog);
+    if (rc != TITANS_OK) {
+      printf("  not run: %s\n", s.error);
+      break;
+    }
+    int prose = o->task == LONGCTX_PROSE;
+    printf("  depth %2.0f%%: %s%s%s%.*s, answered \"%s\" (%s)\n", 100 * depths[i], prose ? "the number for \"" : "",
+           prose ? ex[i].words[0] : "", prose ? "\" is " : "the answer is ", (int)ex[i].answer_len, ex[i].answer, guessed,
+           correct == ex[i].answer_len ? "right" : "wrong");
+  }
+  titans_session_free(&s);
 }
 
 /* Sets up the example of trial `trial` of the cell (length, depth). Returns 0, or -1 with the reason in
@@ -2549,7 +2604,7 @@ static int needle_cell(const needle_opts *o, const titans_model *model, const ch
     size_t correct = 0;
     needle_example(o, length, depth, trial, &ex, why); /* succeeded in needle_shared_prefix */
     rc = titans_session_copy(&sess, &prefix);
-    if (rc == TITANS_OK) rc = needle_trial(&sess, &ex, shared, &correct, done, prog);
+    if (rc == TITANS_OK) rc = needle_trial(&sess, &ex, shared, &correct, NULL, done, prog);
     failed = sess.error;
     *digits += correct;
     *exact += correct == answer_len;

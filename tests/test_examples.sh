@@ -235,6 +235,14 @@ check "  a MAC of d 128 (prose) whose loss sees the answers (the recipe), and sa
 "$bin" info --model recipe/model.safetensors >info.txt 2>&1
 check "  its memory keys come from the 12 tokens before, held there (the library's key_ngram)" \
   grep -q 'memory keys: from the 12 tokens before' info.txt
+rc=$(run "$bin" train --data tiny.txt --task prose --d 32 --lens 200 --steps 2 --val-every 0 --min-rows 3 --out rows)
+check "  --min-rows 3: three sequences of 200 a step; the run ends with a retrieval check, not a text sample (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q '200 (max(3, 16 x 200 / length) sequences)' out.txt && grep -q '^retrieval check' out.txt \
+    && [ \$(grep -c '^  depth .*, answered \"' out.txt) = 3 ] && ! grep -q '^sample' out.txt"
+rc=$(run "$bin" train --data tiny.txt --task prose --d 32 --lens 200 --steps 3 --val-every 0 --resume --out rows)
+check "  --resume without its --min-rows is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'min-rows=3' err.txt"
+rc=$(run "$bin" train --min-rows 2 --steps 2 --out nope)
+check "--min-rows without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" train --data tiny.txt --task prose --block mag --d 32 --lens 200 --steps 2 --val-every 0 --sample-len 0 --out recipe2)
 check "  options given win over the recipe (--block mag --d 32) (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q 'model: mag, d = 32' out.txt"
 rc=$(run "$bin" train --recipe none --steps 2 --out nope)
