@@ -32,14 +32,14 @@ $(BUILD)/titans $(README_PROGRAMS): $(BUILD)/%: examples/%.c $(wildcard examples
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-$(BUILD)/test_%: tests/test_%.c tests/harness.h tests/model_fixtures.h $(HEADER)
+$(BUILD)/test_%: tests/test_%.c tests/harness.h tests/model_fixtures.h tests/reference_kernels.h $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 # the long-context test also reads the example's task generator and text
 $(BUILD)/test_longctx: examples/longctx.h examples/default_text.h
 
-$(BUILD)/bench_%: bench/bench_%.c bench/bench_common.h $(HEADER)
+$(BUILD)/bench_%: bench/bench_%.c bench/bench_common.h tests/reference_kernels.h $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(BENCH_LIBS)
 

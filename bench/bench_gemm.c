@@ -13,6 +13,7 @@
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
 #include "bench_common.h"
+#include "../tests/reference_kernels.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -9,6 +9,7 @@
 #define TITANS_COUNT_FLOPS
 #include "titans.h"
 #include "tests/harness.h"
+#include "tests/reference_kernels.h"
 
 /* Tolerance. Both results are float sums of the same k products in different orders (the fast path
    uses FMA, blocks k and reduces vector lanes by a tree), so each is within gamma_k * sum_p |a||b| of

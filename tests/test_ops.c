@@ -8,6 +8,7 @@
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
 #include "harness.h"
+#include "reference_kernels.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
