@@ -429,8 +429,9 @@ TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem
    Adds ctx->dstate_final (gradient of the final state, zeroed by the forward) into the recurrence and
    writes ctx->dstate_init. init_from_w0: 1 when the forward started from titans_mem_state_reset, so
    d W_0 flows into grad->w0 (summed over rows). */
-TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem_weights *w, const titans_mem_weights *grad,
-                                  float *dx, const float *dout, const float *x, titans_mem_ctx *ctx, int init_from_w0);
+TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem_weights *w,
+                                  const titans_mem_weights *grad, float *dx, const float *dout, const float *x,
+                                  titans_mem_ctx *ctx, int init_from_w0);
 
 /* Direct associative-memory access for a host program (no projections, gates given):
    write n (key, value) pairs into head `head` of row `row`: keys, values [n, d_h]; gates theta, eta,
@@ -438,7 +439,8 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
 TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, const float *keys, const float *values,
                                const float *theta, const float *eta, const float *alpha, size_t n);
 /* read: out [n, d_h] = M(queries[i]; W) with the current weights of (row, head). */
-TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, float *out, const float *queries, size_t n);
+TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, float *out, const float *queries,
+                              size_t n);
 /* ---- 5. Attention (declarations) -------------------------------------------------------------- */
 
 /* Kernels of the short-term memory (docs/model.md section 2): RoPE, one masked multi-head attention forward and
@@ -972,8 +974,8 @@ TITANSDEF void titans_trainer_free(titans_trainer *t);
    TITANS_ERR_NONFINITE, weights untouched. fn returning non-zero fails the step with TITANS_ERR_STATE,
    weights untouched. fn NULL (the default, and after titans_trainer_init / _load) turns it off.
    Evaluation calls are never reduced. */
-TITANSDEF void titans_trainer_set_reduce(titans_trainer *t, int (*fn)(float *grads, size_t n, double *stats, void *user),
-                                         void *user);
+TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
+                                         int (*fn)(float *grads, size_t n, double *stats, void *user), void *user);
 /* One optimizer step: forward and backward of n_micro micro-batches of B sequences (gradients
    accumulated and averaged), global-norm clipping, AdamW at titans_lr_at(step). tokens
    [n_micro, B, T + 1]: positions 0..T-1 are inputs, 1..T their next-token targets. *loss is the mean
@@ -985,7 +987,8 @@ TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_m
 TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, size_t T, float *loss);
 /* Lower level: forward and backward of one batch, ADDING scale * gradient into t->grads. *loss is the
    mean loss of the batch. */
-TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale, float *loss);
+TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale,
+                                      float *loss);
 /* Logits of a whole batch in one call (the reference the sessions are tested against): logits
    [B, T, V] for inputs tokens [B, T]. */
 TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits);
@@ -1127,8 +1130,8 @@ TITANSDEF int titans_session_state_loaded(titans_session *s);
    (or every logit -Inf), TITANS_ERR_NOMEM when the distribution cannot be allocated (temperature > 0),
    TITANS_ERR_ARG for V = 0 or > INT_MAX, NULL pointers, a NaN temperature or top_p; *token is -1 on
    error. */
-TITANSDEF int titans_sample_ex(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng,
-                               int *token);
+TITANSDEF int titans_sample_ex(const float *logits, size_t V, float temperature, int top_k, float top_p,
+                               titans_rng *rng, int *token);
 /* The same, returning the token, or -1 on any error (never a silent substitute). */
 TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng);
 /* ================================================================================================
@@ -1151,8 +1154,8 @@ TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, in
    Loading checks everything and never trusts a number in the file: the metadata, the configuration
    (titans_config_check, and a configuration is refused before anything is allocated when its
    parameters need more floats than the file holds), each tensor's presence, dtype and exact shape,
-   no tensor left over, finite values (AdamW second moments also >= 0). A failed load leaves the object empty (model, trainer) or reset
-   (session) with the reason in its error buffer. Saves are atomic and durable ("<path>.tmp", fsync,
+   no tensor left over, finite values (AdamW second moments also >= 0). A failed load leaves the object empty (model,
+   trainer) or reset (session) with the reason in its error buffer. Saves are atomic and durable ("<path>.tmp", fsync,
    rename, fsync of the folder; see titans_st_writer_save).
 
        titans_model m;
@@ -1409,7 +1412,8 @@ static inline float titans__dot(const float *a, const float *b, size_t n) {
 static inline void titans__axpy(float *y, float alpha, const float *x, size_t n) {
   titans__vf va = titans__vset1(alpha);
   size_t i = 0;
-  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(y + i, titans__vfma(va, titans__vload(x + i), titans__vload(y + i)));
+  for (; i + TITANS__VW <= n; i += TITANS__VW)
+    titans__vstore(y + i, titans__vfma(va, titans__vload(x + i), titans__vload(y + i)));
   for (; i < n; i++) y[i] += alpha * x[i];
 }
 
@@ -1540,7 +1544,9 @@ TITANSDEF uint64_t titans_rng_u64(titans_rng *rng) {
   return z ^ (z >> 31);
 }
 
-TITANSDEF float titans_rng_uniform(titans_rng *rng) { return (float)(titans_rng_u64(rng) >> 40) * (1.0f / 16777216.0f); }
+TITANSDEF float titans_rng_uniform(titans_rng *rng) {
+  return (float)(titans_rng_u64(rng) >> 40) * (1.0f / 16777216.0f);
+}
 
 TITANSDEF float titans_rng_normal(titans_rng *rng) {
   /* Box-Muller from two 53-bit uniforms; u1 in (0, 1] so log never sees 0. */
@@ -2841,14 +2847,16 @@ static inline void titans__ops_lincomb(float *out, float a, const float *x, floa
   titans__vf va = titans__vset1(a), vb = titans__vset1(b);
   size_t i = 0;
   for (; i + TITANS__VW <= n; i += TITANS__VW)
-    titans__vstore(out + i, titans__vadd(titans__vmul(va, titans__vload(x + i)), titans__vmul(vb, titans__vload(y + i))));
+    titans__vstore(out + i,
+                   titans__vadd(titans__vmul(va, titans__vload(x + i)), titans__vmul(vb, titans__vload(y + i))));
   for (; i < n; i++) out[i] = a * x[i] + b * y[i];
 }
 
 /* out [n] = a [n] * b [n] */
 static inline void titans__ops_mul(float *out, const float *a, const float *b, size_t n) {
   size_t i = 0;
-  for (; i + TITANS__VW <= n; i += TITANS__VW) titans__vstore(out + i, titans__vmul(titans__vload(a + i), titans__vload(b + i)));
+  for (; i + TITANS__VW <= n; i += TITANS__VW)
+    titans__vstore(out + i, titans__vmul(titans__vload(a + i), titans__vload(b + i)));
   for (; i < n; i++) out[i] = a[i] * b[i];
 }
 
@@ -3053,11 +3061,13 @@ TITANSDEF void titans_rmsnorm_forward(float *out, float *rstd, const float *inp,
 #ifdef _OPENMP
   if (titans__ops_par(rows * cols, rows)) {
 #pragma omp parallel for schedule(static)
-    for (ptrdiff_t r = 0; r < nr; r++) rstd[r] = titans__rmsnorm_row(out + (size_t)r * cols, inp + (size_t)r * cols, gain, cols);
+    for (ptrdiff_t r = 0; r < nr; r++)
+      rstd[r] = titans__rmsnorm_row(out + (size_t)r * cols, inp + (size_t)r * cols, gain, cols);
     return;
   }
 #endif
-  for (ptrdiff_t r = 0; r < nr; r++) rstd[r] = titans__rmsnorm_row(out + (size_t)r * cols, inp + (size_t)r * cols, gain, cols);
+  for (ptrdiff_t r = 0; r < nr; r++)
+    rstd[r] = titans__rmsnorm_row(out + (size_t)r * cols, inp + (size_t)r * cols, gain, cols);
 }
 
 /* Serial: one pass over the rows, dinp and dgain together. Threaded: dinp over rows, then dgain over
@@ -3114,11 +3124,13 @@ TITANSDEF void titans_l2norm_forward(float *out, float *rnorm, const float *inp,
 #ifdef _OPENMP
   if (titans__ops_par(rows * cols, rows)) {
 #pragma omp parallel for schedule(static)
-    for (ptrdiff_t r = 0; r < nr; r++) rnorm[r] = titans__l2norm_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
+    for (ptrdiff_t r = 0; r < nr; r++)
+      rnorm[r] = titans__l2norm_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
     return;
   }
 #endif
-  for (ptrdiff_t r = 0; r < nr; r++) rnorm[r] = titans__l2norm_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
+  for (ptrdiff_t r = 0; r < nr; r++)
+    rnorm[r] = titans__l2norm_row(out + (size_t)r * cols, inp + (size_t)r * cols, cols);
 }
 
 TITANSDEF void titans_l2norm_backward(float *dinp, const float *dout, const float *inp, const float *rnorm,
@@ -3424,10 +3436,12 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
   if (c->depth >= 2 && (c->hidden_mult < 1 || (long)c->hidden_mult * c->head_dim > 65536))
     return titans__error(err, TITANS_ERR_ARG, "memory: hidden_mult = %d, want >= 1 and hidden width <= 65536",
                          c->hidden_mult);
-  if (c->chunk < 1 || c->chunk > 4096) return titans__error(err, TITANS_ERR_ARG, "memory: chunk = %d, want 1..4096", c->chunk);
+  if (c->chunk < 1 || c->chunk > 4096)
+    return titans__error(err, TITANS_ERR_ARG, "memory: chunk = %d, want 1..4096", c->chunk);
   if (c->conv_width < 0 || c->conv_width > 64)
     return titans__error(err, TITANS_ERR_ARG, "memory: conv_width = %d, want 0..64", c->conv_width);
-  if (c->residual != 0 && c->residual != 1) return titans__error(err, TITANS_ERR_ARG, "memory: residual must be 0 or 1");
+  if (c->residual != 0 && c->residual != 1)
+    return titans__error(err, TITANS_ERR_ARG, "memory: residual must be 0 or 1");
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
   if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
@@ -4219,7 +4233,8 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
     titans_gemm(1, 0, no, ni, n, 1.0f, wk->dzk[i], no, wk->ak[i], ni, 1.0f, wk->dW + o, ni);
     titans_gemm(0, 0, n, ni, no, 1.0f, wk->dzk[i], no, w + o, ni, 1.0f, wk->dak[i], ni);
     if (i > 0)
-      for (size_t j = 0; j < n * ni; j++) wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j], wk->sk[i - 1][j]);
+      for (size_t j = 0; j < n * ni; j++)
+        wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j], wk->sk[i - 1][j]);
   }
 
   for (size_t t = 0; t < n; t++) {
@@ -4238,7 +4253,8 @@ TITANSDEF int titans_mem_state_init(titans_mem_state *st, const titans_mem_confi
   memset(st, 0, sizeof *st);
   int rc = titans_mem_config_check(cfg, st->error);
   if (rc) return rc;
-  if (batch < 1 || batch > ((size_t)1 << 24)) return titans__error(st->error, TITANS_ERR_ARG, "memory state: batch = %zu", batch);
+  if (batch < 1 || batch > ((size_t)1 << 24))
+    return titans__error(st->error, TITANS_ERR_ARG, "memory state: batch = %zu", batch);
   titans__mem_dims m = titans__mem_get_dims(cfg);
   st->cfg = *cfg;
   st->batch = batch;
@@ -4312,7 +4328,8 @@ static void titans__mem_state_copy_row(titans_mem_state *dst, size_t dr, const t
   titans__mem_dims m = titans__mem_get_dims(&src->cfg);
   size_t row = m.H * m.head_size, tail = m.K > 0 ? (m.K - 1) * m.dm : 0;
   float *to[8] = {dst->w_chunk, dst->w, dst->s_chunk, dst->s, dst->tail_q, dst->tail_k, dst->tail_v, dst->tail_rq};
-  const float *from[8] = {src->w_chunk, src->w, src->s_chunk, src->s, src->tail_q, src->tail_k, src->tail_v, src->tail_rq};
+  const float *from[8] = {src->w_chunk, src->w,      src->s_chunk, src->s,
+                          src->tail_q,  src->tail_k, src->tail_v,  src->tail_rq};
   for (int i = 0; i < 8; i++) {
     size_t n = i < 4 ? row : tail;
     if (n) memcpy(to[i] + dr * n, from[i] + sr * n, n * sizeof(float));
@@ -4354,7 +4371,8 @@ TITANSDEF int titans_mem_state_load(titans_mem_state *st, const float *buf, size
   }
   size_t n = titans__mem_state_slab_floats(st);
   for (size_t i = 0; i < n; i++)
-    if (!isfinite(buf[3 + i])) return titans__error(st->error, TITANS_ERR_FORMAT, "memory state load: non-finite value");
+    if (!isfinite(buf[3 + i]))
+      return titans__error(st->error, TITANS_ERR_FORMAT, "memory state load: non-finite value");
   memcpy(st->w_chunk, buf + 3, n * sizeof(float));
   st->position = (long long)p;
   return TITANS_OK;
@@ -4471,9 +4489,9 @@ static size_t titans__mem_grads_carve(titans__mem_grads *gr, float *base, const 
 /* q (nstreams = 1) or q, k, v and the gates (nstreams = 3) of B x T tokens x [B, T, d].
    tails[s] [B, K-1, d_m] are the conv histories (advanced here); saved[s] (may be NULL) receives a copy of
    them before they advance. */
-static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_mem_config *cfg, const titans_mem_weights *w,
-                                       titans__mem_bufs *bf, float *const *tails, float *const *saved, const float *x,
-                                       size_t B, size_t T, int nstreams) {
+static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_mem_config *cfg,
+                                       const titans_mem_weights *w, titans__mem_bufs *bf, float *const *tails,
+                                       float *const *saved, const float *x, size_t B, size_t T, int nstreams) {
   size_t bt = B * T, K1 = m->K > 0 ? m->K - 1 : 0;
   const float *proj_w[3] = {w->wq, w->wk, w->wv}, *conv_w[3] = {w->conv_q, w->conv_k, w->conv_v};
   for (int si = 0; si < nstreams; si++) {
@@ -4674,9 +4692,9 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
       size_t len = T - t < m->b ? T - t : m->b;
       titans__mem_sink sink = {states + (c + 1) * 2 * hs, states + (c + 1) * 2 * hs + hs, len == m->b};
       titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld,
-                                bf->qk[1] + base + t * ld, bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
-                                bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H, w, w, s, w,
-                                s, &sink, len, wk);
+                                bf->qk[1] + base + t * ld, bf->act[2] + base + t * ld, ld,
+                                bf->gates[0] + gbase + t * m->H, bf->gates[1] + gbase + t * m->H,
+                                bf->gates[2] + gbase + t * m->H, m->H, w, w, s, w, s, &sink, len, wk);
       t += len;
     }
     memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float)); /* c >= 1: T > 0 */
@@ -4716,14 +4734,16 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
    start, and work (floats of the heads' weights the tokens touch) that pays for waking them. A session's
    one-token call at d = 128 (4 heads of 8K floats) stays on the calling thread; d = 256 splits. */
 static int titans__mem_split(const titans__mem_dims *m, long long tasks, size_t T) {
-  return tasks > 1 && (double)tasks * (double)T * (double)m->head_size >= TITANS__OPS_PAR_WORK && titans__omp_can_split();
+  return tasks > 1 && (double)tasks * (double)T * (double)m->head_size >= TITANS__OPS_PAR_WORK &&
+         titans__omp_can_split();
 }
 #endif
 
 /* Task `task` (row task / H, head task % H) of titans_mem_forward: the recurrence over the call's T tokens
    with a work space of its thread's own. */
-static void titans__mem_forward_task(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, titans_mem_state *st,
-                                     titans_mem_ctx *ctx, float *work, size_t work_floats, long long task, size_t T) {
+static void titans__mem_forward_task(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
+                                     titans_mem_state *st, titans_mem_ctx *ctx, float *work, size_t work_floats,
+                                     long long task, size_t T) {
   size_t hs = m->head_size, r = (size_t)task / m->H, h = (size_t)task % m->H, at = (size_t)task * hs;
   titans__mem_work wk;
   titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, m, 0);
@@ -4885,7 +4905,8 @@ static void titans__mem_read_backward_one(const titans__mem_dims *m, int residua
       titans_gemm(1, 0, no, ni, n, 1.0f, wk->dz, no, wk->aq[i], ni, 1.0f, dW + wo, ni);
       titans_gemm(0, 0, n, ni, no, 1.0f, wk->dz, no, w + wo, ni, 0.0f, wk->daq, ni);
       if (i > 0)
-        for (size_t j = 0; j < n * ni; j++) wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j], wk->sq[i - 1][j]);
+        for (size_t j = 0; j < n * ni; j++)
+          wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j], wk->sq[i - 1][j]);
       else
         titans__add_rows(gr->dvec[0] + o, ld, wk->daq, n, m->dh);
     }
@@ -4910,8 +4931,9 @@ static void titans__mem_w0_grad(const titans_mem_config *cfg, const titans_mem_w
     }
 }
 
-TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem_weights *w, const titans_mem_weights *grad,
-                                  float *dx, const float *dout, const float *x, titans_mem_ctx *ctx, int init_from_w0) {
+TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem_weights *w,
+                                  const titans_mem_weights *grad, float *dx, const float *dout, const float *x,
+                                  titans_mem_ctx *ctx, int init_from_w0) {
   if (!ctx->proj || ctx->T == 0)
     return titans__error(ctx->error, TITANS_ERR_STATE, "memory backward: the context holds no forward");
   titans__mem_dims m = titans__mem_get_dims(cfg);
@@ -4952,8 +4974,9 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
       memcpy(dinit, dfinal, 2 * hs * sizeof(float));
       titans__mem_read_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * hs, dinit, r, h, T, &wk);
     } else {
-      titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs,
-                                     dfinal, dinit, ctx->nchunks, r, h, T, &wk);
+      titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr,
+                                     ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs, dfinal, dinit,
+                                     ctx->nchunks, r, h, T, &wk);
     }
   }
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_RECURRENCE_BACKWARD, &since);
@@ -4997,7 +5020,8 @@ TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, co
   return TITANS_OK;
 }
 
-TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, float *out, const float *queries, size_t n) {
+TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, float *out, const float *queries,
+                              size_t n) {
   titans__mem_dims m = titans__mem_get_dims(&st->cfg);
   if (row >= st->batch || head >= m.H)
     return titans__error(st->error, TITANS_ERR_ARG, "memory read: row %zu / head %zu out of range", row, head);
@@ -5146,7 +5170,8 @@ TITANS__GEMM_INLINE void titans__attn_score_kernel(float *out, size_t lo, const 
   TITANS__GEMM_UNROLL
   for (int r = 0; r < NR; r++)
     TITANS__GEMM_UNROLL
-    for (int u = 0; u < NV; u++) titans__vstore(out + (size_t)r * lo + (size_t)u * TITANS__VW, titans__vmul(acc[r][u], vs));
+  for (int u = 0; u < NV; u++)
+    titans__vstore(out + (size_t)r * lo + (size_t)u * TITANS__VW, titans__vmul(acc[r][u], vs));
 }
 
 /* titans__attn_score_kernel with nr <= SR rows and np <= SP panels as constants. */
@@ -5161,7 +5186,10 @@ static void titans__attn_score_call(float *out, size_t lo, const float *const *a
   default: titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, scale, NR, 1); return;   \
   }
 #else
-#define TITANS__ATTN_SCORE_ROWS(NR) (void)np; titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, scale, NR, 1); return;
+#define TITANS__ATTN_SCORE_ROWS(NR)                                                                                    \
+  (void)np;                                                                                                            \
+  titans__attn_score_kernel(out, lo, a, pan, pstride, d_a, scale, NR, 1);                                              \
+  return;
 #endif
   switch (nr) {
   case 4: TITANS__ATTN_SCORE_ROWS(4)
@@ -5196,7 +5224,8 @@ static void titans__attn_scores(float *S, size_t lds, const float *const *a, siz
         titans__attn_score_call(direct ? dst + r * lds : blk, direct ? lds : SW, a + r, pp, pstride, d_a, scale, nr,
                                 np);
         if (!direct)
-          for (int g = 0; g < nr; g++) memcpy(dst + (r + (size_t)g) * lds, blk + (size_t)g * SW + l0, (l1 - l0) * sizeof(float));
+          for (int g = 0; g < nr; g++)
+            memcpy(dst + (r + (size_t)g) * lds, blk + (size_t)g * SW + l0, (l1 - l0) * sizeof(float));
       }
     }
   }
@@ -5561,7 +5590,8 @@ static int titans__attn_tile_visibility(const titans__attn_rows *R, const titans
   for (size_t r = 0; r < n; r++) {
     unsigned char *vr = vis + r * W;
     if (sorted) {
-      size_t lo = titans__attn_bisect(T->pos, 0, nt, R->lo[r], 0), hi = titans__attn_bisect(T->pos, lo, nt, R->hi[r], 1);
+      size_t lo = titans__attn_bisect(T->pos, 0, nt, R->lo[r], 0),
+             hi = titans__attn_bisect(T->pos, lo, nt, R->hi[r], 1);
       memset(vr, 0, nt);
       memset(vr + lo, 1, hi - lo);
       a[r] = lo < hi ? lo : nt, b[r] = lo < hi ? hi : nt;
@@ -5740,7 +5770,8 @@ static int titans__rope_apply(float *x, const int64_t *pos, size_t T, size_t H, 
 #ifdef _OPENMP
   if (n >= 16384 && titans__omp_can_split()) {
 #pragma omp parallel for schedule(static)
-    for (ptrdiff_t tt = 0; tt < (ptrdiff_t)T; tt++) titans__rope_row(x + (size_t)tt * ld, pos[tt], cached ? inv : NULL, H, d_a, inverse);
+    for (ptrdiff_t tt = 0; tt < (ptrdiff_t)T; tt++)
+      titans__rope_row(x + (size_t)tt * ld, pos[tt], cached ? inv : NULL, H, d_a, inverse);
     return TITANS_OK;
   }
 #endif
@@ -6019,8 +6050,8 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
     size_t i1 = i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq;
     const float *kpan = kt ? kt + h * d_a * TITANS__ATTN_PW : NULL, *vh = v ? v + h * d_a : NULL;
     for (size_t b = i0; b < i1; b += TITANS__ATTN_QB)
-      titans__attn_forward_block(out, lse, q, kpan, vh, qpos, &kr, b, b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1,
-                                 P, H, h, d_a, window, scale);
+      titans__attn_forward_block(out, lse, q, kpan, vh, qpos, &kr, b,
+                                 b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1, P, H, h, d_a, window, scale);
   }
   titans_free(own);
   return TITANS_OK;
@@ -6189,7 +6220,8 @@ static int titans__kv_cache_reserve(titans_kv_cache *cache, size_t slots) {
   float *v = (float *)titans__realloc_aligned(cache->v, old_bytes, bytes);
   if (!v) return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: cannot grow to %zu rows", grow);
   cache->v = v;
-  int64_t *pos = (int64_t *)titans__realloc_aligned(cache->pos, cache->reserved * sizeof(int64_t), grow * sizeof(int64_t));
+  int64_t *pos =
+      (int64_t *)titans__realloc_aligned(cache->pos, cache->reserved * sizeof(int64_t), grow * sizeof(int64_t));
   if (!pos) return titans__error(cache->error, TITANS_ERR_NOMEM, "kv cache: cannot grow to %zu rows", grow);
   cache->pos = pos;
   size_t old_nf = titans__attn_panel_floats(cache->P + cache->reserved, ld);
@@ -6667,7 +6699,8 @@ static int titans__st_skip_value(titans__st_parser *p, int depth) {
     }
     if ((rc = titans__st_skip_value(p, depth + 1)) != TITANS_OK) return rc;
     if (titans__st_accept(p, close)) return TITANS_OK;
-    if (!titans__st_accept(p, ',')) return titans__st_fail(p, close == ']' ? "expected ',' or ']'" : "expected ',' or '}'");
+    if (!titans__st_accept(p, ','))
+      return titans__st_fail(p, close == ']' ? "expected ',' or ']'" : "expected ',' or '}'");
   }
 }
 
@@ -6763,7 +6796,8 @@ static int titans__st_parse_tensor(titans__st_parser *p, titans_st_tensor *t, si
         have_dtype = 1;
       } else if (strcmp(key, "shape") == 0) {
         if (have_shape) return titans__st_named_fail(p, name, "duplicate field shape");
-        if ((rc = titans__st_parse_uints(p, name, "shape", t->shape, TITANS_ST_MAX_DIMS, &t->ndim)) != TITANS_OK) return rc;
+        if ((rc = titans__st_parse_uints(p, name, "shape", t->shape, TITANS_ST_MAX_DIMS, &t->ndim)) != TITANS_OK)
+          return rc;
         have_shape = 1;
       } else if (strcmp(key, "data_offsets") == 0) {
         size_t cnt;
@@ -6813,11 +6847,13 @@ static int titans__st_check_layout(titans_st_reader *r, size_t data_size) {
   if (n > 1) qsort(r->tensors, n, sizeof(titans_st_tensor), titans__st_cmp_tensor_name);
   for (size_t i = 1; i < n; i++)
     if (strcmp(r->tensors[i - 1].name, r->tensors[i].name) == 0)
-      return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: duplicate tensor name '%.200s'", r->tensors[i].name);
+      return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: duplicate tensor name '%.200s'",
+                           r->tensors[i].name);
   if (r->n_meta > 1) qsort(r->meta, r->n_meta, 2 * sizeof(const char *), titans__st_cmp_meta);
   for (size_t i = 1; i < r->n_meta; i++)
     if (strcmp(r->meta[2 * i - 2], r->meta[2 * i]) == 0)
-      return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: duplicate __metadata__ key '%.200s'", r->meta[2 * i]);
+      return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: duplicate __metadata__ key '%.200s'",
+                           r->meta[2 * i]);
   size_t end = 0;
   if (n) {
     const titans_st_tensor **order = (const titans_st_tensor **)titans_alloc_bytes(n, sizeof(*order));
@@ -6829,7 +6865,8 @@ static int titans__st_check_layout(titans_st_reader *r, size_t data_size) {
       if (t->offset != end) {
         titans_free((void *)order);
         return titans__error(r->error, TITANS_ERR_FORMAT, "safetensors: tensor '%.200s' at data offset %zu: %s",
-                             t->name, t->offset, t->offset < end ? "overlaps the tensor before it" : "leaves a gap before it");
+                             t->name, t->offset,
+                             t->offset < end ? "overlaps the tensor before it" : "leaves a gap before it");
       }
       end = t->offset + t->nbytes;
     }
@@ -6965,7 +7002,8 @@ TITANSDEF int titans_st_reader_load(titans_st_reader *r, const char *path) {
   fclose(f);
   if (bad) {
     titans_free(buf);
-    return titans__error(r->error, TITANS_ERR_IO, "safetensors: short read of '%.180s' (%zu of %zu bytes)", path, got, size);
+    return titans__error(r->error, TITANS_ERR_IO, "safetensors: short read of '%.180s' (%zu of %zu bytes)", path, got,
+                         size);
   }
   int rc = titans__st_parse(r, buf, size);
   r->owned = buf; /* freed with the reader, on failure too */
@@ -7099,7 +7137,8 @@ TITANSDEF int titans_st_writer_add_f32(titans_st_writer *w, const char *name, co
   w->tensors = (titans__st_wtensor *)grown;
   titans__st_wtensor *t = &w->tensors[w->n_tensors];
   memset(t, 0, sizeof(*t));
-  if (!(t->name = titans__st_strdup(name))) return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: out of memory");
+  if (!(t->name = titans__st_strdup(name)))
+    return titans__error(w->error, TITANS_ERR_NOMEM, "safetensors: out of memory");
   t->data = data;
   t->ndim = ndim;
   for (size_t i = 0; i < ndim; i++) t->shape[i] = shape[i];
@@ -7524,7 +7563,8 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   if (c->block < 0 || c->block >= TITANS_BLOCK_COUNT)
     return titans__error(err, TITANS_ERR_ARG, "config: unknown block kind %d", c->block);
   const titans__kind *k = &titans__kinds[c->block];
-  if (c->vocab < 1 || c->vocab > (1 << 24)) return titans__error(err, TITANS_ERR_ARG, "config: vocab = %d, want 1..2^24", c->vocab);
+  if (c->vocab < 1 || c->vocab > (1 << 24))
+    return titans__error(err, TITANS_ERR_ARG, "config: vocab = %d, want 1..2^24", c->vocab);
   if (c->d < 2 || c->d > 65536) return titans__error(err, TITANS_ERR_ARG, "config: d = %d, want 2..65536", c->d);
   if (c->n_layers < 1 || c->n_layers > 1024)
     return titans__error(err, TITANS_ERR_ARG, "config: n_layers = %d, want 1..1024", c->n_layers);
@@ -7537,7 +7577,8 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
     if (c->n_persist < 0 || c->n_persist > 4096)
       return titans__error(err, TITANS_ERR_ARG, "config: n_persist = %d, want 0..4096", c->n_persist);
   } else if (c->n_persist != 0) {
-    return titans__error(err, TITANS_ERR_ARG, "config: the LMM block has no persistent tokens (n_persist = %d)", c->n_persist);
+    return titans__error(err, TITANS_ERR_ARG, "config: the LMM block has no persistent tokens (n_persist = %d)",
+                         c->n_persist);
   }
   if (k->keys == TITANS__KEYS_WINDOW && (c->window < 1 || c->window > 1 << 24))
     return titans__error(err, TITANS_ERR_ARG, "config: window = %d, want 1..2^24", c->window);
@@ -7547,7 +7588,8 @@ TITANSDEF int titans_config_check(const titans_config *c, char *err) {
   if (k->mem) {
     int rc = titans_mem_config_check(&c->mem, err);
     if (rc) return rc;
-    if (c->mem.d != c->d) return titans__error(err, TITANS_ERR_ARG, "config: mem.d = %d differs from d = %d", c->mem.d, c->d);
+    if (c->mem.d != c->d)
+      return titans__error(err, TITANS_ERR_ARG, "config: mem.d = %d differs from d = %d", c->mem.d, c->d);
   }
   if (k->keys == TITANS__KEYS_SEGMENT && (c->segment < 1 || c->segment > 1 << 16 || c->segment % c->mem.chunk != 0))
     return titans__error(err, TITANS_ERR_ARG, "config: segment = %d must be a multiple of the chunk %d (and <= 65536)",
@@ -7696,7 +7738,8 @@ TITANSDEF int titans_model_init(titans_model *m, const titans_config *cfg) {
      size_t counts (which may have wrapped) are used. */
   size_t offset = 0;
   double total = titans__model_size(cfg, &m->n_params, &m->n_floats);
-  if (total > 4e9) return titans__error(m->error, TITANS_ERR_ARG, "model: %.3g parameters is more than this version supports", total);
+  if (total > 4e9)
+    return titans__error(m->error, TITANS_ERR_ARG, "model: %.3g parameters is more than this version supports", total);
   offset = m->n_floats;
   m->params = titans_alloc_floats(m->n_floats);
   m->plist = (titans_param *)titans_alloc_bytes(m->n_params, sizeof(titans_param));
@@ -8081,8 +8124,9 @@ static int titans__ffn_alloc(const titans_config *c, titans__arena *ar, titans__
 /* The second half of every block, shared by training (rows = B T) and sessions (one row):
    h = x + mix, out = h + FFN(RMSNorm(h; norm2)). h, hn [rows, d], rstd2 [rows] and sv's buffers are
    given. out may be x (a session updates its residual stream in place): x is read before out is written. */
-static void titans__block_ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
-                                   float *h, float *hn, float *rstd2, const float *x, const float *mix, size_t rows) {
+static void titans__block_ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv,
+                                   float *out, float *h, float *hn, float *rstd2, const float *x, const float *mix,
+                                   size_t rows) {
   size_t d = (size_t)c->d;
   for (size_t j = 0; j < rows * d; j++) h[j] = x[j] + mix[j];
   titans_rmsnorm_forward(hn, rstd2, h, L->norm2, rows, d);
@@ -8259,7 +8303,8 @@ static void titans__split_prefix_grad(float *dprefix, float *dbody, const float 
 }
 
 /* rows [t0, t0 + n) of every batch row of src [B, T, d] into dst [B, n, d] (add = 0) or added (add = 1) */
-static void titans__rows_slice(float *dst, const float *src, size_t B, size_t T, size_t t0, size_t n, size_t d, int add) {
+static void titans__rows_slice(float *dst, const float *src, size_t B, size_t T, size_t t0, size_t n, size_t d,
+                               int add) {
   for (size_t b = 0; b < B; b++) {
     if (add) titans__axpy(dst + b * n * d, 1.0f, src + (b * T + t0) * d, n * d);
     else memcpy(dst + b * n * d, src + (b * T + t0) * d, n * d * sizeof(float));
@@ -8267,7 +8312,8 @@ static void titans__rows_slice(float *dst, const float *src, size_t B, size_t T,
 }
 
 /* the reverse: src [B, n, d] into rows [t0, t0 + n) of dst [B, T, d] (add: accumulate) */
-static void titans__rows_unslice(float *dst, const float *src, size_t B, size_t T, size_t t0, size_t n, size_t d, int add) {
+static void titans__rows_unslice(float *dst, const float *src, size_t B, size_t T, size_t t0, size_t n, size_t d,
+                                 int add) {
   for (size_t b = 0; b < B; b++) {
     if (add) titans__axpy(dst + (b * T + t0) * d, 1.0f, src + b * n * d, n * d);
     else memcpy(dst + (b * T + t0) * d, src + b * n * d, n * d * sizeof(float));
@@ -8389,8 +8435,8 @@ static int titans__session_attend(const titans_config *c, const titans_layer *L,
 }
 
 /* The training gate on one row: out [d] = RMSNorm(y) * sigmoid(RMSNorm(m)). */
-static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m, titans__step_work *w,
-                                 size_t d) {
+static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m,
+                                 titans__step_work *w, size_t d) {
   titans__gate_rows(&w->gate, out, y, m, L->gate_norm_y, L->gate_norm_m, 1, d);
 }
 
@@ -8428,14 +8474,14 @@ static int titans__swa_stream_forward(const titans_config *c, const titans_layer
 }
 
 static int titans__swa_stream_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                       titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix, size_t B,
-                                       size_t T) {
+                                       titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                       size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist, Wc = (size_t)c->window, Tk = Wc + T;
   const int64_t *kpos = lf->kpos_rows; /* [B, Tk] */
   float *dsrc = titans__arena_zalloc(ar, B * (P + Tk) * d); /* [B, P + Tk, d] */
   TITANS__NEED(dsrc);
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->attn_src, kpos + Wc, kpos, Tk,
-                                        B, T, P, Tk, titans__window(c)));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->attn_src, kpos + Wc, kpos,
+                                        Tk, B, T, P, Tk, titans__window(c)));
   for (size_t b = 0; b < B; b++) {
     const float *r = dsrc + b * (P + Tk) * d;
     if (P) titans__axpy(G->persist, 1.0f, r, P * d);
@@ -8450,7 +8496,8 @@ static int titans__baseline_forward(const titans_config *c, const titans_layer *
   if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
   TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] persist || xn */
   titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c), NULL);
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                  titans__window(c), NULL);
 }
 
 static int titans__baseline_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -8501,7 +8548,8 @@ static int titans__mac_forward_rows(const titans_config *c, const titans_layer *
                                     titans__arena *ar, size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment;
   lf->nseg = (T + C - 1) / C;
-  lf->segs = (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
+  lf->segs =
+      (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
   /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
   TITANS__NEED(lf->segs && titans__layer_ctx(lf, 2 * lf->nseg - 1));
   for (size_t s = 0; s < lf->nseg; s++) {
@@ -8528,7 +8576,8 @@ static int titans__mac_forward_rows(const titans_config *c, const titans_layer *
       memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
       memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
     }
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0, NULL));
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P,
+                                         2 * n, 0, NULL));
     /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
     TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg->y, sg->xs), n, cu));
     /* 4. gate */
@@ -8569,8 +8618,8 @@ static int titans__mac_backward_rows(const titans_config *c, const titans_layer 
     int learns_x = c->mac_learns_from == TITANS_MAC_LEARNS_INPUT;
     TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, learns_x ? dxs : dy, dmm,
                                     titans__mac_learn_rows(c, sg->y, sg->xs), cu, 0));
-    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B,
-                                          n, P, 2 * n, 0));
+    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0,
+                                          B, n, P, 2 * n, 0));
     for (size_t b = 0; b < B; b++) {
       const float *o = dsrc + b * S * d;
       if (P) titans__axpy(G->persist, 1.0f, o, P * d);
@@ -8667,7 +8716,8 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
   (void)pos;
   size_t d = (size_t)c->d, nmix = (size_t)(G->norm2 - G->norm1);
   int *status = (int *)(void *)titans__arena_alloc(ar, B); /* [B] each row's return code */
-  float **slabs = (float **)(void *)titans__arena_alloc(ar, B * ((sizeof(float *) + sizeof(float) - 1) / sizeof(float))); /* [B] */
+  float **slabs =
+      (float **)(void *)titans__arena_alloc(ar, B * ((sizeof(float *) + sizeof(float) - 1) / sizeof(float))); /* [B] */
   TITANS__NEED(status && slabs);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (B > 1 && !omp_in_parallel())
@@ -8733,13 +8783,14 @@ static int titans__mag_stream_forward(const titans_config *c, const titans_layer
   titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, Pm, T, d);
   TITANS__TRY(titans__layer_state(c, L, lf, B));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, Pm + T, cx));
-  for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (Pm + T) + Pm) * d, T * d * sizeof(float));
+  for (size_t b = 0; b < B; b++)
+    memcpy(lf->m + b * T * d, lf->mem_out + (b * (Pm + T) + Pm) * d, T * d * sizeof(float));
   return titans__gate_forward(ar, &lf->gate, lf->mix, lf->y, lf->m, L->gate_norm_y, L->gate_norm_m, B * T, d);
 }
 
 static int titans__mag_stream_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                       titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix, size_t B,
-                                       size_t T) {
+                                       titans__layer_fwd *lf, titans__arena *ar, float *dxn, const float *dmix,
+                                       size_t B, size_t T) {
   size_t d = (size_t)c->d, Pm = lf->mem_prefix;
   float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);
   float *dmi = titans__arena_zalloc(ar, B * (Pm + T) * d), *dmo = titans__arena_zalloc(ar, B * (Pm + T) * d);
@@ -8765,7 +8816,8 @@ static int titans__mag_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__NEED(cx);
   titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
   lf->mem_in = lf->src;
-  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T, titans__window(c), NULL));
+  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
+                                       titans__window(c), NULL));
   TITANS__TRY(titans__layer_state(c, L, lf, B));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
@@ -8777,8 +8829,9 @@ static int titans__mag_backward(const titans_config *c, const titans_layer *L, c
                                 const int64_t *pos, size_t B, size_t T) {
   size_t d = (size_t)c->d, P = (size_t)c->n_persist;
   if (lf->carry) return titans__mag_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
-  float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);             /* [B, T, d] */
-  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d), *dmo = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
+  float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d); /* [B, T, d] */
+  float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d),
+        *dmo = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
   TITANS__NEED(dy && dm && dsrc && dmo);
   /* mix = Gate(y, m) */
   TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
@@ -8830,7 +8883,8 @@ static int titans__mal_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
   lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T, titans__window(c), NULL);
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
+                                  titans__window(c), NULL);
 }
 
 static int titans__mal_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -8907,7 +8961,8 @@ static size_t titans__lmm_stream_unit(const titans_config *c) { return (size_t)c
    session writes whenever a segment completes. */
 
 /* kb, vb [N_s, d] = bank wk^T, bank wv^T: the bank's read keys and values (fixed for a segment). */
-static void titans__lm2_bank_kv(const titans_lm2_weights *W, float *kb, float *vb, const float *bank, size_t Ns, size_t d) {
+static void titans__lm2_bank_kv(const titans_lm2_weights *W, float *kb, float *vb, const float *bank, size_t Ns,
+                                size_t d) {
   titans__linear(kb, bank, W->wk, Ns, d, d);
   titans__linear(vb, bank, W->wv, Ns, d, d);
 }
@@ -9017,7 +9072,8 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
 #endif
   for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++)
     for (size_t s = 0; s < NW; s++) {
-      size_t o = s * slab + (size_t)b * Ns * d, r = ((size_t)b * T + s * C) * d; /* row b's bank; its segment's first row */
+      size_t o = s * slab + (size_t)b * Ns * d,
+             r = ((size_t)b * T + s * C) * d; /* row b's bank; its segment's first row */
       titans__lm2_write(W, sv->bank + o + slab, sv->qu + o, sv->aw + (s * B + (size_t)b) * Ns * C, sv->u + o,
                         sv->gi + o, sv->tu + o, sv->gf + o, sv->bank + o, sv->ku + r, sv->vu + r, C, Ns, d);
     }
@@ -9100,8 +9156,9 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   float *dbank = titans__arena_zalloc(ar, S * slab);                                     /* [S, B, N_s, d] */
   float *dkb = titans__arena_alloc(ar, S * slab), *dvb = titans__arena_alloc(ar, S * slab); /* [S, B, N_s, d] */
   size_t NB = S - 1, read_work = 2 * nmax * Ns, write_work = Ns * d + 2 * Ns * C; /* NB: writes back-propagated */
-  float *dzi = titans__arena_alloc(ar, NB * slab + 1), *dzf = titans__arena_alloc(ar, NB * slab + 1); /* [NB, B, N_s, d] */
-  float *dqu = titans__arena_alloc(ar, NB * slab + 1);                                                 /* [NB, B, N_s, d] */
+  float *dzi = titans__arena_alloc(ar, NB * slab + 1),
+        *dzf = titans__arena_alloc(ar, NB * slab + 1);               /* [NB, B, N_s, d] */
+  float *dqu = titans__arena_alloc(ar, NB * slab + 1);               /* [NB, B, N_s, d] */
   float *read_scratch = titans__arena_alloc(ar, S * B * read_work);  /* [S * B, read_work] one per read */
   float *write_scratch = titans__arena_alloc(ar, B * write_work);    /* [B, write_work] one per batch row */
   TITANS__NEED(dE && demem && dz && dq && dku && dvu && dbank && dkb && dvb && dzi && dzf && dqu && read_scratch &&
@@ -9198,7 +9255,9 @@ static size_t titans__lm2_session_carve(titans__lm2_session *ls, float *base, si
 }
 
 /* The saved part (bank, acc, wmax, wsum) are the first floats of the state. */
-static size_t titans__lm2_session_saved(const titans_config *c) { return (size_t)c->lm2_slots * (2 * (size_t)c->d + 2); }
+static size_t titans__lm2_session_saved(const titans_config *c) {
+  return (size_t)c->lm2_slots * (2 * (size_t)c->d + 2);
+}
 
 /* kb, vb and qu of the bank (after a reset, a write, a load). */
 static void titans__lm2_session_derive(const titans_config *c, const titans_layer *L, float *state) {
@@ -9253,8 +9312,9 @@ static int titans__lm2_step(titans_session *s, int l, float *mix, const float *x
 /* ---- blocks ------------------------------------------------------------------------------------ */
 
 /* x_out [B, T, d] = h + FFN(RMSNorm(h)), h = x + Mixer(RMSNorm(x)) */
-static int titans__block_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
-                                 float *x_out, const float *x, const int64_t *pos, size_t B, size_t T) {
+static int titans__block_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
+                                 titans__arena *ar, float *x_out, const float *x, const int64_t *pos, size_t B,
+                                 size_t T) {
   size_t d = (size_t)c->d, n = B * T;
   lf->x_in = x;
   TITANS__NEED(lf->xn = titans__arena_alloc(ar, n * d));
@@ -9340,11 +9400,13 @@ static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B,
       f->targets[b * T + i] = with_targets ? tokens[b * stride + i + 1] : -1;
       if (f->targets[b * T + i] < 0) f->targets[b * T + i] = -1; /* TITANS_NO_LOSS: not counted by the loss */
       if (with_targets && f->targets[b * T + i] >= c->vocab)
-        return titans__error(t->error, TITANS_ERR_ARG, "forward: target token %d at (%zu, %zu) is outside the vocabulary",
-                             f->targets[b * T + i], b, i + 1);
+        return titans__error(t->error, TITANS_ERR_ARG,
+                             "forward: target token %d at (%zu, %zu) is outside the vocabulary", f->targets[b * T + i],
+                             b, i + 1);
     }
   for (int l = 0; l <= c->n_layers; l++)
-    if (!(f->x[l] = titans__arena_alloc(ar, n * d))) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
+    if (!(f->x[l] = titans__arena_alloc(ar, n * d)))
+      return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
   if (titans_embedding_forward(f->x[0], f->inputs, mo->w.tok_emb, n, V, d))
     return titans__error(t->error, TITANS_ERR_ARG, "forward: an input token is outside the vocabulary [0, %zu)", V);
   for (int l = 0; l < c->n_layers; l++) {
@@ -9376,8 +9438,10 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   titans__arena *ar = &f->arena;
   size_t d = (size_t)c->d, V = (size_t)c->vocab, n = f->B * f->T;
   titans_weights g;
-  titans_layer *glayers = (titans_layer *)(void *)titans__arena_alloc(ar, (size_t)c->n_layers * (sizeof(titans_layer) / sizeof(float) + 1));
-  float *dxf = titans__arena_alloc(ar, n * d), *dx = titans__arena_zalloc(ar, n * d), *dprev = titans__arena_alloc(ar, n * d);
+  titans_layer *glayers =
+      (titans_layer *)(void *)titans__arena_alloc(ar, (size_t)c->n_layers * (sizeof(titans_layer) / sizeof(float) + 1));
+  float *dxf = titans__arena_alloc(ar, n * d), *dx = titans__arena_zalloc(ar, n * d),
+        *dprev = titans__arena_alloc(ar, n * d);
   if (!glayers || !dxf || !dx || !dprev) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
   titans_weights_bind(&g, glayers, c, t->grads);
   const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
@@ -9387,7 +9451,8 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   titans_gemm(0, 0, n, d, V, 1.0f, dlogits, V, head, d, 0.0f, dxf, d);
   titans_rmsnorm_backward(dx, g.norm_f, dxf, f->x[c->n_layers], mo->w.norm_f, f->rstdf, n, d);
   for (int l = c->n_layers; l-- > 0;) {
-    int rc = titans__block_backward(c, &mo->w.layers[l], &g.layers[l], &f->layers[l], ar, dprev, dx, f->pos, f->B, f->T);
+    int rc =
+        titans__block_backward(c, &mo->w.layers[l], &g.layers[l], &f->layers[l], ar, dprev, dx, f->pos, f->B, f->T);
     if (rc) return titans__error(t->error, rc, "backward: layer %d: %s", l, titans_status_string(rc));
     float *tmp = dx;
     dx = dprev;
@@ -9446,12 +9511,13 @@ static int titans__forward_backward(titans_trainer *t, titans_stream *stream, co
   return titans__model_backward(t, dlogits);
 }
 
-TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale, float *loss) {
+TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale,
+                                      float *loss) {
   return titans__forward_backward(t, NULL, tokens, B, T, scale, loss, NULL);
 }
 
-TITANSDEF void titans_trainer_set_reduce(titans_trainer *t, int (*fn)(float *grads, size_t n, double *stats, void *user),
-                                         void *user) {
+TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
+                                         int (*fn)(float *grads, size_t n, double *stats, void *user), void *user) {
   t->reduce = fn;
   t->reduce_user = user;
 }
@@ -9471,7 +9537,9 @@ static int titans__reduce(titans_trainer *t, float *mean, double count, int rc) 
     for (size_t i = 0; i < n; i++) t->grads[i] *= (float)count;
   if (t->reduce(t->grads, n, stats, t->reduce_user) != 0) {
     memset(t->grads, 0, n * sizeof(float));
-    return rc ? rc : titans__error(t->error, TITANS_ERR_STATE, "step %ld: the reduce function failed; weights left unchanged", t->step);
+    return rc ? rc
+              : titans__error(t->error, TITANS_ERR_STATE,
+                              "step %ld: the reduce function failed; weights left unchanged", t->step);
   }
   if (rc) {
     memset(t->grads, 0, n * sizeof(float));
@@ -9585,10 +9653,13 @@ TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t
   memset(s, 0, sizeof *s);
   const titans_config *c = &m->cfg;
   if (!titans__stream_unit(c))
-    return titans__error(s->error, TITANS_ERR_ARG,
-                         "stream: %s blocks cannot stream in this version (mac, lmm, swa, lm2 can, and mag when its persistent "
-                         "tokens are a multiple of the memory chunk)", titans_block_name(c->block));
-  if (B == 0 || B > ((size_t)1 << 24)) return titans__error(s->error, TITANS_ERR_ARG, "stream: batch %zu is out of range", B);
+    return titans__error(
+        s->error, TITANS_ERR_ARG,
+        "stream: %s blocks cannot stream in this version (mac, lmm, swa, lm2 can, and mag when its persistent "
+        "tokens are a multiple of the memory chunk)",
+        titans_block_name(c->block));
+  if (B == 0 || B > ((size_t)1 << 24))
+    return titans__error(s->error, TITANS_ERR_ARG, "stream: batch %zu is out of range", B);
   s->model = m;
   s->batch = B;
   s->fresh = (unsigned char *)titans_alloc_bytes(B, 1);
@@ -9598,12 +9669,14 @@ TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t
   memset(s->fresh, 1, B);
   if (titans__kind_of(c->block)->keys == TITANS__KEYS_WINDOW) { /* SWA, MAG: each layer's last `window` inputs */
     size_t n = 0;
-    if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->window, &n) || !titans_size_mul(n, (size_t)c->d, &n)) goto nomem;
+    if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->window, &n) || !titans_size_mul(n, (size_t)c->d, &n))
+      goto nomem;
     if (!(s->attn_tail = titans_alloc_floats(n))) goto nomem;
   }
   if (titans__kind_of(c->block)->bank) { /* LM2: each layer's bank per row */
     size_t n = 0;
-    if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->lm2_slots, &n) || !titans_size_mul(n, (size_t)c->d, &n)) goto nomem;
+    if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->lm2_slots, &n) || !titans_size_mul(n, (size_t)c->d, &n))
+      goto nomem;
     if (!(s->bank = titans_alloc_floats(n))) goto nomem;
   }
   if (titans__kind_of(c->block)->mem) {
@@ -9639,7 +9712,8 @@ static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_
         return titans__error(t->error, TITANS_ERR_ARG, "stream: MAG rows restart together (the memory reads the "
                              "persistent tokens first): restart every row or none");
   if (s->ended)
-    return titans__error(t->error, TITANS_ERR_STATE, "stream: it ended with a window that was not a multiple of the %s (%zu)",
+    return titans__error(t->error, TITANS_ERR_STATE,
+                         "stream: it ended with a window that was not a multiple of the %s (%zu)",
                          k->keys == TITANS__KEYS_SEGMENT || k->bank ? "segment" : "memory chunk", unit);
   return TITANS_OK;
 }
@@ -9653,7 +9727,8 @@ static void titans__stream_advance(titans_trainer *t, titans_stream *s, size_t T
     titans__layer_fwd *lf = &f->layers[l];
     if (s->mem) titans_mem_state_copy(&s->mem[l], &lf->st);
     if (s->bank && lf->lm2.nwrite == lf->lm2.nseg) /* LM2: the bank after the window's last write */
-      memcpy(s->bank + (size_t)l * B * (size_t)c->lm2_slots * d, lf->lm2.bank + lf->lm2.nwrite * B * (size_t)c->lm2_slots * d,
+      memcpy(s->bank + (size_t)l * B * (size_t)c->lm2_slots * d,
+             lf->lm2.bank + lf->lm2.nwrite * B * (size_t)c->lm2_slots * d,
              B * (size_t)c->lm2_slots * d * sizeof(float));
     if (!s->attn_tail) continue;
     for (size_t b = 0; b < B; b++) {
@@ -9673,7 +9748,8 @@ static void titans__stream_advance(titans_trainer *t, titans_stream *s, size_t T
   }
   memset(s->fresh, 0, B);
   s->position += (long long)T;
-  if (T % titans__stream_unit(c)) s->ended = 1; /* MAC's segments and the chunks would no longer sit at a session's positions */
+  if (T % titans__stream_unit(c))
+    s->ended = 1; /* MAC's segments and the chunks would no longer sit at a session's positions */
 }
 
 TITANSDEF int titans_forward_backward_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
@@ -9706,7 +9782,8 @@ TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, cons
 TITANSDEF int titans_eval_loss_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss) {
   TITANS__TRY(titans__stream_check(t, s, T));
   TITANS__TRY(titans__model_forward(t, tokens, s->batch, T, 1, s));
-  float l = titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, s->batch * T, (size_t)t->model->cfg.vocab, 1.0f);
+  float l =
+      titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, s->batch * T, (size_t)t->model->cfg.vocab, 1.0f);
   if (loss) *loss = l;
   if (!isfinite(l)) return titans__error(t->error, TITANS_ERR_NONFINITE, "eval: the loss is not finite");
   titans__stream_advance(t, s, T);
@@ -9757,7 +9834,8 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads;
   const titans__kind *k = titans__kind_of(c->block);
   titans__step_work w;
-  s->layers = (struct titans__session_layer *)titans_alloc_bytes((size_t)c->n_layers, sizeof(struct titans__session_layer));
+  s->layers =
+      (struct titans__session_layer *)titans_alloc_bytes((size_t)c->n_layers, sizeof(struct titans__session_layer));
   s->work_size = titans__step_work_carve(&w, NULL, c);
   s->work = titans_alloc_floats(s->work_size);
   if (!s->layers || !s->work) {
@@ -9887,7 +9965,8 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
   if (s->position >= TITANS_MAX_POSITION)
     return titans__error(s->error, TITANS_ERR_STATE, "session: the position limit 2^62 is reached");
   if (titans_embedding_forward(w->x, &token, mo->w.tok_emb, 1, (size_t)c->vocab, d))
-    return titans__error(s->error, TITANS_ERR_ARG, "session: token %d is outside the vocabulary [0, %d)", token, c->vocab);
+    return titans__error(s->error, TITANS_ERR_ARG, "session: token %d is outside the vocabulary [0, %d)", token,
+                         c->vocab);
   for (int l = 0; l < c->n_layers; l++) {
     const titans_layer *L = &mo->w.layers[l];
     /* h = x + Mixer(RMSNorm(x; norm1)) */
@@ -9895,7 +9974,8 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
     int rc = titans__kind_of(c->block)->step(s, l, w->mix, w->xn, s->position, w);
     if (rc) {
       s->broken = 1; /* earlier layers have taken the token */
-      return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position, titans_status_string(rc));
+      return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position,
+                           titans_status_string(rc));
     }
     /* h = x + mix, x = h + FFN(RMSNorm(h; norm2)): the training block's second half on one row */
     titans__block_ffn_rows(c, L, &w->ffn, w->x, w->h, w->xn, &r, w->x, w->mix, 1);
@@ -9986,7 +10066,8 @@ TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list
     struct titans__session_layer *sl = &s->layers[l];
     char prefix[64];
     titans__layer_prefix(prefix, l);
-    if (sl->has_mem) n = titans__push_ref(list, max, n, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
+    if (sl->has_mem)
+      n = titans__push_ref(list, max, n, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
     if (sl->has_committed)
       n = titans__push_ref(list, max, n, prefix, "mem.committed", sl->committed.w_chunk,
                            titans__mem_state_slab_floats(&sl->committed));
@@ -10072,9 +10153,11 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
     char prefix[64];
     titans__layer_prefix(prefix, l);
     size_t nr = 0;
-    if (sl->has_mem) nr = titans__push_ref(refs, 4, nr, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
+    if (sl->has_mem)
+      nr = titans__push_ref(refs, 4, nr, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
     if (sl->has_committed)
-      nr = titans__push_ref(refs, 4, nr, prefix, "mem.committed", sl->committed.w_chunk, titans__mem_state_slab_floats(&sl->committed));
+      nr = titans__push_ref(refs, 4, nr, prefix, "mem.committed", sl->committed.w_chunk,
+                            titans__mem_state_slab_floats(&sl->committed));
     if (sl->lm2) nr = titans__push_ref(refs, 4, nr, prefix, "lm2.state", sl->lm2, titans__lm2_session_saved(c));
     for (size_t i = 0; i < nr; i++)
       for (size_t j = 0; j < refs[i].count; j++)
@@ -10086,7 +10169,8 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
       titans__lm2_session_carve(&ls, sl->lm2, (size_t)c->lm2_slots, (size_t)c->d);
       for (int j = 0; j < c->lm2_slots; j++) /* a sum holds exp(0) for its largest term once it has one */
         if (!(ls.wsum[j] == 0.0f || ls.wsum[j] >= 1.0f))
-          return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's LM2 write sums are not 0 or >= 1", l);
+          return titans__error(s->error, TITANS_ERR_FORMAT,
+                               "session state: layer %d's LM2 write sums are not 0 or >= 1", l);
       titans__lm2_session_derive(c, &s->model->w.layers[l], sl->lm2);
     }
     if (sl->has_mem) sl->mem.position = pos + (k->mem_reads_persist ? c->n_persist : 0);
@@ -10094,11 +10178,13 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
       size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d;
       for (size_t j = 0; j < rows; j++)
         if (!isfinite(sl->kv.k[j]) || !isfinite(sl->kv.v[j]))
-          return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's KV cache holds a non-finite value", l);
+          return titans__error(s->error, TITANS_ERR_FORMAT,
+                               "session state: layer %d's KV cache holds a non-finite value", l);
       sl->kv_nonfinite = 0;
       titans__kv_cache_sync(&sl->kv); /* the rows were read into k */
       titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), k->keys == TITANS__KEYS_SEGMENT);
-      if (k->keys == TITANS__KEYS_SEGMENT) sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
+      if (k->keys == TITANS__KEYS_SEGMENT)
+        sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
     }
   }
   s->position = (long long)p;
@@ -10120,8 +10206,8 @@ static int titans__prob_cmp(const void *a, const void *b) {
   return x->index - y->index;
 }
 
-TITANSDEF int titans_sample_ex(const float *logits, size_t V, float temperature, int top_k, float top_p, titans_rng *rng,
-                               int *token) {
+TITANSDEF int titans_sample_ex(const float *logits, size_t V, float temperature, int top_k, float top_p,
+                               titans_rng *rng, int *token) {
   if (!token) return TITANS_ERR_ARG;
   *token = -1;
   if (!logits || V == 0 || V > (size_t)INT_MAX || temperature != temperature || top_p != top_p) return TITANS_ERR_ARG;
@@ -10193,7 +10279,8 @@ TITANSDEF int titans_tokenizer_from_name(const char *name) {
 
 TITANSDEF int titans_tokenizer_init(titans_tokenizer *tok, int kind) {
   memset(tok, 0, sizeof *tok);
-  if (kind != TITANS_TOKENIZER_BYTE) return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer: unknown kind %d", kind);
+  if (kind != TITANS_TOKENIZER_BYTE)
+    return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer: unknown kind %d", kind);
   tok->kind = kind;
   tok->vocab = 256;
   return TITANS_OK;
@@ -10215,8 +10302,8 @@ TITANSDEF int titans_tokenizer_encode(titans_tokenizer *tok, int *ids, size_t ma
   return TITANS_OK;
 }
 
-TITANSDEF int titans_tokenizer_decode(titans_tokenizer *tok, char *out, size_t max_bytes, size_t *n_bytes, const int *ids,
-                                      size_t n_ids) {
+TITANSDEF int titans_tokenizer_decode(titans_tokenizer *tok, char *out, size_t max_bytes, size_t *n_bytes,
+                                      const int *ids, size_t n_ids) {
   if (!n_bytes || (!ids && n_ids)) return titans__error(tok->error, TITANS_ERR_ARG, "tokenizer decode: NULL argument");
   *n_bytes = n_ids;
   for (size_t i = 0; i < n_ids; i++)
@@ -10242,10 +10329,11 @@ TITANSDEF int titans_tokenizer_read(titans_tokenizer *tok, const titans_st_reade
   memset(tok, 0, sizeof *tok);
   if (name) {
     kind = titans_tokenizer_from_name(name);
-    if (kind < 0) return titans__error(tok->error, TITANS_ERR_FORMAT, "tokenizer '%.64s' is not known to this version", name);
+    if (kind < 0)
+      return titans__error(tok->error, TITANS_ERR_FORMAT, "tokenizer '%.64s' is not known to this version", name);
   } else if (vocab != 256) {
-    return titans__error(tok->error, TITANS_ERR_FORMAT, "the file names no tokenizer and its vocabulary (%d) is not bytes",
-                         vocab);
+    return titans__error(tok->error, TITANS_ERR_FORMAT,
+                         "the file names no tokenizer and its vocabulary (%d) is not bytes", vocab);
   }
   int rc = titans_tokenizer_init(tok, kind);
   if (rc) return rc;
@@ -10589,7 +10677,8 @@ static int titans__ck_object(titans__ck_json *j, const titans__ck_fields *fs, in
       if (*j->p != ':') return titans__ck_fail(j, "expected ':'");
       j->p++;
       titans__ck_ws(j);
-      if (fs->f[i].type == TITANS__CK_OBJECT) rc = titans__ck_object(j, (const titans__ck_fields *)fs->f[i].ptr, depth + 1);
+      if (fs->f[i].type == TITANS__CK_OBJECT)
+        rc = titans__ck_object(j, (const titans__ck_fields *)fs->f[i].ptr, depth + 1);
       else rc = titans__ck_value(j, &fs->f[i]);
       if (rc) return rc;
       titans__ck_ws(j);
@@ -10626,7 +10715,8 @@ static int titans__ck_value(titans__ck_json *j, const titans__ck_field *f) {
     return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: \"%s\" is not a number", f->key);
   j->p = end;
   if (f->type == TITANS__CK_FLOAT) {
-    if (!isfinite((float)v)) return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: \"%s\" is out of float range", f->key);
+    if (!isfinite((float)v))
+      return titans__error(j->err, TITANS_ERR_FORMAT, "config JSON: \"%s\" is out of float range", f->key);
     *(float *)f->ptr = (float)v;
     return TITANS_OK;
   }
@@ -10672,7 +10762,8 @@ TITANSDEF int titans_train_config_from_json(titans_train_config *tc, const char 
   int rc = titans__ck_parse_fields(json, &fs, err);
   if (rc) return rc;
   if (!(c.lr >= 0.0f) || !(c.min_lr >= 0.0f) || c.warmup_steps < 0 || c.total_steps < 0 || !(c.weight_decay >= 0.0f) ||
-      !(c.beta1 >= 0.0f && c.beta1 < 1.0f) || !(c.beta2 >= 0.0f && c.beta2 < 1.0f) || !(c.eps > 0.0f) || !(c.clip >= 0.0f))
+      !(c.beta1 >= 0.0f && c.beta1 < 1.0f) || !(c.beta2 >= 0.0f && c.beta2 < 1.0f) || !(c.eps > 0.0f) ||
+      !(c.clip >= 0.0f))
     return titans__error(err, TITANS_ERR_FORMAT, "train config JSON: a value is out of range");
   *tc = c;
   return TITANS_OK;
@@ -10693,7 +10784,8 @@ static int titans__ck_check_header(const titans_st_reader *r, const char *want_k
     int integral;
     size_t n = strcspn(version, ".");
     char head[16];
-    if (n == 0 || n >= sizeof head) return titans__error(err, TITANS_ERR_FORMAT, "metadata version \"%.32s\" is malformed", version);
+    if (n == 0 || n >= sizeof head)
+      return titans__error(err, TITANS_ERR_FORMAT, "metadata version \"%.32s\" is malformed", version);
     memcpy(head, version, n);
     head[n] = 0;
     if (!titans__ck_parse_number(head, &end, &major, &integral) || *end || !integral)
@@ -10704,7 +10796,8 @@ static int titans__ck_check_header(const titans_st_reader *r, const char *want_k
   }
   if (!kind) kind = "model";
   if (want_kind ? strcmp(kind, want_kind) != 0 : (strcmp(kind, "model") != 0 && strcmp(kind, "trainer") != 0))
-    return titans__error(err, TITANS_ERR_FORMAT, "the file holds a %.32s, not a %s", kind, want_kind ? want_kind : "model");
+    return titans__error(err, TITANS_ERR_FORMAT, "the file holds a %.32s, not a %s", kind,
+                         want_kind ? want_kind : "model");
   return TITANS_OK;
 }
 
@@ -10774,7 +10867,8 @@ static int titans__ck_read_tensor(titans_st_reader *r, const char *name, const t
   if (!titans_st_find(r, name)) return titans__error(err, TITANS_ERR_FORMAT, "tensor '%s' is missing", name);
   if (titans_st_read_f32(r, name, out, (size_t)p->ndim, shape) != TITANS_OK)
     return titans__error(err, TITANS_ERR_FORMAT, "%s", r->error);
-  if (!titans__ck_finite(out, p->size)) return titans__error(err, TITANS_ERR_FORMAT, "tensor '%s' holds NaN or Inf", name);
+  if (!titans__ck_finite(out, p->size))
+    return titans__error(err, TITANS_ERR_FORMAT, "tensor '%s' holds NaN or Inf", name);
   if (nonneg)
     for (size_t i = 0; i < p->size; i++)
       if (out[i] < 0.0f) return titans__error(err, TITANS_ERR_FORMAT, "tensor '%s' holds a negative value", name);
@@ -10832,7 +10926,8 @@ static int titans__ck_model_read(titans_model *m, titans_tokenizer *tok, titans_
     return titans__error(m->error, TITANS_ERR_FORMAT, "bad configuration: %s", err);
   size_t need = titans__ck_param_floats(&cfg), have = titans__ck_file_floats(r);
   if (need == 0 || need > have)
-    return titans__error(m->error, TITANS_ERR_FORMAT, "the configuration needs %zu floats of parameters, the file holds %zu (a tensor "
+    return titans__error(m->error, TITANS_ERR_FORMAT,
+                         "the configuration needs %zu floats of parameters, the file holds %zu (a tensor "
                          "is missing or the configuration does not belong to these tensors)",
                          need, have);
   if (tok && (rc = titans_tokenizer_read(tok, r, cfg.vocab)) != 0)
@@ -10884,7 +10979,8 @@ static int titans__ck_user_meta(const titans_st_reader *r, char **out, char *err
 }
 
 #ifndef TITANS_NO_STDIO
-TITANSDEF int titans_model_save_ex(titans_model *m, const titans_tokenizer *tok, const char *user_meta, const char *path) {
+TITANSDEF int titans_model_save_ex(titans_model *m, const titans_tokenizer *tok, const char *user_meta,
+                                   const char *path) {
   titans_st_writer w;
   titans_st_writer_init(&w);
   int rc = titans_model_write(m, tok, &w);
@@ -10984,7 +11080,8 @@ TITANSDEF int titans_trainer_read(titans_trainer *t, titans_model *m, titans_tok
     memcpy(err, m->error, sizeof err);
     goto fail;
   }
-  if ((rc = titans__ck_trainer_state(t, m, r, &inited, err)) != 0 || (rc = titans__ck_user_meta(r, user_meta, err)) != 0) {
+  if ((rc = titans__ck_trainer_state(t, m, r, &inited, err)) != 0 ||
+      (rc = titans__ck_user_meta(r, user_meta, err)) != 0) {
     if (inited) titans_trainer_free(t);
     titans_model_free(m);
     if (tok) titans_tokenizer_free(tok);
@@ -10999,7 +11096,8 @@ fail:
 }
 
 #ifndef TITANS_NO_STDIO
-TITANSDEF int titans_trainer_save(titans_trainer *t, const titans_tokenizer *tok, const char *user_meta, const char *path) {
+TITANSDEF int titans_trainer_save(titans_trainer *t, const titans_tokenizer *tok, const char *user_meta,
+                                  const char *path) {
   titans_st_writer w;
   titans_st_writer_init(&w);
   int rc = titans_trainer_write(t, tok, user_meta, &w);
@@ -11112,8 +11210,8 @@ static int titans__ck_session_position(titans_session *s, titans_st_reader *r, c
       memcpy(name + pl, kv ? "kv.v" : "kv.k", 5);
       t = titans_st_find(r, name);
       if (!t || t->dtype != TITANS_ST_F32 || t->ndim != 1 || t->shape[0] != want)
-        return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is missing or not F32 [%zu] (position %lld)", name,
-                             want, pos);
+        return titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is missing or not F32 [%zu] (position %lld)",
+                             name, want, pos);
     }
   }
   if ((rc = titans_session_state_prepare(s, pos)) != 0) return titans__error(err, rc, "%s", s->error);
@@ -11136,11 +11234,13 @@ static int titans__ck_session_read(titans_session *s, titans_st_reader *r, char 
   const char *fhash = titans_st_meta(r, "model_hash");
   titans__ck_hex64(hash, titans_model_hash(s->model));
   if (!fhash || strcmp(fhash, hash) != 0)
-    return titans__error(err, TITANS_ERR_FORMAT, "the state was saved from other weights (model hash %.16s, this model %s)",
+    return titans__error(err, TITANS_ERR_FORMAT,
+                         "the state was saved from other weights (model hash %.16s, this model %s)",
                          fhash ? fhash : "missing", hash);
   if ((rc = titans__ck_session_position(s, r, err)) != 0) return rc;
   if ((rc = titans__ck_state_list(s, &list, &n)) != 0) return titans__error(err, rc, "%s", s->error);
-  if (r->n_tensors != n) rc = titans__error(err, TITANS_ERR_FORMAT, "the file has %zu state tensors, the session %zu", r->n_tensors, n);
+  if (r->n_tensors != n)
+    rc = titans__error(err, TITANS_ERR_FORMAT, "the file has %zu state tensors, the session %zu", r->n_tensors, n);
   for (size_t i = 0; i < n && !rc; i++) {
     const titans_st_tensor *t = titans_st_find(r, list[i].name);
     if (!t) rc = titans__error(err, TITANS_ERR_FORMAT, "state tensor '%s' is missing", list[i].name);
@@ -11230,7 +11330,8 @@ static void titans__ck_stream_mem_name(char *out, int l) {
 }
 
 /* Floats staged for a writer: "stream.position" [4] (position, ended), "stream.rows" [B, 5] (fresh, SWA
-   tail rows, row position), one "stream.layers.{l}.mem" per memory layer; the SWA tails and LM2 banks go as they are. */
+   tail rows, row position), one "stream.layers.{l}.mem" per memory layer; the SWA tails and LM2 banks go as they are.
+ */
 static size_t titans__stream_staged_floats(const titans_stream *s, size_t *mem_floats) {
   *mem_floats = s->mem ? titans_mem_state_floats(&s->mem[0]) : 0;
   return 4 + 5 * s->batch + (size_t)s->model->cfg.n_layers * *mem_floats;
@@ -11252,7 +11353,8 @@ TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w) {
   size_t mem_floats, n = titans__stream_staged_floats(s, &mem_floats), B = s->batch, shape[2];
   char hash[17], batch[32], name[64];
   titans_free(s->staged);
-  if (!(s->staged = titans_alloc_floats(n))) return titans__error(s->error, TITANS_ERR_NOMEM, "stream save: out of memory");
+  if (!(s->staged = titans_alloc_floats(n)))
+    return titans__error(s->error, TITANS_ERR_NOMEM, "stream save: out of memory");
   float *pos = s->staged, *rows = pos + 4, *mem = rows + 5 * B; /* [4], [B, 5], [n_layers, mem_floats] */
   titans__ck_put_u63(pos, (uint64_t)s->position);
   pos[3] = (float)s->ended;
@@ -11299,13 +11401,15 @@ static int titans__ck_stream_check(titans_stream *s, titans_st_reader *r, char *
   const char *fhash = titans_st_meta(r, "model_hash"), *fbatch = titans_st_meta(r, "batch");
   titans__ck_hex64(hash, titans_model_hash(s->model));
   if (!fhash || strcmp(fhash, hash) != 0)
-    return titans__error(err, TITANS_ERR_FORMAT, "the stream was saved with other weights (model hash %.16s, this model %s)",
+    return titans__error(err, TITANS_ERR_FORMAT,
+                         "the stream was saved with other weights (model hash %.16s, this model %s)",
                          fhash ? fhash : "missing", hash);
   titans__ck_decimal(batch, B);
   if (!fbatch || strcmp(fbatch, batch) != 0)
     return titans__error(err, TITANS_ERR_FORMAT, "the stream has %.20s rows, this one %zu", fbatch ? fbatch : "no", B);
   size_t want = 2 + (s->mem ? (size_t)c->n_layers : 0) + (s->attn_tail ? 1 : 0) + (s->bank ? 1 : 0);
-  if (r->n_tensors != want) return titans__error(err, TITANS_ERR_FORMAT, "the file has %zu tensors, a stream %zu", r->n_tensors, want);
+  if (r->n_tensors != want)
+    return titans__error(err, TITANS_ERR_FORMAT, "the file has %zu tensors, a stream %zu", r->n_tensors, want);
   titans__stream_staged_floats(s, &mem_floats);
   for (size_t i = 0; i < r->n_tensors; i++) {
     const titans_st_tensor *t = titans_st_tensor_at(r, i);
@@ -11346,11 +11450,14 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
   if (!rc && (titans__ck_get_u63(pos) < 0 || (pos[3] != 0.0f && pos[3] != 1.0f)))
     rc = titans__error(err, TITANS_ERR_FORMAT, "bad stream position");
   for (size_t b = 0; b < B && !rc; b++)
-    if ((rows[5 * b] != 0.0f && rows[5 * b] != 1.0f) || !(rows[5 * b + 1] >= 0.0f && rows[5 * b + 1] <= (float)c->window) ||
+    if ((rows[5 * b] != 0.0f && rows[5 * b] != 1.0f) ||
+        !(rows[5 * b + 1] >= 0.0f && rows[5 * b + 1] <= (float)c->window) ||
         rows[5 * b + 1] != floorf(rows[5 * b + 1]) || titans__ck_get_u63(rows + 5 * b + 2) < 0)
       rc = titans__error(err, TITANS_ERR_FORMAT, "bad stream row %zu", b);
-  if (!rc && !titans__ck_finite(buf + n, tail)) rc = titans__error(err, TITANS_ERR_FORMAT, "the SWA tails hold NaN or Inf");
-  if (!rc && !titans__ck_finite(buf + n + tail, banks)) rc = titans__error(err, TITANS_ERR_FORMAT, "the LM2 banks hold NaN or Inf");
+  if (!rc && !titans__ck_finite(buf + n, tail))
+    rc = titans__error(err, TITANS_ERR_FORMAT, "the SWA tails hold NaN or Inf");
+  if (!rc && !titans__ck_finite(buf + n + tail, banks))
+    rc = titans__error(err, TITANS_ERR_FORMAT, "the LM2 banks hold NaN or Inf");
   /* each memory state loads into a scratch state first, so a bad one changes nothing */
   titans_mem_state probe;
   int have_probe = !rc && s->mem && titans_mem_state_init(&probe, &c->mem, B) == TITANS_OK;
@@ -11360,7 +11467,8 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
       rc = titans__error(err, TITANS_ERR_FORMAT, "layer %d: %s", l, probe.error);
   if (have_probe) titans_mem_state_free(&probe);
   if (!rc) {
-    for (int l = 0; s->mem && l < c->n_layers; l++) titans_mem_state_load(&s->mem[l], mem + (size_t)l * mem_floats, mem_floats);
+    for (int l = 0; s->mem && l < c->n_layers; l++)
+      titans_mem_state_load(&s->mem[l], mem + (size_t)l * mem_floats, mem_floats);
     if (tail) memcpy(s->attn_tail, buf + n, tail * sizeof(float));
     if (banks) memcpy(s->bank, buf + n + tail, banks * sizeof(float));
     s->position = titans__ck_get_u63(pos);

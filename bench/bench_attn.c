@@ -173,7 +173,8 @@ static void tile_ceiling(attn_problem *p, int reps, double *gf5, double *frac5) 
   for (int r = 0; r < reps; r++) {
     memset(grads, 0, 3 * TQ * ld * sizeof(float));
     double peak = fma_peak(1), t0 = now_sec();
-    for (int i = 0; i < calls; i++) titans__attn_bwd_qtile_keys(&c, &qt, 0, 0, TILE, TITANS__ATTN_DQ | TITANS__ATTN_DKDV);
+    for (int i = 0; i < calls; i++)
+      titans__attn_bwd_qtile_keys(&c, &qt, 0, 0, TILE, TITANS__ATTN_DQ | TITANS__ATTN_DKDV);
     g[r] = 5.0 * 2.0 * TILE * TILE * (double)p->d_a * calls / (now_sec() - t0) * 1e-9;
     f[r] = g[r] / peak;
   }

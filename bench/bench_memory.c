@@ -238,10 +238,11 @@ static void flops_note(const dims *m) {
   double fwd = 10 * b * W + 2 * b * W1 + 2 * b * b * S, bwd = 26 * b * W + 6 * b * W1 + 6 * b * b * S;
   double io_f = 10 * d * dm + 6 * d * H, io_b = 20 * d * dm + 12 * d * H;
   flop_count f = count_flops(m);
-  printf("flops: matrix products only, as the code runs them (the b x b products in full, although C is\n"
-         "lower triangular; elementwise work, exp and copies not counted). Per chunk of b tokens and head, with\n"
-         "|W| = sum_i n_i n_(i+1) = %.0f, |W'| = the same over layers i >= 1 = %.0f, S = sum_i (n_i + n_(i+1)) = %.0f:\n",
-         W, W1, S);
+  printf(
+      "flops: matrix products only, as the code runs them (the b x b products in full, although C is\n"
+      "lower triangular; elementwise work, exp and copies not counted). Per chunk of b tokens and head, with\n"
+      "|W| = sum_i n_i n_(i+1) = %.0f, |W'| = the same over layers i >= 1 = %.0f, S = sum_i (n_i + n_(i+1)) = %.0f:\n",
+      W, W1, S);
   printf("  forward : 10 b|W| + 2 b|W'| + 2 b^2 S = key path 2b|W| + error recursion 2b|W'|\n"
          "            + query path (2 weight products, b x b scores, (C o M) Delta) 4b|W| + 2b^2 S\n"
          "            + chunk-end state 4b|W|\n");
@@ -318,7 +319,8 @@ static void layer_free(layer *ly) {
 static double run_forward(layer *ly) {
   titans_mem_state_reset(&ly->st, &ly->w);
   double t0 = now_sec();
-  if (titans_mem_forward(&ly->cfg, &ly->w, &ly->st, ly->out, ly->x, ly->T, NULL) != TITANS_OK) die("forward", ly->st.error);
+  if (titans_mem_forward(&ly->cfg, &ly->w, &ly->st, ly->out, ly->x, ly->T, NULL) != TITANS_OK)
+    die("forward", ly->st.error);
   return now_sec() - t0;
 }
 
@@ -506,7 +508,8 @@ static long_stream long_stream_run(size_t tokens, size_t block, int rounds) {
   double t0 = now_sec();
   size_t fed = 0;
   while (fed < tokens) {
-    if (titans_mem_forward(&cfg, &ly.w, &ly.st, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", ly.st.error);
+    if (titans_mem_forward(&cfg, &ly.w, &ly.st, ly.out, ly.x, block, NULL) != TITANS_OK)
+      die("long stream", ly.st.error);
     fed += block;
     if (fed == 1024 || (fed > 1024 && fed - block < 1024)) {
       titans_mem_state_copy(&early, &ly.st);
@@ -523,7 +526,8 @@ static long_stream long_stream_run(size_t tokens, size_t block, int rounds) {
     double a = now_sec();
     if (titans_mem_forward(&cfg, &ly.w, &tmp, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", tmp.error);
     double b = now_sec();
-    if (titans_mem_forward(&cfg, &ly.w, &ly.st, ly.out, ly.x, block, NULL) != TITANS_OK) die("long stream", ly.st.error);
+    if (titans_mem_forward(&cfg, &ly.w, &ly.st, ly.out, ly.x, block, NULL) != TITANS_OK)
+      die("long stream", ly.st.error);
     double c = now_sec();
     te[r] = (b - a) / (double)block;
     tl[r] = (c - b) / (double)block;
@@ -598,7 +602,8 @@ int main(int argc, char **argv) {
   }
   if (argc > 3) {
     long v = strtol(argv[3], NULL, 10);
-    if (v != 0 && (v < 2048 || v > (1L << 30))) die("usage", "bench_memory [T] [repetitions] [long-stream tokens, 0 = skip]");
+    if (v != 0 && (v < 2048 || v > (1L << 30)))
+      die("usage", "bench_memory [T] [repetitions] [long-stream tokens, 0 = skip]");
     long_tokens = (size_t)v;
   }
   double start = now_sec();
@@ -785,8 +790,10 @@ int main(int argc, char **argv) {
       printf(";\n2-thread figures below are fractions of twice the 1-thread peak, %.1f GFLOP/s", R.peak[1]);
     }
   }
-  printf("\n\nT = %zu tokens per row, batch %zu (%zu tokens per run); median of %d runs after one warm-up, [min, max];\n"
-         "%% peak of the median run and of the best run\n", T, B, B * T, reps);
+  printf(
+      "\n\nT = %zu tokens per row, batch %zu (%zu tokens per run); median of %d runs after one warm-up, [min, max];\n"
+      "%% peak of the median run and of the best run\n",
+      T, B, B * T, reps);
   printf("%4s %4s %-8s %9s %21s %10s %8s %7s %7s\n", "b", "thr", "pass", "median s", "[min, max] s", "tokens/s",
          "GFLOP/s", "% peak", "best");
   for (int ci = 0; ci < 3; ci++)
@@ -807,11 +814,12 @@ int main(int argc, char **argv) {
   for (int ti = 0; ti < nthreads; ti++) {
     stats s = R.b1[ti];
     double rate = (double)(B * T1) / s.med, gf = rate * R.b1_flops * 1e-9;
-    printf("  %d thread%s: b = 1 %.3f s [%.3f, %.3f], %.0f tokens/s, %.2f GFLOP/s (%.1f%% peak); speed-up b = 16 %.1fx, "
-           "b = 32 %.1fx, b = 64 %.1fx\n",
-           threads[ti], threads[ti] > 1 ? "s" : "", s.med, s.min, s.max, rate, gf, 100.0 * gf / R.peak[ti],
-           (double)(B * T) / R.run[0][ti][0].med / rate, (double)(B * T) / R.run[1][ti][0].med / rate,
-           (double)(B * T) / R.run[2][ti][0].med / rate);
+    printf(
+        "  %d thread%s: b = 1 %.3f s [%.3f, %.3f], %.0f tokens/s, %.2f GFLOP/s (%.1f%% peak); speed-up b = 16 %.1fx, "
+        "b = 32 %.1fx, b = 64 %.1fx\n",
+        threads[ti], threads[ti] > 1 ? "s" : "", s.med, s.min, s.max, rate, gf, 100.0 * gf / R.peak[ti],
+        (double)(B * T) / R.run[0][ti][0].med / rate, (double)(B * T) / R.run[1][ti][0].med / rate,
+        (double)(B * T) / R.run[2][ti][0].med / rate);
   }
   printf("  b = 64 fed one token per call (streaming inference, 1 thread): %.0f tokens/s; its outputs against one\n"
          "  call over the sequence: max |diff| %.3g, relative to max |out| %.3g: %.2g %s\n",

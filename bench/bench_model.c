@@ -330,7 +330,8 @@ static void bm_token_bytes(bm_kind *kind, const titans_model *m, int k, size_t n
     if (strstr(p->name, "tok_emb")) floats += c->tied ? (double)p->size : d;
     else if (p->kind != TITANS_PARAM_TOKENS && !strstr(p->name, ".w0.")) floats += (double)p->size;
   }
-  if (bm_has_mem(k)) floats += c->n_layers * (k == TITANS_BLOCK_MAC ? 3.0 : 2.0) * c->mem.heads * bm_mem_head_floats(&c->mem);
+  if (bm_has_mem(k))
+    floats += c->n_layers * (k == TITANS_BLOCK_MAC ? 3.0 : 2.0) * c->mem.heads * bm_mem_head_floats(&c->mem);
   if (k == TITANS_BLOCK_LM2) floats += c->n_layers * (double)c->lm2_slots * (2.0 * d + 2.0);
   for (size_t t = 0; t < n; t++) rows += bm_kv_rows(c, k, t);
   rows /= (double)n;
@@ -545,7 +546,8 @@ static void bm_run_torch(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, 
                          const char *argv0) {
   char script[1024], klist[128], tlist[64], theta[256], cmd[2400];
   if (!bm_find_script(script, sizeof script, argv0, o->script)) {
-    printf("PyTorch comparison skipped: bench/torch_model.py not found (run from the repository root or pass --script)\n");
+    printf(
+        "PyTorch comparison skipped: bench/torch_model.py not found (run from the repository root or pass --script)\n");
     return;
   }
   if (!bm_shell_safe(script) || !bm_shell_safe(o->python)) {
@@ -553,9 +555,10 @@ static void bm_run_torch(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, 
     return;
   }
   if (!bm_torch_available(o->python)) {
-    printf("PyTorch comparison skipped: %s cannot import torch. Install it with `sudo sh scripts/bench_setup.sh`\n"
-           "(Debian: python3-torch with OpenBLAS as the system BLAS), or point --python at an interpreter that has it.\n",
-           o->python);
+    printf(
+        "PyTorch comparison skipped: %s cannot import torch. Install it with `sudo sh scripts/bench_setup.sh`\n"
+        "(Debian: python3-torch with OpenBLAS as the system BLAS), or point --python at an interpreter that has it.\n",
+        o->python);
     return;
   }
   int tk[BM_MAX_KINDS], ntk = 0;
@@ -661,7 +664,8 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
       bm_print_stat(c->infer);
       bm_print_ratio(a ? bm_ratio(c->infer.med, a->infer.med) : NAN);
       if (c->torch.n > 0)
-        printf(" %.0f [%.0f..%.0f] (%d+%d) |", c->torch.med, c->torch.lo, c->torch.hi, c->torch_threads, c->blas_threads);
+        printf(" %.0f [%.0f..%.0f] (%d+%d) |", c->torch.med, c->torch.lo, c->torch.hi, c->torch_threads,
+               c->blas_threads);
       else
         printf(" - |");
       bm_print_ratio(bm_ratio(c->train.med, c->torch.med));
@@ -731,15 +735,16 @@ static void bm_report(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, con
     for (int ti = 0; ti < o->nthreads; ti++) {
       const bm_cell *c = &cells[ki][ti];
       printf("bench_model kind=%s threads=%d params=%zu theta_max=%g failed=%d loss=%.4f train_tok_s=%.1f "
-             "train_min=%.1f train_max=%.1f train_steps=%d warmup_steps=%d warmup_mb=%.0f step_faults=%.0f other_cores=%.2f "
+             "train_min=%.1f train_max=%.1f train_steps=%d warmup_steps=%d warmup_mb=%.0f step_faults=%.0f "
+             "other_cores=%.2f "
              "infer_tok_s=%.1f infer_min=%.1f infer_max=%.1f torch_tok_s=%.1f torch_min=%.1f torch_max=%.1f "
              "torch_steps=%d torch_threads=%d blas_threads=%d torch_params=%zu torch_loss=%.4f torch_other_cores=%.2f "
              "titans_over_torch=%.3f gemm_mflop_token=%.2f peak1_gflops=%.1f\n",
              bm_name(o->kinds[ki]), o->threads[ti], kinds[ki].params, (double)kinds[ki].theta_max, kinds[ki].failed,
              kinds[ki].loss, c->train.med, c->train.lo, c->train.hi, c->train.n, c->warm_steps, c->warm_mb,
-             c->step_faults, c->other_cores, c->infer.med, c->infer.lo, c->infer.hi, c->torch.med, c->torch.lo, c->torch.hi,
-             c->torch.n, c->torch_threads, c->blas_threads, c->torch_params, c->torch_loss, c->torch_other, bm_ratio(c->train.med, c->torch.med),
-             kinds[ki].gemm_mflop, bm_peak1);
+             c->step_faults, c->other_cores, c->infer.med, c->infer.lo, c->infer.hi, c->torch.med, c->torch.lo,
+             c->torch.hi, c->torch.n, c->torch_threads, c->blas_threads, c->torch_params, c->torch_loss, c->torch_other,
+             bm_ratio(c->train.med, c->torch.med), kinds[ki].gemm_mflop, bm_peak1);
       if (c->torch.n > 0 && c->torch_params != kinds[ki].params)
         printf("WARNING: %s: the PyTorch model has %zu parameters, titans.h %zu\n", bm_name(o->kinds[ki]),
                c->torch_params, kinds[ki].params);
@@ -817,9 +822,11 @@ static int bm_parse(bm_opts *o, int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bm_usage(); exit(0); }
     if (!v) { fprintf(stderr, "bench_model: %s needs a value\n", a); return -1; }
     i++;
-    if (!strcmp(a, "--kinds")) { if ((o->nkinds = bm_parse_list(o->kinds, BM_MAX_KINDS, v, 1)) < 0) return -1; }
-    else if (!strcmp(a, "--threads")) { if ((o->nthreads = bm_parse_list(o->threads, BM_MAX_THREADS, v, 0)) < 0) return -1; }
-    else if (!strcmp(a, "--steps")) o->max_steps = atoi(v);
+    if (!strcmp(a, "--kinds")) { if ((o->nkinds = bm_parse_list(o->kinds, BM_MAX_KINDS, v, 1)) < 0) return -1;
+    } else if (!strcmp(a, "--threads")) {
+      if ((o->nthreads = bm_parse_list(o->threads, BM_MAX_THREADS, v, 0)) < 0) return -1;
+    } else if (!strcmp(a, "--steps"))
+      o->max_steps = atoi(v);
     else if (!strcmp(a, "--min-steps")) o->min_steps = atoi(v);
     else if (!strcmp(a, "--budget")) o->budget = atof(v);
     else if (!strcmp(a, "--torch-budget")) o->torch_budget = atof(v);

@@ -1925,7 +1925,8 @@ static const char *const default_text_lines[] = {
 /* Bytes of the whole text. */
 static size_t default_text_size(void) {
   size_t n = 0;
-  for (size_t i = 0; i < sizeof default_text_lines / sizeof default_text_lines[0]; i++) n += strlen(default_text_lines[i]);
+  for (size_t i = 0; i < sizeof default_text_lines / sizeof default_text_lines[0]; i++)
+    n += strlen(default_text_lines[i]);
   return n;
 }
 

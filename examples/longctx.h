@@ -25,8 +25,8 @@
 
    Nothing is ever held whole: longctx_tokens() computes any range of an example on the fly, so a 1M
    token context costs no memory. Everything is deterministic by a 64-bit seed; the draws, in order:
-   answer_len symbols (u64 % 10 digits, or u64 % 26 letters for copy), then for prose the word (u64 % 16) and the source offset
-   (u64 % source_len), then the depth when it was asked to be random (uniform in [0, 1)).
+   answer_len symbols (u64 % 10 digits, or u64 % 26 letters for copy), then for prose the word (u64 % 16) and the source
+   offset (u64 % source_len), then the depth when it was asked to be random (uniform in [0, 1)).
 
    Seeds: training examples use seeds drawn from splitmix(train seed, step) (./titans train), evaluation
    examples use longctx_eval_seed(), which starts from the seed plus LONGCTX_EVAL_SEED_OFFSET, so the two
@@ -196,9 +196,11 @@ static int longctx_filler_byte(const longctx_example *ex, size_t j) {
   int c = longctx_text_byte(ex, j);
   if (ex->number_words <= 0 || !longctx_is_letter(c)) return c;
   size_t start = j;
-  while (start > 0 && j - start < LONGCTX_NUMBER_MAX_LEN && longctx_is_letter(longctx_text_byte(ex, start - 1))) start--;
+  while (start > 0 && j - start < LONGCTX_NUMBER_MAX_LEN && longctx_is_letter(longctx_text_byte(ex, start - 1)))
+    start--;
   size_t end = j + 1; /* one past the word's last letter, or start + LONGCTX_NUMBER_MAX_LEN + 1 */
-  while (end - start <= LONGCTX_NUMBER_MAX_LEN && end < ex->filler_len && longctx_is_letter(longctx_text_byte(ex, end))) end++;
+  while (end - start <= LONGCTX_NUMBER_MAX_LEN && end < ex->filler_len && longctx_is_letter(longctx_text_byte(ex, end)))
+    end++;
   if (end - start > LONGCTX_NUMBER_MAX_LEN || (start > 0 && longctx_is_letter(longctx_text_byte(ex, start - 1))))
     return c; /* a very long word */
   double draw = (double)(longctx_mix64(ex->number_key, (uint64_t)start) >> 11) * (1.0 / 9007199254740992.0);

@@ -167,7 +167,8 @@ int main(void) {
   float *kbuf = titans_alloc_floats(MAX_N * DH), *vbuf = titans_alloc_floats(MAX_N * DH);
   float *out = titans_alloc_floats(MAX_N * DH), *gates = titans_alloc_floats(MAX_N);
   size_t *orders = (size_t *)titans_alloc_bytes((size_t)MAX_PASSES * MAX_N, sizeof(size_t));
-  if (!keys || !values || !kbuf || !vbuf || !out || !gates || !orders) fail("buffers", TITANS_ERR_NOMEM, "out of memory");
+  if (!keys || !values || !kbuf || !vbuf || !out || !gates || !orders)
+    fail("buffers", TITANS_ERR_NOMEM, "out of memory");
 
   memory mems[MAX_DEPTH];
   for (int L = 1; L <= MAX_DEPTH; L++) memory_init(&mems[L - 1], L);

@@ -45,7 +45,11 @@ titans_rng_seed(&rng, 1);
 titans_mem_weights_init(&w, &cfg, &rng, 1); /* or fill w.w0[0 .. depth-1] yourself */
 
 titans_mem_state st;
-if (titans_mem_state_init(&st, &cfg, 1) != TITANS_OK) { fprintf(stderr, "%s\n", st.error); titans_free(params); return 1; }
+if (titans_mem_state_init(&st, &cfg, 1) != TITANS_OK) {
+  fprintf(stderr, "%s\n", st.error);
+  titans_free(params);
+  return 1;
+}
 titans_mem_state_reset(&st, &w); /* W = w0, S = 0 */
 
 /* keys, values [n, 32]; theta [n] the inner learning rate of each pair; 32 passes over the pairs */

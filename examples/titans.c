@@ -281,7 +281,8 @@ static long arg_long(args *a, const char *opt, long lo, long hi) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) usage_fail(a->cmd, "%s %s: want an integer in %ld..%ld", opt, s, lo, hi);
+  if (errno || end == s || *end || v < lo || v > hi)
+    usage_fail(a->cmd, "%s %s: want an integer in %ld..%ld", opt, s, lo, hi);
   return v;
 }
 
@@ -290,7 +291,8 @@ static double arg_double(args *a, const char *opt, double lo, double hi) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= lo && v <= hi)) usage_fail(a->cmd, "%s %s: want a number in %g..%g", opt, s, lo, hi);
+  if (errno || end == s || *end || !(v >= lo && v <= hi))
+    usage_fail(a->cmd, "%s %s: want a number in %g..%g", opt, s, lo, hi);
   return v;
 }
 
@@ -408,7 +410,8 @@ static void dataset_init(dataset *ds, titans_tokenizer *tok, const char *text, s
 /* --doc-len: row b of step s reads window s mod W (W = doc_len / T windows per document) of document
    s / W, a stretch of the training split at an offset drawn from (seed, document) alone, so a resumed run
    reads what the uninterrupted one did. tokens [B, T + 1]. */
-static void sample_doc_batch(int *tokens, const dataset *ds, size_t B, size_t T, size_t doc_len, uint64_t seed, long step) {
+static void sample_doc_batch(int *tokens, const dataset *ds, size_t B, size_t T, size_t doc_len, uint64_t seed,
+                             long step) {
   size_t windows = doc_len / T, w = (size_t)step % windows;
   titans_rng rng;
   titans_rng_seed(&rng, longctx_mix64(seed ^ 0xD0C5D0C5D0C5D0C5ull, (uint64_t)step / windows));
@@ -561,8 +564,8 @@ static double nice_step(double span, int n) {
   return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * p;
 }
 
-static void svg_polyline(FILE *f, const series *s, double (*px)(double, const double *), double (*py)(double, const double *),
-                         const double *view, const char *style) {
+static void svg_polyline(FILE *f, const series *s, double (*px)(double, const double *),
+                         double (*py)(double, const double *), const double *view, const char *style) {
   if (s->n == 0) return;
   fprintf(f, "<polyline fill=\"none\" %s points=\"", style);
   for (size_t i = 0; i < s->n; i++)
@@ -625,19 +628,24 @@ static int write_svg(const char *path, const series *train, const series *val, c
   /* grid, ticks and labels */
   for (double y = view[2]; y <= view[3] + 1e-9 * ys; y += ys) {
     double py = svg_py(y, view);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", view[4], py, view[5], py);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", view[4] - 6, py + 4, fabs(y) < 1e-12 ? 0.0 : y);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", view[4], py, view[5],
+            py);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", view[4] - 6, py + 4,
+            fabs(y) < 1e-12 ? 0.0 : y);
   }
   for (double x = 0; x <= xmax + 1e-9 * xs; x += xs) {
     double px = svg_px(x, view);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", px, view[6], px, view[7]);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", px, view[6], px,
+            view[7]);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", px, view[7] + 18, x);
   }
   fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n", view[4],
           view[6], view[5] - view[4], view[7] - view[6]);
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (view[4] + view[5]) / 2, H - 12);
-  fprintf(f, "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">loss (nats/token)</text>\n",
-          (view[6] + view[7]) / 2, (view[6] + view[7]) / 2);
+  fprintf(
+      f,
+      "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">loss (nats/token)</text>\n",
+      (view[6] + view[7]) / 2, (view[6] + view[7]) / 2);
   /* curves */
   svg_polyline(f, train, svg_px, svg_py, view, "stroke=\"#9ecae1\" stroke-width=\"1\"");
   svg_polyline(f, &smooth, svg_px, svg_py, view, "stroke=\"#08519c\" stroke-width=\"2\"");
@@ -837,7 +845,7 @@ typedef struct train_opts {
   int key_ngram;                           /* >= 1: ... and stays there (--key-shift-fixed: 1; --key-ngram N: on the
                                               N tokens before): its other taps are zeroed after every step */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
-  double attn_identity;                    /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
+  double attn_identity; /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
 } train_opts;
 
 static void help_train(void) {
@@ -876,26 +884,26 @@ static void help_train(void) {
          "  --prompt TEXT       start of the sample printed at the end (\"The \"); --sample-len N bytes (400)\n"
          "  --temperature X     of the sample (0.8)\n"
          "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n");
-  printf("Long reads (docs/long_context.md):\n"
-         "  --doc-len N         each batch row reads a stretch of N tokens of the text as --seq windows in order,\n"
-         "                      its memory (and SWA's window) carried from one window to the next: truncated\n"
-         "                      backpropagation through time (default 4096 when the training split holds two\n"
-         "                      such stretches, 0 with --task; 0 = off: every window starts afresh). With --task:\n"
-         "                      each row's memory carries from one example to the next (one stream per --lens\n"
-         "                      length) until it has read N tokens, so training sees the memory of long reads\n"
-         "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
-         "  --eta-init X        its momentum gate starts at X (0.5); --alpha-init X its forgetting gate (0.01;\n"
-         "                      a list X,Y,... gives each layer its own, lowest first)\n"
-         "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
-         "  --conv-uniform      the memory's conv taps start uniform in +-1/sqrt(K) (default: near identity)\n"
-         "  --key-shift         the memory's key conv starts on the previous token, its queries equal to its keys\n"
-         "  --key-shift-fixed   --key-shift, and the key conv stays a one-tap conv on the previous token: its\n"
-         "                      other taps are set to 0 after every step (keys that cannot drift, docs/long_context.md)\n"
-         "  --key-ngram N       --key-shift-fixed on the N tokens before: the key's channels in N groups, group g\n"
-         "                      reading token t-1-g, the query's the same groups one token later (conv width N+1)\n"
-         "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
-         "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n"
-         );
+  printf(
+      "Long reads (docs/long_context.md):\n"
+      "  --doc-len N         each batch row reads a stretch of N tokens of the text as --seq windows in order,\n"
+      "                      its memory (and SWA's window) carried from one window to the next: truncated\n"
+      "                      backpropagation through time (default 4096 when the training split holds two\n"
+      "                      such stretches, 0 with --task; 0 = off: every window starts afresh). With --task:\n"
+      "                      each row's memory carries from one example to the next (one stream per --lens\n"
+      "                      length) until it has read N tokens, so training sees the memory of long reads\n"
+      "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
+      "  --eta-init X        its momentum gate starts at X (0.5); --alpha-init X its forgetting gate (0.01;\n"
+      "                      a list X,Y,... gives each layer its own, lowest first)\n"
+      "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
+      "  --conv-uniform      the memory's conv taps start uniform in +-1/sqrt(K) (default: near identity)\n"
+      "  --key-shift         the memory's key conv starts on the previous token, its queries equal to its keys\n"
+      "  --key-shift-fixed   --key-shift, and the key conv stays a one-tap conv on the previous token: its\n"
+      "                      other taps are set to 0 after every step (keys that cannot drift, docs/long_context.md)\n"
+      "  --key-ngram N       --key-shift-fixed on the N tokens before: the key's channels in N groups, group g\n"
+      "                      reading token t-1-g, the query's the same groups one token later (conv width N+1)\n"
+      "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
+      "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n");
   printf("Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth),\n"
          "                      and the defaults become the retrieval recipe: --block mac --d 64 (prose 128)\n"
@@ -989,7 +997,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->surprise_bound = -1; /* the library's default */
   o->w0_scale = 1.0;
   o->emb_scale = 1.0;
-  o->alpha_init[0] = 0.01, o->n_alpha_init = 1; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
+  o->alpha_init[0] = 0.01,
+  o->n_alpha_init = 1; /* forgetting starts at 1% a token (the library's init: 2%); measured, docs/long_context.md */
   o->chunk = 16;
   o->segment = 0; /* the library's (64); MAC and LM2 only */
   o->window = 64;
@@ -1084,7 +1093,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
-    else if (!strcmp(s, "--alpha-init")) o->n_alpha_init = arg_double_list(&a, s, o->alpha_init, MAX_ALPHA_LAYERS, 1e-9, 0.999999);
+    else if (!strcmp(s, "--alpha-init"))
+      o->n_alpha_init = arg_double_list(&a, s, o->alpha_init, MAX_ALPHA_LAYERS, 1e-9, 0.999999);
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
       help_train();
       exit(0);
@@ -1092,7 +1102,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   }
   if (o->warmup < 0) o->warmup = o->steps / 10;
   if (o->save_every < 0) o->save_every = o->steps / 10 > 0 ? o->steps / 10 : 1; /* lose at most a tenth of a run */
-  if (o->stop_at && o->stop_at >= o->steps) usage_fail("train", "--stop-at %ld is not before the last step (--steps %ld)", o->stop_at, o->steps);
+  if (o->stop_at && o->stop_at >= o->steps)
+    usage_fail("train", "--stop-at %ld is not before the last step (--steps %ld)", o->stop_at, o->steps);
   if (o->log_every < 0) o->log_every = o->steps / 50 > 0 ? o->steps / 50 : 1;
   /* the memory's head width is d / mem-heads: refuse what would have to be rounded */
   int has_mem = o->block == TITANS_BLOCK_MAC || o->block == TITANS_BLOCK_MAG || o->block == TITANS_BLOCK_MAL ||
@@ -1101,14 +1112,17 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
   if (o->n_alpha_init > 1 && o->n_alpha_init != (size_t)o->layers)
-    usage_fail("train", "--alpha-init lists %zu values for %d layers (give one value, or one per layer)", o->n_alpha_init,
-               o->layers);
+    usage_fail("train", "--alpha-init lists %zu values for %d layers (give one value, or one per layer)",
+               o->n_alpha_init, o->layers);
   if (o->slots && o->block != TITANS_BLOCK_LM2) usage_fail("train", "--slots goes with --block lm2");
   if (o->segment && o->block != TITANS_BLOCK_MAC && o->block != TITANS_BLOCK_LM2)
-    usage_fail("train", "--segment goes with --block mac or lm2 (a %s block has no segment)", titans_block_name(o->block));
-  if (o->mac_learns_input && o->block != TITANS_BLOCK_MAC) usage_fail("train", "--mac-learns-input goes with --block mac");
+    usage_fail("train", "--segment goes with --block mac or lm2 (a %s block has no segment)",
+               titans_block_name(o->block));
+  if (o->mac_learns_input && o->block != TITANS_BLOCK_MAC)
+    usage_fail("train", "--mac-learns-input goes with --block mac");
   if (o->doc_len < 0 && o->task >= 0) o->doc_len = 0;
-  if (o->doc_len > 0 && o->task < 0 && o->doc_len < o->seq) usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
+  if (o->doc_len > 0 && o->task < 0 && o->doc_len < o->seq)
+    usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
         o->numbers > 0 || o->min_rows)
@@ -1124,8 +1138,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   size_t shortest = longctx_min_length(o->task) + longctx_answer_len(o->task) - 1;
   for (size_t i = 0; i < o->n_lens; i++)
     if (o->lens[i] < shortest)
-      usage_fail("train", "a %s example needs sequences of at least %zu tokens (--seq or --lens)", longctx_kind_name(o->task),
-                 shortest);
+      usage_fail("train", "a %s example needs sequences of at least %zu tokens (--seq or --lens)",
+                 longctx_kind_name(o->task), shortest);
   for (size_t i = 0; i < o->n_lens && o->doc_len > 0; i++)
     if ((size_t)o->doc_len < o->lens[i])
       usage_fail("train", "--doc-len %ld is shorter than one example (--lens %zu)", o->doc_len, o->lens[i]);
@@ -1241,7 +1255,8 @@ static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
    targets of an example the loss sees: all of them (the row is the input and, shifted by one, the
    targets), or with answer_only just the answer's (every earlier token marked TITANS_NO_LOSS: still
    read as input, left out of the loss). */
-static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o, const int *source, size_t source_len) {
+static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o, const int *source,
+                          size_t source_len) {
   longctx_example ex;
   char why[200];
   int kind = o->task;
@@ -1253,7 +1268,8 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
   /* --needles N: 1..N needles, uniform (a stream of its own: one needle draws what it always drew) */
   int needles = o->needles > 1 ? 1 + (int)(longctx_mix64(seed, 0x4E4545444C4553ull) % (uint64_t)o->needles) : 1;
   /* --numbers F: a fraction uniform in [0, F) of the filler's words are numbers (a stream of its own too) */
-  double number_words = o->numbers * (double)(longctx_mix64(seed, 0x4E554D57524453ull) >> 11) * (1.0 / 9007199254740992.0);
+  double number_words =
+      o->numbers * (double)(longctx_mix64(seed, 0x4E554D57524453ull) >> 11) * (1.0 / 9007199254740992.0);
   longctx_options opt = {needles, LONGCTX_WORDS_TRAIN, o->haystack != NULL && kind != LONGCTX_PROSE, number_words};
   if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) {
     opt.needles = 1; /* a row too short for its needles holds one */
@@ -1284,7 +1300,8 @@ static void sample_task_batch(int *tokens, const dataset *ds, const int *source,
 /* "passkey frac=1 lens=256,512": what a resumed --task run must match. */
 static void task_line(char *out, size_t size, const train_opts *o) {
   size_t n = (size_t)snprintf(out, size, "%s frac=%.17g lens=", longctx_kind_name(o->task), o->task_frac);
-  for (size_t i = 0; i < o->n_lens && n < size; i++) n += (size_t)snprintf(out + n, size - n, "%s%zu", i ? "," : "", o->lens[i]);
+  for (size_t i = 0; i < o->n_lens && n < size; i++)
+    n += (size_t)snprintf(out + n, size - n, "%s%zu", i ? "," : "", o->lens[i]);
   if (o->answer_loss && n < size) n += (size_t)snprintf(out + n, size - n, " answer-loss");
   if (o->lens_mix && n < size) n += (size_t)snprintf(out + n, size - n, " lens-mix");
   if (o->end_jitter && n < size) n += (size_t)snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
@@ -1319,9 +1336,12 @@ static char *train_meta(const train_opts *o, const dataset *ds, const series *tr
 static void check_resume_meta(const char *meta, const train_opts *o, const dataset *ds, const char *path) {
   uint64_t v = 0;
   if (!meta) fail("%s has no training metadata: it was not written by './titans train'", path);
-  if (!meta_u64(meta, "seed", &v) || v != o->seed) fail("--resume: %s was trained with --seed %llu", path, (unsigned long long)v);
-  if (!meta_u64(meta, "batch", &v) || v != (uint64_t)o->batch) fail("--resume: %s was trained with --batch %llu", path, (unsigned long long)v);
-  if (!meta_u64(meta, "seq", &v) || v != (uint64_t)o->seq) fail("--resume: %s was trained with --seq %llu", path, (unsigned long long)v);
+  if (!meta_u64(meta, "seed", &v) || v != o->seed)
+    fail("--resume: %s was trained with --seed %llu", path, (unsigned long long)v);
+  if (!meta_u64(meta, "batch", &v) || v != (uint64_t)o->batch)
+    fail("--resume: %s was trained with --batch %llu", path, (unsigned long long)v);
+  if (!meta_u64(meta, "seq", &v) || v != (uint64_t)o->seq)
+    fail("--resume: %s was trained with --seq %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "doc_len", &v)) v = 0;
   if (v != (uint64_t)o->doc_len) fail("--resume: %s was trained with --doc-len %llu", path, (unsigned long long)v);
   if (!meta_u64(meta, "key_shift_fixed", &v)) v = 0;
@@ -1352,7 +1372,8 @@ static int arg_given(int argc, char **argv, const char *opt) {
    --warmup) given with another value than the checkpoint's is refused (exit 2), not silently dropped.
    The same value is fine: the command that continues a run repeats the options it started with. The
    initialisation options (--theta-init, --emb-scale, ...) shaped only the weights of step 0. */
-static void check_resume_options(int argc, char **argv, const train_opts *o, const titans_trainer *tr, const char *path) {
+static void check_resume_options(int argc, char **argv, const train_opts *o, const titans_trainer *tr,
+                                 const char *path) {
   const titans_config *had = &tr->model->cfg;
   titans_config want = train_config_of(o);
   if (arg_given(argc, argv, "--block") && want.block != had->block)
@@ -1379,8 +1400,10 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--warmup", (double)o->warmup, (double)tr->tc.warmup_steps}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
     if (v[i].want != v[i].had && arg_given(argc, argv, v[i].opt))
-      usage_fail("train", "--resume: %s was trained with %s %g, not %g: a resumed run keeps the checkpoint's model and "
-                 "learning rate (leave %s out, or train into another --out)", path, v[i].opt, v[i].had, v[i].want, v[i].opt);
+      usage_fail("train",
+                 "--resume: %s was trained with %s %g, not %g: a resumed run keeps the checkpoint's model and "
+                 "learning rate (leave %s out, or train into another --out)",
+                 path, v[i].opt, v[i].had, v[i].want, v[i].opt);
 }
 
 static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const train_opts *o, const dataset *ds,
@@ -1472,7 +1495,8 @@ static int cmd_train(int argc, char **argv) {
   size_t len = 0;
   if (o.data) {
     buf = read_file(o.data, &len, (size_t)o.data_max);
-    if (!buf && errno == EFBIG) fail("%s holds more than %ld bytes, the most --data reads (--data-max)", o.data, o.data_max);
+    if (!buf && errno == EFBIG)
+      fail("%s holds more than %ld bytes, the most --data reads (--data-max)", o.data, o.data_max);
     if (!buf) fail("cannot read %s: %s", o.data, strerror(errno));
   } else {
     len = default_text_size();
@@ -1498,12 +1522,14 @@ static int cmd_train(int argc, char **argv) {
   resolve_doc_len(&o, &wanted, &ds);
   int carry_text = o.doc_len > 0 && o.task < 0, carry_examples = o.doc_len > 0 && o.task >= 0; /* --doc-len */
   if (carry_text && (size_t)o.doc_len / T * T + 1 > ds.n_train)
-    fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train, o.doc_len);
+    fail("%s: the training split (%zu tokens) is shorter than one --doc-len stretch (%ld)", ds.name, ds.n_train,
+         o.doc_len);
   size_t stage_rows[MAX_STAGES] = {B}; /* every step's global batch splits evenly over the ranks */
   for (size_t i = 0; o.task >= 0 && i < o.n_lens; i++) stage_rows[i] = stage_batch(&o, i);
   dist_check(argc, argv, ds.hash, stage_rows, o.task >= 0 ? o.n_lens : 1);
   int have_val = ds.n - ds.n_train >= T + 1;
-  if (!have_val) fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
+  if (!have_val)
+    fprintf(stderr, "titans: note: the held-out 10%% of %s is shorter than --seq + 1: no validation\n", ds.name);
 
   char *model_path = path_join(o.out, "model.safetensors"), *trainer_path = path_join(o.out, "trainer.safetensors");
   char *svg_path = path_join(o.out, "loss.svg");
@@ -1575,11 +1601,12 @@ static int cmd_train(int argc, char **argv) {
   if (c->block != TITANS_BLOCK_LMM) snprintf(heads, sizeof heads, " %d attention heads,", c->attn_heads);
   printf("model: %s, d = %d, %d layers,%s %zu parameters; data: %s, %zu tokens (%zu for training)\n",
          titans_block_name(c->block), c->d, c->n_layers, heads, model.n_floats, ds.name, ds.n, ds.n_train);
-  printf("training: %ld steps of %zu x %zu tokens, lr %g, %d thread%s\n", o.steps, B, T, (double)tr.tc.lr, titans_threads(),
-         titans_threads() == 1 ? "" : "s");
+  printf("training: %ld steps of %zu x %zu tokens, lr %g, %d thread%s\n", o.steps, B, T, (double)tr.tc.lr,
+         titans_threads(), titans_threads() == 1 ? "" : "s");
   if (o.task >= 0) {
-    printf("retrieval task: %s examples in %.0f%% of the rows (the rest plain text), needle depth uniform; length stages:",
-           longctx_kind_name(o.task), 100 * o.task_frac);
+    printf(
+        "retrieval task: %s examples in %.0f%% of the rows (the rest plain text), needle depth uniform; length stages:",
+        longctx_kind_name(o.task), 100 * o.task_frac);
     for (size_t i = 0; i < o.n_lens; i++) printf(" %zu", o.lens[i]);
     printf(" (validation: plain text, %zu x %zu%s)\n", B, T,
            o.answer_loss ? "; the loss trains only the answers, so the validation loss on text measures what the "
@@ -1657,7 +1684,8 @@ static int cmd_train(int argc, char **argv) {
       }
       stage_prev = stage;
     } else if (o.task >= 0 && (step == first || Ts != Tprev))
-      printf("step %5ld/%ld  %s: %zu sequences of %zu tokens per step\n", step, o.steps, longctx_kind_name(o.task), Bs, Ts);
+      printf("step %5ld/%ld  %s: %zu sequences of %zu tokens per step\n", step, o.steps, longctx_kind_name(o.task), Bs,
+             Ts);
     Tprev = Ts;
     double t0 = now_seconds();
     int rc;
@@ -1705,7 +1733,8 @@ static int cmd_train(int argc, char **argv) {
       dist_check_weights(&tr);
       titans_stream *rows = dist_streams_gather(streams, n_streams); /* MPI: every rank's rows, on rank 0 */
       if (dist_rank == 0)
-        save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, rows, n_streams, stream_paths);
+        save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, rows, n_streams,
+                        stream_paths);
       dist_streams_release(rows, streams, n_streams);
     }
     if (stop) {
@@ -1731,10 +1760,11 @@ static int cmd_train(int argc, char **argv) {
   printf("gradient norm before clipping: largest %.3g (step %ld); %ld of %ld steps above 10x the clip (%g)\n",
          (double)grad_max, grad_max_step, grad_far_steps, steps_done, (double)tr.tc.clip);
   if (dist_size > 1)
-    printf("data-parallel: %d ranks; the gradient all-reduce took %.3f s of %.3f s of training steps (%.1f%%, %.2f ms a "
-           "step), waiting for the slowest rank %.3f s\n", dist_size, dist_reduce_seconds, train_time,
-           100 * dist_reduce_seconds / train_time, 1e3 * dist_reduce_seconds / (double)(dist_reduce_calls ? dist_reduce_calls : 1),
-           dist_wait_seconds);
+    printf(
+        "data-parallel: %d ranks; the gradient all-reduce took %.3f s of %.3f s of training steps (%.1f%%, %.2f ms a "
+        "step), waiting for the slowest rank %.3f s\n",
+        dist_size, dist_reduce_seconds, train_time, 100 * dist_reduce_seconds / train_time,
+        1e3 * dist_reduce_seconds / (double)(dist_reduce_calls ? dist_reduce_calls : 1), dist_wait_seconds);
   if (grad_far_steps * 20 > steps_done && o.task >= 0 && o.answer_loss) /* more than 5% of the steps */
     printf("note: with --answer-loss a step's loss is its answers alone, so a step whose few rows answer wrong has a\n"
            "gradient hundreds of times a right one's: most of the steps counted above (--min-rows R averages R rows\n"
@@ -1745,7 +1775,8 @@ static int cmd_train(int argc, char **argv) {
            "\"Momentum and long windows\")\n");
 
   int status = stop_signal ? 128 + (int)stop_signal : 0; /* 130 for SIGINT, 143 for SIGTERM, as the shell reports */
-  if (o.task >= 0 && o.answer_loss && o.sample_len > 0 && !stop_signal && dist_rank == 0) task_check(&o, &model, &ds, &hay);
+  if (o.task >= 0 && o.answer_loss && o.sample_len > 0 && !stop_signal && dist_rank == 0)
+    task_check(&o, &model, &ds, &hay);
   else if (o.sample_len > 0 && !stop_signal && dist_rank == 0) {
     titans_session s;
     size_t n_prompt;
@@ -1839,7 +1870,8 @@ static int cmd_generate(int argc, char **argv) {
   if (titans_tokenizer_encode(&tok, ids, plen, &n_prompt, prompt, plen) != TITANS_OK) fail("%s", tok.error);
   fwrite(prompt, 1, plen, stdout);
   if (state_path) note_temp_file_of(state_path);
-  catch_stop_signals(state_path ? "stopping after the current token, to save the memory state" : "stopping after the current token");
+  catch_stop_signals(state_path ? "stopping after the current token, to save the memory state"
+                                : "stopping after the current token");
   generate_text(&s, &tok, ids, n_prompt, n, (float)temperature, top_k, (float)top_p, seed, stdout);
   printf("\n");
   fflush(stdout);
@@ -1989,8 +2021,8 @@ static void progress_report(progress *p, long long done, int final) {
   double rate = (double)done / (now - p->t_start + 1e-9);
   char eta[32];
   fmt_duration(eta, sizeof eta, rate > 0 ? (double)(p->total - done) / rate : 0);
-  fprintf(stderr, "%s: %5.1f%% (%lld/%lld tokens, %.0f tok/s) ETA %s\n", p->what, 100.0 * (double)done / (double)p->total,
-          done, p->total, rate, eta);
+  fprintf(stderr, "%s: %5.1f%% (%lld/%lld tokens, %.0f tok/s) ETA %s\n", p->what,
+          100.0 * (double)done / (double)p->total, done, p->total, rate, eta);
 }
 
 static void svg_text(FILE *f, const char *s) { /* escapes the XML specials */
@@ -2019,8 +2051,9 @@ static int svg_close(FILE *f, const char *tmp, const char *path) {
 
 /* Curves y [n_curves, n_points] against x [n_points] (x > 0) on a log x axis, with a legend of names.
    Returns 0 on success. */
-static int write_curves_svg(const char *path, const char *title, const char *xlabel, const char *ylabel, size_t n_curves,
-                            const char *const *names, size_t n_points, const double *x, const double *y) {
+static int write_curves_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
+                            size_t n_curves, const char *const *names, size_t n_points, const double *x,
+                            const double *y) {
   const double W = 800, H = 480;
   double view[8] = {0, 1, 0, 1, 70, W - 20, 40, H - 50}; /* data range in log2(x), then the plot area */
   double ymin = INFINITY, ymax = -INFINITY;
@@ -2045,15 +2078,18 @@ static int write_curves_svg(const char *path, const char *title, const char *xla
   fprintf(f, "</text>\n");
   for (double v = view[2]; v <= view[3] + 1e-9 * ys; v += ys) {
     double py = svg_py(v, view);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", view[4], py, view[5], py);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", view[4] - 6, py + 4, fabs(v) < 1e-12 ? 0.0 : v);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", view[4], py, view[5],
+            py);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", view[4] - 6, py + 4,
+            fabs(v) < 1e-12 ? 0.0 : v);
   }
   int every = view[1] > 12 ? 2 : 1; /* powers of two, every other one when there are many */
   for (int k = 0; k <= (int)view[1]; k += every) {
     double px = svg_px(k, view);
     char label[32];
     fmt_size(label, sizeof label, (size_t)1 << k);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", px, view[6], px, view[7]);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", px, view[6], px,
+            view[7]);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", px, view[7] + 18, label);
   }
   fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n", view[4],
@@ -2113,8 +2149,8 @@ static int write_heatmap_svg(const char *path, const char *title, size_t n_model
     svg_text(f, names[m]);
     fprintf(f, "</text>\n");
     for (size_t c = 0; c < n_cols; c++)
-      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">depth %g%%</text>\n", x0 + ((double)c + 0.5) * cell_w,
-              top - 8, 100 * depths[c]);
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">depth %g%%</text>\n",
+              x0 + ((double)c + 0.5) * cell_w, top - 8, 100 * depths[c]);
     for (size_t r = 0; r < n_rows; r++) {
       double y0 = top + (double)r * cell_h;
       if (m == 0) {
@@ -2125,15 +2161,18 @@ static int write_heatmap_svg(const char *path, const char *title, size_t n_model
       for (size_t c = 0; c < n_cols; c++) {
         double v = value[(m * n_rows + r) * n_cols + c];
         int shade = (int)(255 - 200 * v); /* white (0%) to dark blue (100%) */
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"rgb(%d,%d,255)\" stroke=\"#999\"/>\n",
-                x0 + (double)c * cell_w, y0, cell_w, cell_h, shade, shade);
+        fprintf(
+            f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"rgb(%d,%d,255)\" stroke=\"#999\"/>\n",
+            x0 + (double)c * cell_w, y0, cell_w, cell_h, shade, shade);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"%s\">%.0f%%</text>\n",
                 x0 + ((double)c + 0.5) * cell_w, y0 + cell_h / 2 + 4, v > 0.6 ? "white" : "black", 100 * v);
       }
     }
   }
-  fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"middle\">rows: context length (tokens); cells: exact match</text>\n",
-          W / 2, H - 16);
+  fprintf(
+      f,
+      "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"middle\">rows: context length (tokens); cells: exact match</text>\n",
+      W / 2, H - 16);
   return svg_close(f, tmp, path);
 }
 
@@ -2334,8 +2373,8 @@ static int cmd_eval(int argc, char **argv) {
   }
   if (err.set) fail("eval: %s", err.msg);
   double took = now_seconds() - prog.t_start;
-  fprintf(stderr, "eval: %lld tokens in %.1f s (%.0f tok/s, %d thread%s)\n", prog.total, took, (double)prog.total / took,
-          titans_threads(), titans_threads() == 1 ? "" : "s");
+  fprintf(stderr, "eval: %lld tokens in %.1f s (%.0f tok/s, %d thread%s)\n", prog.total, took,
+          (double)prog.total / took, titans_threads(), titans_threads() == 1 ? "" : "s");
 
   double *mean = (double *)xmalloc(n_models * buckets * sizeof(double)); /* [n_models, buckets] */
   eval_means(mean, sums, count, n_models, streams, buckets);
@@ -2350,9 +2389,10 @@ static int cmd_eval(int argc, char **argv) {
   const char *names[MAX_MODELS];
   for (size_t m = 0; m < n_models; m++) names[m] = o.models.label[m];
   char title[512];
-  snprintf(title, sizeof title, "next-token loss by position: %zu streams of the held-out part of %s", streams, ds.name);
-  if (write_curves_svg(o.svg, title, "tokens read (position + 1, log scale)", "loss (nats/byte)", n_models, names, buckets,
-                       x, mean) != 0)
+  snprintf(title, sizeof title, "next-token loss by position: %zu streams of the held-out part of %s", streams,
+           ds.name);
+  if (write_curves_svg(o.svg, title, "tokens read (position + 1, log scale)", "loss (nats/byte)", n_models, names,
+                       buckets, x, mean) != 0)
     fail("cannot write %s: %s", o.svg, strerror(errno));
   printf("wrote %s\n", o.svg);
   free(x);
@@ -2544,8 +2584,8 @@ static void task_check(const train_opts *o, const titans_model *model, const dat
     }
     int prose = o->task == LONGCTX_PROSE;
     printf("  depth %2.0f%%: %s%s%s%.*s, answered \"%s\" (%s)\n", 100 * depths[i], prose ? "the number for \"" : "",
-           prose ? ex[i].words[0] : "", prose ? "\" is " : "the answer is ", (int)ex[i].answer_len, ex[i].answer, guessed,
-           correct == ex[i].answer_len ? "right" : "wrong");
+           prose ? ex[i].words[0] : "", prose ? "\" is " : "the answer is ", (int)ex[i].answer_len, ex[i].answer,
+           guessed, correct == ex[i].answer_len ? "right" : "wrong");
   }
   titans_session_free(&s);
 }
@@ -2635,8 +2675,8 @@ static void needle_print(const needle_opts *o, const size_t *exact, const size_t
       for (size_t c = 0; c < o->n_depths; c++) {
         size_t cell = (m * o->n_lens + r) * o->n_depths + c;
         char text[64];
-        snprintf(text, sizeof text, "%3.0f%% (%zu/%zu) %.2f", 100.0 * (double)exact[cell] / (double)o->trials, exact[cell],
-                 o->trials, (double)digits[cell] / (double)(o->trials * answer_len));
+        snprintf(text, sizeof text, "%3.0f%% (%zu/%zu) %.2f", 100.0 * (double)exact[cell] / (double)o->trials,
+                 exact[cell], o->trials, (double)digits[cell] / (double)(o->trials * answer_len));
         printf(c + 1 < o->n_depths ? "  %-18s" : "  %s", text);
       }
       printf("\n");
@@ -2717,7 +2757,8 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
   if (fclose(f) != 0) fail("cannot write %s: %s", o->trace, strerror(errno));
   char svg[4096], title[256], names[8][32];
   const char *name_ptr[8];
-  for (size_t l = 0; l < mem_layers && l < 8; l++) snprintf(names[l], sizeof names[l], "layer %zu", l), name_ptr[l] = names[l];
+  for (size_t l = 0; l < mem_layers && l < 8; l++)
+    snprintf(names[l], sizeof names[l], "layer %zu", l), name_ptr[l] = names[l];
   snprintf(svg, sizeof svg, "%s.svg", o->trace);
   snprintf(title, sizeof title, "memory writes: %s, needle at %zu", longctx_kind_name(o->kind), ex.needle_at);
   if (write_curves_svg(svg, title, "tokens read", "log10 |state change| per chunk", mem_layers < 8 ? mem_layers : 8,
@@ -2736,9 +2777,11 @@ static int cmd_needle(int argc, char **argv) {
   titans_tokenizer_init(&tok, TITANS_TOKENIZER_BYTE);
   dataset ds = {0, 0, 0, 0, 0};
   if (o.haystack) {
-    haystack_load(&ds, &tok, o.haystack, o.lens, o.n_lens, longctx_mix64(o.seed + LONGCTX_EVAL_SEED_OFFSET, 0x48415953ull));
+    haystack_load(&ds, &tok, o.haystack, o.lens, o.n_lens,
+                  longctx_mix64(o.seed + LONGCTX_EVAL_SEED_OFFSET, 0x48415953ull));
     o.source = ds.ids, o.source_len = ds.n;
-    printf("%s filler: %s (%zu tokens, read from a random place per trial)\n", longctx_kind_name(o.kind), ds.name, ds.n);
+    printf("%s filler: %s (%zu tokens, read from a random place per trial)\n", longctx_kind_name(o.kind), ds.name,
+           ds.n);
   } else if (o.kind == LONGCTX_PROSE) {
     dataset_load(&ds, &tok, o.data);
     if (ds.n == ds.n_train) fail("%s is too short to have a held-out part", ds.name);
@@ -2837,7 +2880,17 @@ static void fmt_count(char *out, size_t size, size_t v) {
 }
 
 /* The parts of a model a parameter may belong to, from its docs/model.md section 6 name. */
-enum { PART_EMBEDDING, PART_ATTENTION, PART_PERSIST, PART_MEMORY, PART_FFN, PART_NORMS, PART_FINAL_NORM, PART_HEAD, PART_COUNT };
+enum {
+  PART_EMBEDDING,
+  PART_ATTENTION,
+  PART_PERSIST,
+  PART_MEMORY,
+  PART_FFN,
+  PART_NORMS,
+  PART_FINAL_NORM,
+  PART_HEAD,
+  PART_COUNT
+};
 static const char *const part_names[PART_COUNT] = {"embedding", "attention", "persistent tokens", "memory",
                                                    "FFN", "norms and gates", "final norm", "head"};
 
@@ -2882,7 +2935,8 @@ static void info_model(titans_st_reader *r, const char *path) {
   titans_tokenizer tok;
   if (titans_model_read(&m, &tok, r) != TITANS_OK) fail_file(path, m.error);
   const titans_config *c = &m.cfg;
-  const char *kind = titans_st_meta(r, "kind"), *version = titans_st_meta(r, "version"), *step = titans_st_meta(r, "step");
+  const char *kind = titans_st_meta(r, "kind"), *version = titans_st_meta(r, "version"),
+             *step = titans_st_meta(r, "step");
   printf("%s: a %s checkpoint", path, kind ? kind : "model");
   if (version) printf(" of titans.h %s", version);
   if (step) printf(", at step %s", step);
@@ -2899,8 +2953,10 @@ static void info_model(titans_st_reader *r, const char *path) {
            c->mem.conv_width, (double)c->mem.theta_max, (double)c->mem.surprise_bound,
            c->mem.surprise_bound > 0 ? "" : " (off)");
   if (c->mem.key_ngram > 1)
-    printf("memory keys: from the %d tokens before, one per group of channels (held by the trainer)\n", c->mem.key_ngram);
-  else if (memory_keys_one_tap(&m)) printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
+    printf("memory keys: from the %d tokens before, one per group of channels (held by the trainer)\n",
+           c->mem.key_ngram);
+  else if (memory_keys_one_tap(&m))
+    printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
   print_gate_biases(&m);
   printf("config: %s\n", titans_st_meta(r, "config"));
   if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));
@@ -2942,12 +2998,15 @@ static double norm2(const float *x, size_t n) {
 }
 
 static void info_state(titans_st_reader *r, const char *path) {
-  const char *kind = titans_st_meta(r, "kind"), *json = titans_st_meta(r, "config"), *hash = titans_st_meta(r, "model_hash");
+  const char *kind = titans_st_meta(r, "kind"), *json = titans_st_meta(r, "config"),
+             *hash = titans_st_meta(r, "model_hash");
   if (!kind || strcmp(kind, "session") != 0)
-    fail("%s is not a memory state (its kind is '%s', not 'session'); give models with --model", path, kind ? kind : "none");
+    fail("%s is not a memory state (its kind is '%s', not 'session'); give models with --model", path,
+         kind ? kind : "none");
   titans_config c;
   char err[TITANS_ERR_MSG_SIZE];
-  if (!json || titans_config_from_json(&c, json, err) != TITANS_OK) fail("%s: %s", path, json ? err : "no configuration");
+  if (!json || titans_config_from_json(&c, json, err) != TITANS_OK)
+    fail("%s: %s", path, json ? err : "no configuration");
   float code[3];
   size_t three = 3;
   if (titans_st_read_f32(r, "position", code, 1, &three) != TITANS_OK) fail("%s: %s", path, r->error);
@@ -3018,14 +3077,15 @@ static int cmd_info(int argc, char **argv) {
 /* ---- main --------------------------------------------------------------------------------------- */
 
 static void help(void) {
-  printf("titans " TITANS_VERSION ": Titans language models (titans.h)\n"
-         "  ./titans                     train a small model on the built-in text, then print a sample\n"
-         "  ./titans train [options]     train on a text file (./titans help train)\n"
-         "  ./titans generate [options]  generate from a checkpoint (./titans help generate)\n"
-         "  ./titans eval [options]      loss by position over long streams (./titans help eval)\n"
-         "  ./titans needle [options]    retrieval of a needle stated long ago (./titans help needle)\n"
-         "  ./titans info --model FILE   what a checkpoint (or --state FILE, a memory state) holds (./titans help info)\n"
-         "  ./titans --version           the version\n");
+  printf(
+      "titans " TITANS_VERSION ": Titans language models (titans.h)\n"
+      "  ./titans                     train a small model on the built-in text, then print a sample\n"
+      "  ./titans train [options]     train on a text file (./titans help train)\n"
+      "  ./titans generate [options]  generate from a checkpoint (./titans help generate)\n"
+      "  ./titans eval [options]      loss by position over long streams (./titans help eval)\n"
+      "  ./titans needle [options]    retrieval of a needle stated long ago (./titans help needle)\n"
+      "  ./titans info --model FILE   what a checkpoint (or --state FILE, a memory state) holds (./titans help info)\n"
+      "  ./titans --version           the version\n");
 }
 
 static int run_command(int argc, char **argv);

@@ -112,7 +112,8 @@ static size_t dist_stream_rows(titans_stream *s, dist_rows *a) {
   a[n++] = (dist_rows){(unsigned char *)s->row_position, sizeof(long long), 1};
   if (s->attn_tail) a[n++] = (dist_rows){(unsigned char *)s->attn_tail, (size_t)c->window * d * sizeof(float), L};
   if (s->bank) a[n++] = (dist_rows){(unsigned char *)s->bank, (size_t)c->lm2_slots * d * sizeof(float), L};
-  for (size_t l = 0; s->mem && l < L; l++) { /* the state's slab: w_chunk, w, s_chunk, s [B, H, hs], then 4 tails [B, K_c - 1, d_m] */
+  for (size_t l = 0; s->mem && l < L;
+       l++) { /* the state's slab: w_chunk, w, s_chunk, s [B, H, hs], then 4 tails [B, K_c - 1, d_m] */
     const titans_mem_state *st = &s->mem[l];
     size_t K = (size_t)st->cfg.conv_width, dm = (size_t)st->cfg.heads * (size_t)st->cfg.head_dim;
     a[n++] = (dist_rows){(unsigned char *)st->w_chunk, (size_t)st->cfg.heads * st->head_size * sizeof(float), 4};
@@ -129,13 +130,15 @@ static void dist_stream_gather(titans_stream *full, titans_stream *local) {
   for (size_t i = 0; i < n; i++)
     for (size_t k = 0; k < la[i].blocks; k++) {
       size_t bytes = b * la[i].row; /* this rank's rows of block k */
-      MPI_Gather(la[i].p + k * bytes, (int)bytes, MPI_BYTE, dist_rank == 0 ? fa[i].p + k * bytes * (size_t)dist_size : NULL,
-                 (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+      MPI_Gather(la[i].p + k * bytes, (int)bytes, MPI_BYTE,
+                 dist_rank == 0 ? fa[i].p + k * bytes * (size_t)dist_size : NULL, (int)bytes, MPI_BYTE, 0,
+                 MPI_COMM_WORLD);
     }
   if (dist_rank != 0) return;
   full->position = local->position; /* the same on every rank */
   full->ended = local->ended;
-  for (size_t l = 0; local->mem && l < (size_t)local->model->cfg.n_layers; l++) full->mem[l].position = local->mem[l].position;
+  for (size_t l = 0; local->mem && l < (size_t)local->model->cfg.n_layers; l++)
+    full->mem[l].position = local->mem[l].position;
 }
 
 /* local (B / N rows) takes this rank's rows of full (B rows, on every rank). */
@@ -145,10 +148,12 @@ static void dist_stream_scatter(titans_stream *local, titans_stream *full) {
   dist_stream_rows(full, fa);
   for (size_t i = 0; i < n; i++)
     for (size_t k = 0; k < la[i].blocks; k++)
-      memcpy(la[i].p + k * b * la[i].row, fa[i].p + (k * (size_t)dist_size + (size_t)dist_rank) * b * la[i].row, b * la[i].row);
+      memcpy(la[i].p + k * b * la[i].row, fa[i].p + (k * (size_t)dist_size + (size_t)dist_rank) * b * la[i].row,
+             b * la[i].row);
   local->position = full->position;
   local->ended = full->ended;
-  for (size_t l = 0; local->mem && l < (size_t)local->model->cfg.n_layers; l++) local->mem[l].position = full->mem[l].position;
+  for (size_t l = 0; local->mem && l < (size_t)local->model->cfg.n_layers; l++)
+    local->mem[l].position = full->mem[l].position;
 }
 
 /* --resume of a stream: rank 0 reads the file of all B rows, each rank keeps its own. */
@@ -192,8 +197,10 @@ static void dist_streams_release(titans_stream *full, titans_stream *local, size
 static void dist_check(int argc, char **argv, uint64_t data_hash, const size_t *batches, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (int i = 0; i < argc; i++) h = (h ^ fnv1a(argv[i], strlen(argv[i]) + 1)) * 1099511628211ull;
-  if (!dist_same_u64(h)) fail("rank %d: the ranks were started with different options (give every rank the same command)", dist_rank);
-  if (!dist_same_u64(data_hash)) fail("rank %d: the ranks read different --data (every rank must read the same text)", dist_rank);
+  if (!dist_same_u64(h))
+    fail("rank %d: the ranks were started with different options (give every rank the same command)", dist_rank);
+  if (!dist_same_u64(data_hash))
+    fail("rank %d: the ranks read different --data (every rank must read the same text)", dist_rank);
   for (size_t i = 0; i < n; i++)
     if (batches[i] % (size_t)dist_size)
       fail("a batch of %zu rows does not split over %d ranks: give a --batch (and --lens stages) that %d divides",
@@ -203,8 +210,10 @@ static void dist_check(int argc, char **argv, uint64_t data_hash, const size_t *
 /* The ranks hold the same weights and moments (checked at the start and at each checkpoint). */
 static void dist_check_weights(const titans_trainer *t) {
   size_t n = t->model->n_floats * sizeof(float);
-  uint64_t h = fnv1a(t->model->params, n) ^ (fnv1a(t->adam_m, n) * 31u) ^ (fnv1a(t->adam_v, n) * 131u) ^ (uint64_t)t->step;
-  if (!dist_same_u64(h)) fail("rank %d: the ranks' weights differ at step %ld (a rank's MPI reduced differently?)", dist_rank, t->step);
+  uint64_t h =
+      fnv1a(t->model->params, n) ^ (fnv1a(t->adam_m, n) * 31u) ^ (fnv1a(t->adam_v, n) * 131u) ^ (uint64_t)t->step;
+  if (!dist_same_u64(h))
+    fail("rank %d: the ranks' weights differ at step %ld (a rank's MPI reduced differently?)", dist_rank, t->step);
 }
 
 static void dist_attach(titans_trainer *t) {
@@ -224,7 +233,9 @@ static int dist_trainer_load(titans_trainer *t, titans_model *m, titans_tokenize
 }
 static int dist_stream_load(titans_stream *local, const char *path) { return titans_stream_load(local, path); }
 static titans_stream *dist_streams_gather(titans_stream *local, size_t n) { (void)n; return local; }
-static void dist_streams_release(titans_stream *full, titans_stream *local, size_t n) { (void)full, (void)local, (void)n; }
+static void dist_streams_release(titans_stream *full, titans_stream *local, size_t n) {
+  (void)full, (void)local, (void)n;
+}
 static void dist_check(int argc, char **argv, uint64_t data_hash, const size_t *batches, size_t n) {
   (void)argc, (void)argv, (void)data_hash, (void)batches, (void)n;
 }

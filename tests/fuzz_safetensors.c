@@ -30,7 +30,8 @@ static void fuzz_rewrite(const titans_st_reader *r) {
     n_f32++;
   }
   const char *k, *v;
-  for (size_t i = 0; titans_st_meta_at(r, i, &k, &v); i++) FUZZ_ASSERT(titans_st_writer_add_meta(&w, k, v) == TITANS_OK);
+  for (size_t i = 0; titans_st_meta_at(r, i, &k, &v); i++)
+    FUZZ_ASSERT(titans_st_writer_add_meta(&w, k, v) == TITANS_OK);
   unsigned char *buf = NULL;
   size_t size = 0;
   FUZZ_ASSERT(titans_st_writer_to_memory(&w, &buf, &size) == TITANS_OK);

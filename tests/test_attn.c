@@ -811,7 +811,8 @@ static void test_guard_pages(void) {
                         tg_alloc(&b[0], wq, after), tg_alloc(&b[1], Tq * H, after), tg_alloc(&b[2], wq, after),
                         tg_alloc(&b[3], wk, after), tg_alloc(&b[4], wk, after), tg_alloc(&b[5], wq, after),
                         tg_alloc(&b[6], wq, after), tg_alloc(&b[7], wk, after), tg_alloc(&b[8], wk, after), -1, -1};
-      int sig = g.out && g.lse && g.q && g.k && g.v && g.dout && g.dq && g.dk && g.dv ? tg_run(guarded_attn_run, &g) : -1;
+      int sig =
+          g.out && g.lse && g.q && g.k && g.v && g.dout && g.dq && g.dk && g.dv ? tg_run(guarded_attn_run, &g) : -1;
       if (sig == 0 && (g.rc_forward != TITANS_OK || g.rc_backward != TITANS_OK)) errors++;
       if (sig != 0 && faults++ == 0)
         snprintf(first, sizeof(first), " (first: Tq %zu, P %zu, Tk %zu, H %zu, d_a %zu, guard %s, %s)", Tq, P, Tk, H,

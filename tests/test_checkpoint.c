@@ -122,7 +122,8 @@ static void test_json(void) {
 
   titans_config def = titans_config_default(TITANS_BLOCK_MAC, 256, 128, 2);
   titans_config_to_json(&def, json, sizeof json);
-  th_check(strstr(json, "\"block\":\"mac\"") && strstr(json, "\"theta_max\":0.1,"), "floats in the shortest form: %s", json);
+  th_check(strstr(json, "\"block\":\"mac\"") && strstr(json, "\"theta_max\":0.1,"), "floats in the shortest form: %s",
+           json);
   {
     /* a file written before the surprise bound existed has no such key: it loads with the bound off */
     char old[1024];
@@ -164,7 +165,8 @@ static void test_json(void) {
       printf("  float %.9g: %s\n", (double)vals[i], json);
     }
   }
-  th_check(fl_ok, "%zu floats (denormal, FLT_MAX, 1e-8, 1/3, ...) round-trip bit for bit", sizeof vals / sizeof vals[0]);
+  th_check(fl_ok, "%zu floats (denormal, FLT_MAX, 1e-8, 1/3, ...) round-trip bit for bit",
+           sizeof vals / sizeof vals[0]);
 
   /* bad JSON of every kind */
   const char *good = json;
@@ -288,8 +290,8 @@ static void test_model_roundtrip(void) {
     titans_trainer_init(&tb, &b, NULL);
     rc = titans_forward_logits(&ta, tokens, B, T, la);
     rc = rc ? rc : titans_forward_logits(&tb, tokens, B, T, lb);
-    th_check(rc == TITANS_OK && memcmp(la, lb, B * T * 37 * sizeof(float)) == 0, "%s: batch logits [%zu, %zu, 37] bit-identical",
-             kn, B, T);
+    th_check(rc == TITANS_OK && memcmp(la, lb, B * T * 37 * sizeof(float)) == 0,
+             "%s: batch logits [%zu, %zu, 37] bit-identical", kn, B, T);
     titans_trainer_free(&ta);
     titans_trainer_free(&tb);
 
@@ -301,8 +303,8 @@ static void test_model_roundtrip(void) {
     titans_session_init(&sb, &b);
     rc = titans_session_feed(&sa, toks, NS, la);
     rc = rc ? rc : titans_session_feed(&sb, toks, NS, lb);
-    th_check(rc == TITANS_OK && memcmp(la, lb, 37 * sizeof(float)) == 0, "%s: session logits after %zu tokens bit-identical",
-             kn, NS);
+    th_check(rc == TITANS_OK && memcmp(la, lb, 37 * sizeof(float)) == 0,
+             "%s: session logits after %zu tokens bit-identical", kn, NS);
     titans_session_free(&sa);
     titans_session_free(&sb);
 
@@ -359,8 +361,8 @@ static void test_model_roundtrip(void) {
       titans_model_free(&m2);
       titans_model_save(&a, path);
       rc = titans_model_load_ex(&m3, &tok2, NULL, path);
-      th_check(rc == TITANS_ERR_FORMAT && !m3.params, "no tokenizer key and vocabulary 37: refused when a tokenizer is asked for: %s",
-               m3.error);
+      th_check(rc == TITANS_ERR_FORMAT && !m3.params,
+               "no tokenizer key and vocabulary 37: refused when a tokenizer is asked for: %s", m3.error);
     }
     titans_tokenizer_free(&tok);
     titans_model_free(&a);
@@ -399,7 +401,10 @@ static void test_trainer_resume(void) {
     for (int s = K1; s < K1 + K2 && !rc; s++) rc = titans_train_step(&ta, tokens + s * B * (T + 1), 1, B, T, &loss);
     char *meta = NULL;
     int rc2 = titans_trainer_load(&tb, &b, NULL, &meta, path);
-    if (!th_check(rc == TITANS_OK && rc2 == TITANS_OK, "%s: train, save, load: %s", kn, rc ? ta.error : rc2 ? tb.error : "ok")) {
+    if (!th_check(rc == TITANS_OK && rc2 == TITANS_OK, "%s: train, save, load: %s", kn,
+                  rc    ? ta.error
+                  : rc2 ? tb.error
+                        : "ok")) {
       titans_trainer_free(&ta);
       titans_model_free(&a);
       continue;
@@ -413,7 +418,8 @@ static void test_trainer_resume(void) {
     th_check(rc == TITANS_OK && tb.step == ta.step && memcmp(a.params, b.params, a.n_floats * sizeof(float)) == 0 &&
                  memcmp(ta.adam_m, tb.adam_m, a.n_floats * sizeof(float)) == 0 &&
                  memcmp(ta.adam_v, tb.adam_v, a.n_floats * sizeof(float)) == 0,
-             "%s: %d + %d steps (resumed) equal %d uninterrupted steps: parameters and moments bit-identical (max diff %.3g)",
+             "%s: %d + %d steps (resumed) equal %d uninterrupted steps: parameters and moments bit-identical (max diff "
+             "%.3g)",
              kn, K1, K2, K1 + K2, th_max_abs_diff(a.params, b.params, a.n_floats));
     titans_free(meta);
 
@@ -428,7 +434,8 @@ static void test_trainer_resume(void) {
     titans_trainer tc2;
     titans_model mc;
     rc = titans_trainer_load(&tc2, &mc, NULL, NULL, path);
-    th_check(rc == TITANS_ERR_FORMAT && !mc.params && !tc2.grads, "%s: a model file is not a trainer: %s", kn, tc2.error);
+    th_check(rc == TITANS_ERR_FORMAT && !mc.params && !tc2.grads, "%s: a model file is not a trainer: %s", kn,
+             tc2.error);
 
     titans_trainer_free(&ta);
     titans_trainer_free(&tb);
@@ -477,7 +484,8 @@ static void test_session_resume(void) {
     titans_session_init(&s3, &m3);
     titans_session_feed(&s2, toks, 4, NULL);
     rc = titans_session_load(&s2, path);
-    th_check(rc == TITANS_ERR_FORMAT && s2.position == 0, "%s: another model's weights: refused, session reset: %s", kn, s2.error);
+    th_check(rc == TITANS_ERR_FORMAT && s2.position == 0, "%s: another model's weights: refused, session reset: %s", kn,
+             s2.error);
     rc = titans_session_load(&s3, path);
     th_check(rc == TITANS_ERR_FORMAT, "%s: another configuration (d = 32): refused: %s", kn, s3.error);
     titans_session_free(&s2);
@@ -489,7 +497,8 @@ static void test_session_resume(void) {
     expect_bad_model("a session file loaded as a model", path);
     titans_model_save(&m, tmp_path("m.safetensors"));
     rc = titans_session_load(&b, tmp_path("m.safetensors"));
-    th_check(rc == TITANS_ERR_FORMAT && b.position == 0, "%s: a model file loaded as a session: refused: %s", kn, b.error);
+    th_check(rc == TITANS_ERR_FORMAT && b.position == 0, "%s: a model file loaded as a session: refused: %s", kn,
+             b.error);
 
     /* a state tensor with NaN: the library refuses to save it, and a crafted file is refused on load */
     if (k == 2) {
@@ -592,7 +601,8 @@ static void test_bad_files(void) {
   titans_model ok;
   write_variant(&m, bad, MUT_NONE, NULL);
   int rc = titans_model_load(&ok, bad);
-  th_check(rc == TITANS_OK && memcmp(ok.params, m.params, m.n_floats * sizeof(float)) == 0, "hand-written reference file loads");
+  th_check(rc == TITANS_OK && memcmp(ok.params, m.params, m.n_floats * sizeof(float)) == 0,
+           "hand-written reference file loads");
   if (rc == TITANS_OK) titans_model_free(&ok);
 
   /* truncated at many lengths */
@@ -693,8 +703,8 @@ static void test_bad_files(void) {
       finite &= t.params == NULL;
     }
   }
-  th_check(finite, "300 randomly damaged headers: %d refused, %d still valid models (damage in padding or digits)", refused,
-           loaded);
+  th_check(finite, "300 randomly damaged headers: %d refused, %d still valid models (damage in padding or digits)",
+           refused, loaded);
 
   /* a trainer file with a negative second moment or a bad step */
   titans_trainer t;
@@ -704,7 +714,8 @@ static void test_bad_files(void) {
   titans_trainer t2;
   titans_model m2;
   rc = titans_trainer_load(&t2, &m2, NULL, NULL, bad);
-  th_check(rc == TITANS_ERR_FORMAT && !m2.params && !t2.adam_m, "a negative AdamW second moment: refused: %s", t2.error);
+  th_check(rc == TITANS_ERR_FORMAT && !m2.params && !t2.adam_m, "a negative AdamW second moment: refused: %s",
+           t2.error);
   t.adam_v[5] = 0.0f;
   titans_trainer_free(&t);
 

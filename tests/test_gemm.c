@@ -123,7 +123,8 @@ static void guarded_call_run(void *arg) {
    signal that stopped it, 0 if none, -1 if the pages could not be set up. */
 static int guarded_gemm(int ta, int tb, size_t m, size_t n, size_t k, int after) {
   tg_block a, b, c;
-  guarded_call g = {ta, tb, m, n, k, tg_alloc(&a, m * k, after), tg_alloc(&b, k * n, after), tg_alloc(&c, m * n, after)};
+  guarded_call g = {
+      ta, tb, m, n, k, tg_alloc(&a, m * k, after), tg_alloc(&b, k * n, after), tg_alloc(&c, m * n, after)};
   int sig = g.a && g.b && g.c ? tg_run(guarded_call_run, &g) : -1;
   tg_free(&a);
   tg_free(&b);
@@ -198,8 +199,9 @@ int main(void) {
     titans_gemm(0, 0, 6, 4, 0, 1.0f, a, 5, b, 4, 0.5f, c, 4);
     titans_gemm(0, 0, 6, 4, 5, 0.0f, a, 5, b, 4, 0.5f, c, 4);
     titans_gemm(0, 0, 0, 4, 5, 1.0f, a, 5, b, 4, 0.0f, c, 4);
-    th_check(titans_gemm_madds() - before == 2 * 6 * 4 * 5, "the multiply-add counter adds m n k per product: %llu (want %d)",
-             titans_gemm_madds() - before, 2 * 6 * 4 * 5);
+    th_check(titans_gemm_madds() - before == 2 * 6 * 4 * 5,
+             "the multiply-add counter adds m n k per product: %llu (want %d)", titans_gemm_madds() - before,
+             2 * 6 * 4 * 5);
 #ifdef _OPENMP
     before = titans_gemm_madds();
 #pragma omp parallel for num_threads(2) schedule(static)

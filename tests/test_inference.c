@@ -271,9 +271,10 @@ static void test_nonfinite(int kind) {
     rc = rc ? rc : titans_session_state_loaded(&s);
     int rcf = titans_session_feed(&s, toks, 1, logits);
     if (kind == TITANS_BLOCK_LM2) /* the bank's products may stay finite: then so must the logits */
-      th_check(hit && rc == TITANS_OK &&
-                   (rcf == TITANS_OK ? th_all_finite(logits, V) : rcf == TITANS_ERR_NONFINITE && strstr(s.error, "layer")),
-               "%s: a bank at 3e38 loads, then feed gives finite logits or reports the overflow (rc %d)", kn, rcf);
+      th_check(
+          hit && rc == TITANS_OK &&
+              (rcf == TITANS_OK ? th_all_finite(logits, V) : rcf == TITANS_ERR_NONFINITE && strstr(s.error, "layer")),
+          "%s: a bank at 3e38 loads, then feed gives finite logits or reports the overflow (rc %d)", kn, rcf);
     else
       th_check(hit && rc == TITANS_OK && rcf == TITANS_ERR_NONFINITE && strstr(s.error, "layer 0"),
                "%s: a memory at 3e38 loads, then feed reports the overflow (%s)", kn, s.error);
@@ -324,7 +325,8 @@ static void test_sampling_errors(void) {
   ta_countdown = 0;
   rc = titans_sample_ex(masked, 5, 1.0f, 0, 1.0f, &rng, &tok);
   ta_countdown = -1;
-  th_check(rc == TITANS_ERR_NOMEM && tok == -1, "sample: the distribution's allocation fails: TITANS_ERR_NOMEM, no greedy fallback");
+  th_check(rc == TITANS_ERR_NOMEM && tok == -1,
+           "sample: the distribution's allocation fails: TITANS_ERR_NOMEM, no greedy fallback");
 }
 
 /* ---- huge windows from a configuration --------------------------------------------------------- */
@@ -357,7 +359,8 @@ static void test_huge_window(int kind) {
            "%s: window / max_context 2^24, segment 2^16: opening a session allocates %zu bytes (model %zu bytes, "
            "bound %zu; the caches at full capacity would take %zu MB)",
            kn, opened, model_bytes, bound,
-           kind == TITANS_BLOCK_LMM ? 0 : (size_t)c.n_layers * titans__kv_capacity(&c) * (2 * (size_t)c.d * 4 + 8) >> 20);
+           kind == TITANS_BLOCK_LMM ? 0
+                                    : (size_t)c.n_layers * titans__kv_capacity(&c) * (2 * (size_t)c.d * 4 + 8) >> 20);
   int toks[100];
   tokens_of(toks, 100, 8);
   ta_peak = ta_cur;
@@ -392,9 +395,10 @@ static void test_huge_window(int kind) {
       ta_largest = 0;
       int rc2 = titans_st_reader_parse(&r2, bytes, nbytes);
       rc2 = rc2 ? rc2 : titans_session_read(&t, &r2);
-      th_check(rc2 == TITANS_ERR_FORMAT && ta_largest < ((size_t)1 << 20),
-               "%s: a state claiming position 2^40 with 100 tokens' KV rows: refused, largest allocation %zu bytes (%s)",
-               kn, ta_largest, t.error);
+      th_check(
+          rc2 == TITANS_ERR_FORMAT && ta_largest < ((size_t)1 << 20),
+          "%s: a state claiming position 2^40 with 100 tokens' KV rows: refused, largest allocation %zu bytes (%s)", kn,
+          ta_largest, t.error);
       if (rc2 != TITANS_ERR_FORMAT || !strstr(t.error, "position")) printf("    (%s)\n", t.error);
       titans_st_reader_free(&r2);
     }
@@ -456,8 +460,8 @@ static void test_head_width(void) {
   c.mem.head_dim = 16 / 32;
   char err[TITANS_ERR_MSG_SIZE] = "";
   int rc = titans_config_check(&c, err);
-  th_check(rc == TITANS_ERR_ARG && strstr(err, "head_dim"), "config: 32 memory heads of width 16 / 32 = 0: refused (%s)",
-           err);
+  th_check(rc == TITANS_ERR_ARG && strstr(err, "head_dim"),
+           "config: 32 memory heads of width 16 / 32 = 0: refused (%s)", err);
 }
 
 int main(void) {

@@ -11,7 +11,21 @@
 #include "golden.h"
 
 /* fields of caseN.config */
-enum { CF_V, CF_D, CF_HEADS, CF_LAYERS, CF_FFN, CF_WINDOW, CF_PERSIST, CF_SEGMENT, CF_SLOTS, CF_TIED, CF_B, CF_T, CF_COUNT };
+enum {
+  CF_V,
+  CF_D,
+  CF_HEADS,
+  CF_LAYERS,
+  CF_FFN,
+  CF_WINDOW,
+  CF_PERSIST,
+  CF_SEGMENT,
+  CF_SLOTS,
+  CF_TIED,
+  CF_B,
+  CF_T,
+  CF_COUNT
+};
 
 static titans_config config_of(const float *cf) {
   titans_config c = titans_config_default(TITANS_BLOCK_LM2, (int)cf[CF_V], (int)cf[CF_D], (int)cf[CF_LAYERS]);
@@ -57,8 +71,8 @@ static void test_case(golden_file *g, int k) {
     }
     memcpy(m.params + m.plist[p].offset, gp->data, gp->count * sizeof(float));
   }
-  th_check(missing == 0, "%s: the reference has every one of the %zu parameters, in the library's names and shapes", label,
-           m.n_params);
+  th_check(missing == 0, "%s: the reference has every one of the %zu parameters, in the library's names and shapes",
+           label, m.n_params);
   titans_trainer_init(&t, &m, NULL);
   const golden_tensor *gt = golden_findf(g, "case%d.tokens", k), *gl = golden_findf(g, "case%d.logits", k);
   const golden_tensor *gloss = golden_findf(g, "case%d.loss", k);
@@ -73,7 +87,8 @@ static void test_case(golden_file *g, int k) {
   float loss = 0;
   memset(t.grads, 0, m.n_floats * sizeof(float));
   rc = titans_forward_backward(&t, tokens, B, T, 1.0f, &loss);
-  th_close("  loss vs the reference (relative)", rc ? INFINITY : fabs(loss - gloss->data[0]) / fabs(gloss->data[0]), 1e-6);
+  th_close("  loss vs the reference (relative)", rc ? INFINITY : fabs(loss - gloss->data[0]) / fabs(gloss->data[0]),
+           1e-6);
   double worst = 0;
   const char *worst_name = "";
   int absent = 0;

@@ -61,7 +61,8 @@ static void test_determinism(const int *source, size_t source_len) {
       longctx_tokens(&a, from, piece, n);
       for (size_t i = 0; i < n; i++) bad += piece[i] != longctx_token(&b, from + i);
     }
-    th_check(bad == 0, "%s: longctx_tokens in pieces of 1000 = token by token (%zu differ)", longctx_kind_name(kind), bad);
+    th_check(bad == 0, "%s: longctx_tokens in pieces of 1000 = token by token (%zu differ)", longctx_kind_name(kind),
+             bad);
   }
 }
 
@@ -78,7 +79,8 @@ static void test_layout(int kind, const int *source, size_t source_len) {
       for (uint64_t seed = 1; seed <= 3; seed++) {
         longctx_example ex;
         char err[200];
-        if (longctx_example_init(&ex, kind, lengths[li], depths[di], seed * 1000 + li, source, source_len, NULL, err) != 0) {
+        if (longctx_example_init(&ex, kind, lengths[li], depths[di], seed * 1000 + li, source, source_len, NULL, err) !=
+            0) {
           th_check(0, "%s: init at length %zu: %s", longctx_kind_name(kind), lengths[li], err);
           continue;
         }
@@ -89,7 +91,8 @@ static void test_layout(int kind, const int *source, size_t source_len) {
         size_t filler = lengths[li] - ex.question_len - ex.needle_len;
         double target = depths[di] * (double)filler, off = target - (double)at;
         worst_depth = fmax(worst_depth, at == SIZE_MAX || off < 0 ? 1e9 : off);
-        bad_start += at != SIZE_MAX && at > 0 && !(longctx_token(&ex, at - 1) == ' ' || longctx_token(&ex, at - 1) == '\n');
+        bad_start +=
+            at != SIZE_MAX && at > 0 && !(longctx_token(&ex, at - 1) == ' ' || longctx_token(&ex, at - 1) == '\n');
         size_t q = find_in_example(&ex, ex.question);
         bad_question += q != lengths[li] - ex.question_len;
         bad_length += ex.length != lengths[li];
@@ -103,9 +106,11 @@ static void test_layout(int kind, const int *source, size_t source_len) {
   th_check(worst_depth < tolerance, "%s: the needle starts within %.0f bytes before depth * filler (worst %.0f)", name,
            tolerance, worst_depth);
   th_check(bad_start == 0, "%s: the needle starts a sentence (%zu do not)", name, bad_start);
-  th_check(bad_question == 0 && bad_length == 0, "%s: context + question = the asked length, the question last (%zu, %zu wrong)",
-           name, bad_length, bad_question);
-  th_check(bad_answer == 0, "%s: the answer (digits, letters for copy) follows the question (%zu wrong)", name, bad_answer);
+  th_check(bad_question == 0 && bad_length == 0,
+           "%s: context + question = the asked length, the question last (%zu, %zu wrong)", name, bad_length,
+           bad_question);
+  th_check(bad_answer == 0, "%s: the answer (digits, letters for copy) follows the question (%zu wrong)", name,
+           bad_answer);
 }
 
 static void test_digits_uniform(void) {
@@ -123,10 +128,10 @@ static void test_digits_uniform(void) {
   char err[200];
   longctx_example_init(&a, LONGCTX_PASSKEY, 200, -1, 9, NULL, 0, NULL, err);
   longctx_example_init(&b, LONGCTX_PASSKEY, 200, -1, 10, NULL, 0, NULL, err);
-  th_check(a.depth >= 0 && a.depth < 1 && a.depth != b.depth, "a negative depth is drawn uniformly (%.3f, %.3f)", a.depth,
-           b.depth);
-  th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 100, 0.5, 1, NULL, 0, NULL, err) != 0, "a too short length is refused: %s",
-           err);
+  th_check(a.depth >= 0 && a.depth < 1 && a.depth != b.depth, "a negative depth is drawn uniformly (%.3f, %.3f)",
+           a.depth, b.depth);
+  th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 100, 0.5, 1, NULL, 0, NULL, err) != 0,
+           "a too short length is refused: %s", err);
 }
 
 /* Several keyed needles (prose): every needle once, each with a key word of its own, the question asking
@@ -165,8 +170,8 @@ static void test_needles(const int *source, size_t source_len) {
           for (size_t i = 0; i < m; i++) bad_pieces += piece[i] != longctx_token(&ex, from + i);
         }
       }
-  th_check(cases == 2 * 4 * LONGCTX_MAX_NEEDLES, "prose with 1-%d needles: every example set up (%zu)", LONGCTX_MAX_NEEDLES,
-           cases);
+  th_check(cases == 2 * 4 * LONGCTX_MAX_NEEDLES, "prose with 1-%d needles: every example set up (%zu)",
+           LONGCTX_MAX_NEEDLES, cases);
   th_check(bad_once == 0, "every needle appears exactly once (%zu wrong)", bad_once);
   th_check(bad_words == 0 && bad_set == 0, "the needles' key words differ and come from the asked set (%zu, %zu wrong)",
            bad_words, bad_set);
@@ -216,13 +221,14 @@ static void test_number_words(const int *source, size_t source_len) {
     words++;
     /* a changed word is all digits (a digit may equal no letter, so count digits, not changes) */
     size_t digits = 0;
-    for (size_t j = i; j < end; j++) digits += longctx_token(&with_numbers, j) >= '0' && longctx_token(&with_numbers, j) <= '9';
+    for (size_t j = i; j < end; j++)
+      digits += longctx_token(&with_numbers, j) >= '0' && longctx_token(&with_numbers, j) <= '9';
     numbers += digits == end - i;
     half_words += digits != 0 && digits != end - i;
   }
   double frac = words ? (double)numbers / (double)words : 0;
-  th_check(not_letter == 0 && half_words == 0, "numbers 0.05: only letters become digits, whole words at a time (%zu, %zu)",
-           not_letter, half_words);
+  th_check(not_letter == 0 && half_words == 0,
+           "numbers 0.05: only letters become digits, whole words at a time (%zu, %zu)", not_letter, half_words);
   th_check(frac > 0.035 && frac < 0.065, "numbers 0.05: %.3f of %zu words are numbers", frac, words);
   th_check(count_in_example(&with_numbers, with_numbers.needle) == 1 &&
                find_in_example(&with_numbers, with_numbers.question) == LEN - with_numbers.question_len &&
@@ -279,7 +285,10 @@ static void test_sentence_haystack(void) {
 
 /* ---- a minimal XML well-formedness checker ------------------------------------------------------------ */
 
-static int is_name_char(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == ':' || c == '_' || c == '.'; }
+static int is_name_char(int c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == ':' ||
+         c == '_' || c == '.';
+}
 
 /* 1 when text [n] is one well-formed element: tags balanced and properly nested, every attribute
    name="value" (or 'value'), no raw '<' in text or values, '&' only as an entity. Why in why [200]. */
@@ -325,7 +334,8 @@ static int xml_well_formed(const char *s, size_t n, char *why) {
       while (k < n && is_name_char(s[k])) k++;
       if (k == a || k >= n || s[k] != '=') return snprintf(why, 200, "a malformed attribute at byte %zu", a), 0;
       k++;
-      if (k >= n || (s[k] != '"' && s[k] != '\'')) return snprintf(why, 200, "an unquoted attribute value at byte %zu", k), 0;
+      if (k >= n || (s[k] != '"' && s[k] != '\''))
+        return snprintf(why, 200, "an unquoted attribute value at byte %zu", k), 0;
       char quote = s[k++];
       while (k < n && s[k] != quote) {
         if (s[k] == '<') return snprintf(why, 200, "a '<' inside an attribute value at byte %zu", k), 0;
@@ -377,7 +387,8 @@ static void check_svg(const char *path, const char *what) {
 
 static void test_xml_checker(void) {
   const char *good = "<svg a=\"1\"><g><text x='2'>a &lt; b &amp; c</text><line/></g></svg>\n";
-  const char *bad[5] = {"<svg><g></svg>", "<svg a=1></svg>", "<svg>a < b</svg>", "<svg>a & b</svg>", "<svg></svg><svg/>"};
+  const char *bad[5] = {"<svg><g></svg>", "<svg a=1></svg>", "<svg>a < b</svg>", "<svg>a & b</svg>",
+                        "<svg></svg><svg/>"};
   char why[200];
   th_check(xml_well_formed(good, strlen(good), why), "the XML checker accepts a well-formed document");
   int rejected = 0;
@@ -494,8 +505,10 @@ static void direct_eval(double *mean, titans_model **models, size_t n_models, co
 static void test_eval(titans_model **models, const int *held_out, size_t n_val) {
   char args[4096], path[512];
   const size_t len = 200, streams = 3, buckets = 9; /* positions 0..199: [0,1) .. [128,256) */
-  snprintf(args, sizeof args, "eval --model %s/mac/model.safetensors --model %s/swa/model.safetensors --data %s/data.txt "
-           "--len 200 --streams 3 --threads 2 --svg %s/eval.svg", dir, dir, dir, dir);
+  snprintf(args, sizeof args,
+           "eval --model %s/mac/model.safetensors --model %s/swa/model.safetensors --data %s/data.txt "
+           "--len 200 --streams 3 --threads 2 --svg %s/eval.svg",
+           dir, dir, dir, dir);
   int rc = run(args, "eval.txt");
   th_check(rc == 0, "./titans eval on two tiny models exits 0 (rc=%d)", rc);
   snprintf(path, sizeof path, "%s/eval.txt", dir);
@@ -506,7 +519,8 @@ static void test_eval(titans_model **models, const int *held_out, size_t n_val) 
   for (char *line = out ? strtok(out, "\n") : NULL; line; line = strtok(NULL, "\n")) {
     char range[64];
     double count, a, b, d;
-    if (line[0] != '[' || sscanf(line, "%63s %lf %lf %lf %lf", range, &count, &a, &b, &d) != 5 || rows == buckets) continue;
+    if (line[0] != '[' || sscanf(line, "%63s %lf %lf %lf %lf", range, &count, &a, &b, &d) != 5 || rows == buckets)
+      continue;
     size_t expect = rows == 0 ? 1 : (size_t)1 << (rows - 1);
     if (rows == buckets - 1) expect = len - 128;
     counts_ok += count == (double)(expect * streams);
@@ -514,8 +528,8 @@ static void test_eval(titans_model **models, const int *held_out, size_t n_val) 
     rows++;
   }
   free(out);
-  th_check(rows == buckets && counts_ok == buckets, "eval prints %zu buckets with their counts (%zu rows, %zu counts right)",
-           buckets, rows, counts_ok);
+  th_check(rows == buckets && counts_ok == buckets,
+           "eval prints %zu buckets with their counts (%zu rows, %zu counts right)", buckets, rows, counts_ok);
   if (rows != buckets) return;
   double mean[2 * 9], worst = 0, worst_diff = 0;
   direct_eval(mean, models, 2, held_out, n_val, len, streams);
@@ -590,8 +604,10 @@ static void test_needle(titans_model **models, const char *task, const int *held
   int kind = longctx_kind_from_name(task);
   char data_opt[300] = "";
   if (kind == LONGCTX_PROSE) snprintf(data_opt, sizeof data_opt, "--data %s/data.txt", dir);
-  snprintf(args, sizeof args, "needle --model %s/mac/model.safetensors --model %s/swa/model.safetensors --task %s %s "
-           "--len 256,512 --depth 10,90 --trials 2 --seed 3 --threads 2 --svg %s/needle.svg", dir, dir, task, data_opt, dir);
+  snprintf(args, sizeof args,
+           "needle --model %s/mac/model.safetensors --model %s/swa/model.safetensors --task %s %s "
+           "--len 256,512 --depth 10,90 --trials 2 --seed 3 --threads 2 --svg %s/needle.svg",
+           dir, dir, task, data_opt, dir);
   int rc = run(args, "needle.txt");
   th_check(rc == 0, "./titans needle --task %s on two tiny models exits 0 (rc=%d)", task, rc);
   snprintf(path, sizeof path, "%s/needle.txt", dir);
@@ -614,7 +630,8 @@ static void test_needle(titans_model **models, const char *task, const int *held
           longctx_example ex;
           char err[200];
           double depth = (double)depths[c] / 100.0;
-          longctx_example_init(&ex, kind, lens[r], depth, longctx_eval_seed(3, lens[r], depth, t), held_out, n_val, NULL, err);
+          longctx_example_init(&ex, kind, lens[r], depth, longctx_eval_seed(3, lens[r], depth, t), held_out, n_val,
+                               NULL, err);
           size_t right;
           int forced_exact;
           direct_needle(models[mi], &ex, &right, &forced_exact);
@@ -627,8 +644,9 @@ static void test_needle(titans_model **models, const char *task, const int *held
         mismatch += exact[cell] != exact_direct || fabs(acc[cell] - acc_direct) > 0.006;
         forced_mismatch += forced != exact_direct;
       }
-    th_check(mismatch == 0, "%s, %s: needle's exact matches and digit accuracies = greedy decoding here (%zu cells differ)",
-             task, labels[mi], mismatch);
+    th_check(mismatch == 0,
+             "%s, %s: needle's exact matches and digit accuracies = greedy decoding here (%zu cells differ)", task,
+             labels[mi], mismatch);
     th_check(forced_mismatch == 0, "%s, %s: teacher-forced exact match = greedy exact match (%zu cells differ)", task,
              labels[mi], forced_mismatch);
   }

@@ -86,7 +86,9 @@ static int argmax(const float *x, int n) {
 static void score(const float *logits, const int *text, int n, double *first, double *second) {
   int hit[2] = {0, 0}, count[2] = {0, 0};
   for (int t = 0; t + 1 < n; t++) {
-    int pos = (t + 1) % LINE_BYTES, part = pos >= LINE + 2 && pos < LINE_BYTES - 1 ? 1 : pos >= 1 && pos < LINE ? 0 : -1;
+    int pos = (t + 1) % LINE_BYTES, part = pos >= LINE + 2 && pos < LINE_BYTES - 1 ? 1
+                                           : pos >= 1 && pos < LINE                ? 0
+                                                                                   : -1;
     if (part < 0) continue;
     hit[part] += argmax(logits + (size_t)t * 256, 256) == text[t + 1];
     count[part]++;
@@ -105,7 +107,8 @@ int main(void) {
 
   titans_session s;
   int rc = titans_session_init(&s, &m);
-  for (int t = 0; t < n && rc == TITANS_OK; t++) rc = titans_session_feed(&s, text + t, 1, session_logits + (size_t)t * 256);
+  for (int t = 0; t < n && rc == TITANS_OK; t++)
+    rc = titans_session_feed(&s, text + t, 1, session_logits + (size_t)t * 256);
   th_check(rc == TITANS_OK, "a session reads %d bytes (rc=%d %s)", n, rc, rc ? s.error : "");
   double first, second;
   score(session_logits, text, n, &first, &second);

@@ -218,7 +218,8 @@ static void fixture_init(fixture *f, titans_mem_config cfg, size_t B, size_t T, 
       float z = titans_rng_normal(&rng);
       if (strncmp(p->name, "w0.", 3) == 0) dst[j] = z / sqrtf((float)p->shape[2]);
       else if (strcmp(p->name, "out_norm") == 0) dst[j] = 1.0f + 0.1f * z;
-      else if (strncmp(p->name, "conv_", 5) == 0) dst[j] = 0.3f * z + ((j % p->shape[1]) == p->shape[1] - 1 ? 1.0f : 0.0f);
+      else if (strncmp(p->name, "conv_", 5) == 0)
+        dst[j] = 0.3f * z + ((j % p->shape[1]) == p->shape[1] - 1 ? 1.0f : 0.0f);
       else if (strcmp(p->name, "decay_b") == 0) dst[j] = -2.0f + 0.5f * z;
       else if (p->kind == TITANS_PARAM_BIAS) dst[j] = 0.5f * z;
       else dst[j] = 0.4f * z;
@@ -378,7 +379,8 @@ static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
     x[j] = keep;
     fdx[j] = (lp - lm) / (2 * h);
   }
-  snprintf(what, sizeof what, "gradient of the input x vs central differences (%s); worst parameter %s", label, worst_name);
+  snprintf(what, sizeof what, "gradient of the input x vs central differences (%s); worst parameter %s", label,
+           worst_name);
   th_close(what, rc ? INFINITY : rel_to_max(dx, fdx, n), 1e-4);
   free(fdx); free(x);
   titans_free(out); titans_free(dx);
@@ -437,7 +439,8 @@ static void test_golden(const char *path) {
     titans__mem_dims m = titans__mem_get_dims(&cfg);
     double sd = 0;
     for (size_t i = 0; i < m.L; i++) {
-      const golden_tensor *gwt = golden_findf(&g, "case%d.state.w.%zu", c, i), *gst = golden_findf(&g, "case%d.state.s.%zu", c, i);
+      const golden_tensor *gwt = golden_findf(&g, "case%d.state.w.%zu", c, i),
+                          *gst = golden_findf(&g, "case%d.state.s.%zu", c, i);
       size_t sz = m.n[i + 1] * m.n[i];
       for (size_t rh = 0; rh < B * m.H; rh++) {
         double a = th_max_rel_diff(st.w + rh * m.head_size + m.wofs[i], gwt->data + rh * sz, sz, 1.0);
@@ -461,7 +464,9 @@ static void test_golden(const char *path) {
     double *refx = to_double(gx->data, n);
     double ex = rel_to_max(dx, refx, n);
     free(refx);
-    snprintf(what, sizeof what, "golden case %d: parameter gradients vs PyTorch autograd (worst: %.80s, relative to its max)", c, worst_name);
+    snprintf(what, sizeof what,
+             "golden case %d: parameter gradients vs PyTorch autograd (worst: %.80s, relative to its max)", c,
+             worst_name);
     th_close(what, rc ? INFINITY : worst, 1e-4);
     snprintf(what, sizeof what, "golden case %d: input gradient vs PyTorch autograd", c);
     th_close(what, rc ? INFINITY : ex, 1e-4);
@@ -578,7 +583,8 @@ static void test_threads_and_state(titans_mem_config cfg) {
 #endif
   th_check(th_all_finite(o1, n) && memcmp(o1, o2, n * sizeof(float)) == 0 && memcmp(dx1, dx2, n * sizeof(float)) == 0 &&
                memcmp(g1, f.grad_slab, f.total * sizeof(float)) == 0,
-           "1 and 2 threads give finite, bit-identical outputs and gradients (max diff %.3g)", th_max_abs_diff(o1, o2, n));
+           "1 and 2 threads give finite, bit-identical outputs and gradients (max diff %.3g)",
+           th_max_abs_diff(o1, o2, n));
 
   /* save after 19 tokens, continue; load the saved state into a fresh one and continue: bit-identical */
   titans_mem_state a, b, c;
@@ -603,10 +609,12 @@ static void test_threads_and_state(titans_mem_config cfg) {
   th_check(rc == 0 && memcmp(o1, o2, f.B * t1 * d * sizeof(float)) == 0,
            "a saved and loaded state continues bit-identically (rc %d, position %lld)", rc, b.position);
   titans_mem_forward(&cfg, &f.w, &c, o2, xb, t1, NULL);
-  th_check(rc2 == 0 && memcmp(o1, o2, f.B * t1 * d * sizeof(float)) == 0, "a copied (forked) state continues bit-identically");
+  th_check(rc2 == 0 && memcmp(o1, o2, f.B * t1 * d * sizeof(float)) == 0,
+           "a copied (forked) state continues bit-identically");
   buf[0] = -1.0f;
   th_check(titans_mem_state_load(&b, buf, nf) == TITANS_ERR_FORMAT, "a corrupt saved state is rejected: %s", b.error);
-  th_check(titans_mem_state_load(&b, buf, nf - 1) == TITANS_ERR_FORMAT, "a saved state of the wrong size is rejected: %s", b.error);
+  th_check(titans_mem_state_load(&b, buf, nf - 1) == TITANS_ERR_FORMAT,
+           "a saved state of the wrong size is rejected: %s", b.error);
   titans_free(buf); titans_free(xa); titans_free(xb);
   titans_mem_state_free(&a); titans_mem_state_free(&b); titans_mem_state_free(&c);
   titans_free(o1); titans_free(o2); titans_free(dx1); titans_free(dx2); titans_free(g1);
@@ -622,7 +630,8 @@ static void test_stage_timers(titans_mem_config cfg) {
   size_t T = 32, d = (size_t)cfg.d;
   fixture_init(&f, cfg, 2, T, 77);
   size_t n = f.B * T * d;
-  float *out[2] = {titans_alloc_floats(n), titans_alloc_floats(n)}, *dx[2] = {titans_alloc_floats(n), titans_alloc_floats(n)};
+  float *out[2] = {titans_alloc_floats(n), titans_alloc_floats(n)},
+        *dx[2] = {titans_alloc_floats(n), titans_alloc_floats(n)};
   float *g0 = titans_alloc_floats(f.total);
   double stage[TITANS_MEM_STAGES] = {0}, first[TITANS_MEM_STAGES];
   for (int run = 0; run < 3; run++) {
@@ -639,7 +648,8 @@ static void test_stage_timers(titans_mem_config cfg) {
   th_check(memcmp(out[0], out[1], n * sizeof(float)) == 0 && memcmp(dx[0], dx[1], n * sizeof(float)) == 0 &&
                memcmp(g0, f.grad_slab, f.total * sizeof(float)) == 0,
            "stage timers: outputs and gradients bit-identical with and without them");
-  th_check(positive && grew, "stage timers: every stage gets a positive time (%.3g .. %.3g ms), a second call adds to it",
+  th_check(positive && grew,
+           "stage timers: every stage gets a positive time (%.3g .. %.3g ms), a second call adds to it",
            1e3 * first[TITANS_MEM_STAGE_OUTPUT], 1e3 * first[TITANS_MEM_STAGE_RECURRENCE_BACKWARD]);
   for (int k = 0; k < 2; k++) {
     titans_free(out[k]);
@@ -690,7 +700,8 @@ static void test_chained_backward(titans_mem_config cfg, size_t T1, size_t T2) {
   double *ref = to_double(g_one, f.total), *refx = to_double(dx, n);
   char label[128], what[256];
   cfg_label(label, sizeof label, &cfg, T);
-  snprintf(what, sizeof what, "two chained calls (%zu + %zu tokens) give the parameter gradients of one call (%s)", T1, T2, label);
+  snprintf(what, sizeof what, "two chained calls (%zu + %zu tokens) give the parameter gradients of one call (%s)", T1,
+           T2, label);
   th_close(what, rel_to_max(f.grad_slab, ref, f.total), 1e-5);
   snprintf(what, sizeof what, "two chained calls give the input gradient of one call (%s)", label);
   th_close(what, rel_to_max(dxs, refx, n), 1e-5);
@@ -770,7 +781,8 @@ int main(void) {
   printf("memory layer: chunked form vs token-by-token recurrence (double reference)\n");
   int chunks[] = {1, 4, 16, 5};
   for (int ci = 0; ci < 4; ci++)
-    for (int L = 1; L <= 3; L++) test_chunked_vs_recurrence(make_cfg(8, 2, 4, L, 2, chunks[ci], 4, L == 2, 0.25f), 2, 23);
+    for (int L = 1; L <= 3; L++)
+      test_chunked_vs_recurrence(make_cfg(8, 2, 4, L, 2, chunks[ci], 4, L == 2, 0.25f), 2, 23);
   test_chunked_vs_recurrence(make_cfg(8, 2, 4, 2, 2, 4, 0, 0, 0.5f), 2, 23);
   test_chunked_vs_recurrence(make_cfg(8, 2, 4, 2, 2, 4, 0, 1, 0.25f), 2, 23);
   test_chunked_vs_recurrence(make_cfg(16, 2, 8, 2, 4, 16, 4, 0, 0.5f), 1, 64);

@@ -40,10 +40,9 @@ static double loss_at(titans_trainer *t, const int *tokens, size_t B, size_t T) 
 }
 
 /* Per parameter tensor: the directional derivative along the gradient's own direction and along a
-   random unit direction, by central differences on the float model (a step h that moves the loss by about 2e-3, clamped to
-   [1e-3, 2e-2], and h / 2, combined
-   by Richardson extrapolation so the O(h^2) truncation error cancels), against the analytic gradient.
-   The float32 forward through the memory recurrence makes the loss rough at the 1e-6 level, so the
+   random unit direction, by central differences on the float model (a step h that moves the loss by about 2e-3, clamped
+   to [1e-3, 2e-2], and h / 2, combined by Richardson extrapolation so the O(h^2) truncation error cancels), against the
+   analytic gradient. The float32 forward through the memory recurrence makes the loss rough at the 1e-6 level, so the
    tolerance is 5e-3 of the tensor's gradient norm + 5e-5: a missing or wrong path costs far more
    (the memory layer alone is checked to 1e-6 against double references in test_memory). */
 static void test_gradients(int kind) {
@@ -200,7 +199,8 @@ static void test_mac_learns_from_changes_the_model(void) {
   m.cfg.mac_learns_from = TITANS_MAC_LEARNS_INPUT;
   rc = rc ? rc : titans_forward_logits(&t, tok, 1, T, from_x);
   double moved = th_max_abs_diff(paper, from_x, T * V);
-  th_check(rc == 0 && moved > 1e-3, "mac: learning from X instead of y changes the logits (max difference %.3g)", moved);
+  th_check(rc == 0 && moved > 1e-3, "mac: learning from X instead of y changes the logits (max difference %.3g)",
+           moved);
   titans_free(paper); titans_free(from_x);
   titans_trainer_free(&t);
   titans_model_free(&m);
@@ -236,7 +236,8 @@ static void test_lookup_init(void) {
   }
   for (size_t i = 0; i < (size_t)c.vocab * d; i++) bad_emb += m.w.tok_emb[i] != 10.0f * plain.w.tok_emb[i];
   th_check(!bad_conv && !bad_wq && !bad_attn && !bad_emb,
-           "lookup init: key conv on the previous token, wq = wk, identity attention, embeddings x 10 (%zu, %zu, %zu, %zu wrong)",
+           "lookup init: key conv on the previous token, wq = wk, identity attention, embeddings x 10 (%zu, %zu, %zu, "
+           "%zu wrong)",
            bad_conv, bad_wq, bad_attn, bad_emb);
   /* key_ngram: a config field, refused without a conv, kept through training steps */
   char err[TITANS_ERR_MSG_SIZE], json[4096];
@@ -339,7 +340,8 @@ static void test_adamw_step(void) {
     }
   }
   /* tolerance: a few float ulps of parameters of magnitude <= 1 */
-  th_close("one AdamW step (clipped, warm-up lr, decay on matrices only) vs the formula in double", rc ? INFINITY : worst, 3e-7);
+  th_close("one AdamW step (clipped, warm-up lr, decay on matrices only) vs the formula in double",
+           rc ? INFINITY : worst, 3e-7);
   /* a non-finite gradient is an error naming the step, and the weights stay as they were */
   memcpy(p0, m.params, m.n_floats * sizeof(float));
   m.w.layers[1].norm2[0] = NAN;
@@ -350,7 +352,8 @@ static void test_adamw_step(void) {
   int badtok[22];
   memcpy(badtok, tokens, sizeof badtok);
   badtok[3] = 99;
-  th_check(titans_train_step(&t, badtok, 1, 2, 10, &loss) == TITANS_ERR_ARG, "a token outside the vocabulary is an error: %s", t.error);
+  th_check(titans_train_step(&t, badtok, 1, 2, 10, &loss) == TITANS_ERR_ARG,
+           "a token outside the vocabulary is an error: %s", t.error);
   titans_free(g); titans_free(p0);
   titans_trainer_free(&t);
   titans_model_free(&m);
@@ -435,7 +438,8 @@ static void test_config_errors(void) {
   titans_config c = tiny_config(TITANS_BLOCK_MAC);
   titans_model m;
   c.segment = 5; /* not a multiple of the chunk 2 */
-  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "MAC segment not a multiple of the chunk is rejected: %s", m.error);
+  th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "MAC segment not a multiple of the chunk is rejected: %s",
+           m.error);
   c = tiny_config(TITANS_BLOCK_ATTN);
   c.attn_heads = 3;
   th_check(titans_model_init(&m, &c) == TITANS_ERR_ARG, "heads that do not divide d are rejected: %s", m.error);

@@ -616,8 +616,8 @@ static void test_embedding(void) {
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < d; j++) want[(size_t)tok[i] * d + j] += g[i * d + j];
   double *got = accumulated(dt, dt0, vocab * d);
-  th_close("backward accumulates dout rows into dtable (repeated tokens), vs double", max_rel_d(got, want, vocab * d, 1.0),
-           1e-6);
+  th_close("backward accumulates dout rows into dtable (repeated tokens), vs double",
+           max_rel_d(got, want, vocab * d, 1.0), 1e-6);
   int neg[2] = {-1, 2};
   float *dt2 = copy_f(dt, vocab * d);
   titans_embedding_backward(dt2, g, neg, 2, d);

@@ -76,7 +76,8 @@ static void proc_free(proc *p, int stream) {
 }
 
 static int proc_step(proc *p, const int *tokens, size_t rows, size_t T, int stream, float *loss) {
-  return stream ? titans_train_step_stream(&p->t, &p->s, tokens, T, loss) : titans_train_step(&p->t, tokens, 1, rows, T, loss);
+  return stream ? titans_train_step_stream(&p->t, &p->s, tokens, T, loss)
+                : titans_train_step(&p->t, tokens, 1, rows, T, loss);
 }
 
 /* tokens [4, T + 1] of step `step`; with mask, most targets of rows 2 and 3 are TITANS_NO_LOSS */
@@ -156,7 +157,8 @@ static void test_failure_propagates(void) {
   memcpy(before, P0.m.params, P0.m.n_floats * sizeof(float));
   titans_trainer_set_reduce(&P0.t, add_other, &P0.h);
   int rc0 = proc_step(&P0, tok, 2, T, 0, &l);
-  th_check(rc0 == TITANS_ERR_NONFINITE && memcmp(before, P0.m.params, P0.m.n_floats * sizeof(float)) == 0 && P0.t.step == 0,
+  th_check(rc0 == TITANS_ERR_NONFINITE && memcmp(before, P0.m.params, P0.m.n_floats * sizeof(float)) == 0 &&
+               P0.t.step == 0,
            "the other process rejects the step as non-finite (%d), weights and step untouched: %s", rc0, P0.t.error);
   titans_free(before);
   proc_free(&P0, 0);

@@ -272,7 +272,8 @@ static void test_atomic_and_io_errors(void) {
   size_t n = 0;
   unsigned char *old = slurp(path, &n);
   th_check(rc == TITANS_ERR_IO && old && n == 12 && memcmp(old, "old contents", 12) == 0,
-           "save whose temporary file cannot be created: %s, old file intact ('%s')", titans_status_string(rc), w.error);
+           "save whose temporary file cannot be created: %s, old file intact ('%s')", titans_status_string(rc),
+           w.error);
   free(old);
   rmdir(tmp);
   remove(path);
@@ -311,8 +312,9 @@ static void test_python_layout(void) {
   unsigned char *mem;
   size_t n;
   titans_st_writer_to_memory(&w, &mem, &n);
-  const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                    "\"b\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[8,12]}}";
+  const char *hdr =
+      "{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[8,12]}}";
   size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
   unsigned char want[256];
   memset(want, ' ', sizeof(want));
@@ -320,8 +322,8 @@ static void test_python_layout(void) {
   memcpy(want + 8, hdr, hl);
   memcpy(want + 8 + padded, a, 8); /* little-endian host: the floats' bytes are the file's */
   memcpy(want + 8 + padded + 8, b, 4);
-  th_check(n == 8 + padded + 12 && memcmp(mem, want, n) == 0, "writer output == Python's bytes (%zu bytes, header %zu + %zu spaces)",
-           n, hl, padded - hl);
+  th_check(n == 8 + padded + 12 && memcmp(mem, want, n) == 0,
+           "writer output == Python's bytes (%zu bytes, header %zu + %zu spaces)", n, hl, padded - hl);
   titans_free(mem);
   titans_st_writer_free(&w);
 
@@ -344,14 +346,15 @@ static void test_python_layout(void) {
   th_check(rc == TITANS_OK && memcmp(&s, &want_s, 4) == 0, "F32 scalar read");
   size_t one = 1;
   rc = titans_st_read_f32(&r, "i", &s, 1, &one);
-  th_check(rc == TITANS_ERR_FORMAT && strstr(r.error, "I32") && strstr(r.error, "'i'"), "read_f32 of an I32 tensor: '%s'",
-           r.error);
+  th_check(rc == TITANS_ERR_FORMAT && strstr(r.error, "I32") && strstr(r.error, "'i'"),
+           "read_f32 of an I32 tensor: '%s'", r.error);
   titans_st_reader_free(&r);
   free(file);
 
   /* Leading whitespace, "__metadata__": null, unknown fields (serde ignores them), escapes in names,
      a name given with a \u escape is found by its UTF-8 bytes. */
-  const char *loose = " \n{\"__metadata__\":null, \"t\\u00e9\\ud83d\\ude00\\/x\" : {\"extra\": [1, -2.5e+3, {\"k\": [true, false, null]}],"
+  const char *loose = " \n{\"__metadata__\":null, \"t\\u00e9\\ud83d\\ude00\\/x\" : {\"extra\": [1, -2.5e+3, {\"k\": "
+                      "[true, false, null]}],"
                       "\"data_offsets\":[0,4], \"shape\":[1], \"dtype\":\"F32\"}}\t\r\n";
   file = mk_file(loose, strlen(loose), 4, &n);
   rc = titans_st_reader_parse(&r, file, n);
@@ -393,7 +396,8 @@ static void test_read_f32_errors(void) {
   th_check(rc == TITANS_ERR_FORMAT && strstr(r.error, "not found"), "missing tensor: '%s'", r.error);
   rc = titans_st_read_f32(&r, "layers.0.attn.wq", out, 9, s48);
   th_check(rc == TITANS_ERR_ARG, "ndim 9: '%s'", r.error);
-  th_check(titans_st_meta(&r, "nope") == NULL && titans_st_tensor_at(&r, 1) == NULL && !titans_st_meta_at(&r, 0, NULL, NULL),
+  th_check(titans_st_meta(&r, "nope") == NULL && titans_st_tensor_at(&r, 1) == NULL &&
+               !titans_st_meta_at(&r, 0, NULL, NULL),
            "absent metadata and out-of-range indices give NULL / 0");
   titans_st_reader_free(&r);
   titans_free(mem);
@@ -430,7 +434,8 @@ static void test_writer_errors(void) {
   th_check(rc == TITANS_ERR_ARG, "duplicate metadata key: '%s'", w.error);
   rc = titans_st_writer_add_meta(&w, "k2", "\xc0\x80");
   th_check(rc == TITANS_ERR_ARG, "overlong UTF-8 value: '%s'", w.error);
-  th_check(w.n_tensors == 2 && w.n_meta == 1, "failed adds added nothing (%zu tensors, %zu meta)", w.n_tensors, w.n_meta);
+  th_check(w.n_tensors == 2 && w.n_meta == 1, "failed adds added nothing (%zu tensors, %zu meta)", w.n_tensors,
+           w.n_meta);
   titans_st_writer_free(&w);
 }
 
@@ -452,7 +457,8 @@ static void expect_bad(const char *label, const char *header, size_t data_len, c
   free(b);
 }
 
-#define T4(name, dtype, shape, offs) "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":" offs "}"
+#define T4(name, dtype, shape, offs)                                                                                   \
+  "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":" offs "}"
 
 static void test_bad_files(void) {
   printf("malformed files\n");
@@ -498,8 +504,10 @@ static void test_bad_files(void) {
   expect_bad("empty entry", "{\"a\":{}}", 0, "missing dtype");
   expect_bad("entry is an array", "{\"a\":[]}", 0, "must be an object");
   expect_bad("entry is a string", "{\"a\":\"F32\"}", 0, "must be an object");
-  expect_bad("dtype is a number", "{" T4("a", "F32", "[1]", "[0,4]") ",\"b\":{\"dtype\":5}}", 4, "dtype must be a string");
-  expect_bad("shape is a string", "{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4, "shape must be");
+  expect_bad("dtype is a number", "{" T4("a", "F32", "[1]", "[0,4]") ",\"b\":{\"dtype\":5}}", 4,
+             "dtype must be a string");
+  expect_bad("shape is a string", "{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4,
+             "shape must be");
   expect_bad("shape holds a string", "{" T4("a", "F32", "[1,\"2\"]", "[0,8]") "}", 8, "non-negative integer");
   expect_bad("shape holds null", "{" T4("a", "F32", "[null]", "[0,4]") "}", 4, "non-negative integer");
   expect_bad("data_offsets is an object", "{" T4("a", "F32", "[1]", "{}") "}", 4, "data_offsets must be");
@@ -523,9 +531,12 @@ static void test_bad_files(void) {
   expect_bad("offsets past the data", "{" T4("a", "F32", "[2]", "[0,8]") "}", 4, "beyond the end");
   expect_bad("huge offsets", "{" T4("a", "F32", "[1]", "[18446744073709551611,18446744073709551615]") "}", 4, "beyond");
   expect_bad("end < begin", "{" T4("a", "F32", "[0]", "[4,0]") "}", 4, "end < begin");
-  expect_bad("overlapping tensors", "{" T4("a", "F32", "[2]", "[0,8]") "," T4("b", "F32", "[2]", "[4,12]") "}", 12, "overlaps");
-  expect_bad("same range twice", "{" T4("a", "F32", "[1]", "[0,4]") "," T4("b", "F32", "[1]", "[0,4]") "}", 4, "overlaps");
-  expect_bad("gap between tensors", "{" T4("a", "F32", "[1]", "[0,4]") "," T4("b", "F32", "[1]", "[8,12]") "}", 12, "gap");
+  expect_bad("overlapping tensors", "{" T4("a", "F32", "[2]", "[0,8]") "," T4("b", "F32", "[2]", "[4,12]") "}", 12,
+             "overlaps");
+  expect_bad("same range twice", "{" T4("a", "F32", "[1]", "[0,4]") "," T4("b", "F32", "[1]", "[0,4]") "}", 4,
+             "overlaps");
+  expect_bad("gap between tensors", "{" T4("a", "F32", "[1]", "[0,4]") "," T4("b", "F32", "[1]", "[8,12]") "}", 12,
+             "gap");
   expect_bad("data after the last tensor", "{" T4("a", "F32", "[1]", "[0,4]") "}", 8, "cover 4 bytes");
   expect_bad("no tensors but data", "{}", 4, "cover 0 bytes");
   expect_bad("size/shape mismatch", "{" T4("a", "F32", "[3]", "[0,8]") "}", 8, "does not match");
@@ -539,7 +550,8 @@ static void test_bad_files(void) {
   expect_bad("empty dtype", "{" T4("a", "", "[1]", "[0,4]") "}", 4, "unknown dtype");
   expect_bad("duplicate names", "{" T4("a", "F32", "[1]", "[0,4]") "," T4("a", "F32", "[1]", "[4,8]") "}", 8,
              "duplicate tensor name 'a'");
-  expect_bad("duplicate name via escape", "{" T4("a", "F32", "[1]", "[0,4]") "," T4("\\u0061", "F32", "[1]", "[4,8]") "}", 8,
+  expect_bad("duplicate name via escape",
+             "{" T4("a", "F32", "[1]", "[0,4]") "," T4("\\u0061", "F32", "[1]", "[4,8]") "}", 8,
              "duplicate tensor name");
   expect_bad("duplicate field", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
              "duplicate field dtype");
@@ -594,7 +606,11 @@ static void test_bad_files(void) {
     memset(deep + l, '[', depth);
     deep[l + depth] = 0;
     char label[64];
-    snprintf(label, sizeof(label), "10000 '[' (%s)", k == 0 ? "top" : k == 1 ? "unknown field" : k == 2 ? "shape" : "metadata");
+    snprintf(label, sizeof(label), "10000 '[' (%s)",
+             k == 0   ? "top"
+             : k == 1 ? "unknown field"
+             : k == 2 ? "shape"
+                      : "metadata");
     expect_bad(label, deep, 0, expect_msg[k]);
   }
   /* The document may nest 64 containers deep: the top object, the entry and 62 arrays in an unknown
@@ -670,7 +686,8 @@ static void test_truncation(void) {
     titans_st_reader_free(&r);
     free(cut);
   }
-  th_check(wrong == 0, "%zu of %zu proper prefixes refused with a message, %zu accepted or odd status", rejected, n, wrong);
+  th_check(wrong == 0, "%zu of %zu proper prefixes refused with a message, %zu accepted or odd status", rejected, n,
+           wrong);
   titans_free(mem);
   for (size_t i = 0; i < NSPEC; i++) free(data[i]);
 }
@@ -771,8 +788,8 @@ static void test_allocation(void) {
     if (tm_live != base) other++;
   }
   tm_fail_at = -1;
-  th_check(other == 0 && nomem > 0, "reader with allocation k failing (k < 64): %zu NOMEM, %zu OK, %zu wrong or leaking",
-           nomem, ok, other);
+  th_check(other == 0 && nomem > 0,
+           "reader with allocation k failing (k < 64): %zu NOMEM, %zu OK, %zu wrong or leaking", nomem, ok, other);
   nomem = ok = other = 0;
   for (long k = 0; k < 64; k++) {
     titans_st_writer w;
@@ -781,7 +798,8 @@ static void test_allocation(void) {
     titans_st_writer_init(&w);
     int add_failed = 0;
     for (size_t i = 0; i < NSPEC; i++)
-      if (titans_st_writer_add_f32(&w, specs[i].name, data[i], specs[i].ndim, specs[i].shape) != TITANS_OK) add_failed = 1;
+      if (titans_st_writer_add_f32(&w, specs[i].name, data[i], specs[i].ndim, specs[i].shape) != TITANS_OK)
+        add_failed = 1;
     for (size_t i = 0; i < NMETA; i++)
       if (titans_st_writer_add_meta(&w, meta_kv[i][0], meta_kv[i][1]) != TITANS_OK) add_failed = 1;
     unsigned char *out = NULL;
@@ -824,7 +842,8 @@ static void test_throughput(void) {
   double tl = (double)(clock() - c0) / CLOCKS_PER_SEC;
   double mb = (double)(numel * 4) / 1e6;
   /* The data are finite here, so bit-identical also shows as zero absolute and relative differences. */
-  th_close("16 MB tensor through a file, |x - y|", th_all_finite(y, numel) ? th_max_abs_diff(x, y, numel) : INFINITY, 0.0);
+  th_close("16 MB tensor through a file, |x - y|", th_all_finite(y, numel) ? th_max_abs_diff(x, y, numel) : INFINITY,
+           0.0);
   th_close("16 MB tensor through a file, relative", th_max_rel_diff(y, x, numel, 1e-30), 0.0);
   th_check(rc == TITANS_OK && memcmp(x, y, numel * 4) == 0,
            "%.0f MB: save %.3f s (%.0f MB/s CPU), load + read %.3f s (%.0f MB/s CPU), bit-identical", mb, ts,

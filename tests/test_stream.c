@@ -33,17 +33,20 @@ static void test_stream_equals_session(int kind) {
   size_t B = 2, T = 8, W = 3, len = W * T, V = (size_t)c.vocab;
   int rows[2 * 24], win[2 * 8];
   random_tokens(rows, B * len, c.vocab, 9 + (uint64_t)kind);
-  float *ls = titans_alloc_floats(B * len * V), *lw = titans_alloc_floats(B * T * V), *l0 = titans_alloc_floats(B * T * V);
+  float *ls = titans_alloc_floats(B * len * V), *lw = titans_alloc_floats(B * T * V),
+        *l0 = titans_alloc_floats(B * T * V);
   int rc = titans_stream_init(&st, &m, B);
   for (size_t w = 0; w < W && !rc; w++) {
     window_of(win, rows, B, len, w, T, 0);
     rc = titans_forward_logits_stream(&t, &st, win, T, lw);
     if (w == 0) titans_forward_logits(&t, win, B, T, l0);
     if (w == 0 && !rc)
-      th_check(memcmp(lw, l0, B * T * V * sizeof(float)) == 0, "%s: the first window of a fresh stream == the stateless forward, bit for bit", name);
+      th_check(memcmp(lw, l0, B * T * V * sizeof(float)) == 0,
+               "%s: the first window of a fresh stream == the stateless forward, bit for bit", name);
     for (size_t b = 0; b < B; b++) memcpy(ls + (b * len + w * T) * V, lw + b * T * V, T * V * sizeof(float));
   }
-  th_check(rc == 0 && st.position == (long long)len, "%s: 3 windows of %zu tokens stream (%s)", name, T, rc ? t.error : "ok");
+  th_check(rc == 0 && st.position == (long long)len, "%s: 3 windows of %zu tokens stream (%s)", name, T,
+           rc ? t.error : "ok");
   double worst = 0, scale = 0;
   for (size_t b = 0; b < B; b++) {
     titans_session ss;
@@ -57,8 +60,9 @@ static void test_stream_equals_session(int kind) {
     titans_free(sl);
   }
   char what[200];
-  snprintf(what, sizeof what, "%s: stream read window by window == session fed token by token (relative to max |logit| %.3g)",
-           name, scale);
+  snprintf(what, sizeof what,
+           "%s: stream read window by window == session fed token by token (relative to max |logit| %.3g)", name,
+           scale);
   th_close(what, worst / scale, 2e-5);
 
   /* a restarted row reads its next window as a new document: the stateless forward's logits (MAG's rows
@@ -71,7 +75,8 @@ static void test_stream_equals_session(int kind) {
     th_check(rc == TITANS_ERR_ARG, "%s: a lone restarted row is refused: %s", name, t.error);
     titans_stream_restart(&st, 0);
     rc = titans_forward_logits_stream(&t, &st, win, T, lw);
-    th_check(rc == 0 && memcmp(lw, l0, B * T * V * sizeof(float)) == 0, "%s: rows restarted together start over (bit for bit)", name);
+    th_check(rc == 0 && memcmp(lw, l0, B * T * V * sizeof(float)) == 0,
+             "%s: rows restarted together start over (bit for bit)", name);
   } else {
     rc = titans_forward_logits_stream(&t, &st, win, T, lw);
     th_check(rc == 0 && memcmp(lw + T * V, l0 + T * V, T * V * sizeof(float)) == 0 &&
@@ -172,9 +177,10 @@ static void test_stream_gradients(int kind, size_t restart_row) {
       if (err / (gn + 1e-12) > worst) worst = err / (gn + 1e-12), worst_name = pp->name;
     }
   }
-  th_check(rc == 0 && bad == 0, "%s%s: truncated gradient of a continuing window vs central differences, %zu tensors "
-                                "(worst %s, %.3g of |g|)", name, restart_row < B ? " (one row restarted)" : "", m.n_params,
-           worst_name, worst);
+  th_check(rc == 0 && bad == 0,
+           "%s%s: truncated gradient of a continuing window vs central differences, %zu tensors "
+           "(worst %s, %.3g of |g|)",
+           name, restart_row < B ? " (one row restarted)" : "", m.n_params, worst_name, worst);
   if (kind != TITANS_BLOCK_SWA && rc == 0)
     th_check(restart_row < B ? w0_grad > 1e-4 : w0_grad == 0.0,
              "%s: w0 (LM2: m0) gets a gradient only from rows that started there (max |g| %.3g)", name, w0_grad);
@@ -193,7 +199,8 @@ static void test_refusals_and_ignored_targets(void) {
     titans_stream st;
     titans_model_init(&m, &c);
     int rc = titans_stream_init(&st, &m, 2);
-    th_check(rc == TITANS_ERR_ARG && st.error[0], "%s (3 persistent tokens, chunk 2) cannot stream: %s", titans_block_name(refused[i]), st.error);
+    th_check(rc == TITANS_ERR_ARG && st.error[0], "%s (3 persistent tokens, chunk 2) cannot stream: %s",
+             titans_block_name(refused[i]), st.error);
     titans_model_free(&m);
   }
   titans_config c = tiny_stream_config(TITANS_BLOCK_MAC);
@@ -234,7 +241,8 @@ static void test_refusals_and_ignored_targets(void) {
   want /= counted;
   rc = titans_eval_loss(&t, masked, B, T, &loss);
   if (rc) printf("    %s\n", t.error);
-  th_close("a target marked TITANS_NO_LOSS is left out of the mean loss, and read as its token where it is an input", rc ? INFINITY : fabs(loss - want), 1e-5);
+  th_close("a target marked TITANS_NO_LOSS is left out of the mean loss, and read as its token where it is an input",
+           rc ? INFINITY : fabs(loss - want), 1e-5);
   titans_free(logits);
   titans_stream_free(&st);
   titans_trainer_free(&t);
@@ -278,7 +286,8 @@ static void test_stream_checkpoint(int kind) {
            "%s: a stream saved (%zu bytes) and loaded continues bit for bit (%s)", name, size, rc ? b.error : "ok");
   m.params[0] += 1.0f; /* other weights */
   int other_weights = rr == 0 && titans_stream_read(&b, &r) == TITANS_ERR_FORMAT;
-  th_check(refused && other_weights, "%s: a stream file of another batch size or other weights is refused: %s", name, b.error);
+  th_check(refused && other_weights, "%s: a stream file of another batch size or other weights is refused: %s", name,
+           b.error);
   if (rr == 0) titans_st_reader_free(&r);
   titans_free(bytes);
   titans_stream_free(&a); titans_stream_free(&b); titans_stream_free(&other);
