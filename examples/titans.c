@@ -912,7 +912,7 @@ static void help_train(void) {
          "                      --surprise-bound 6 --key-ngram 12 --emb-scale 10 --attn-identity 1.5 (mac, mal)\n"
          "                      --mac-learns-input (mac) --lens-mix --end-jitter 64 --answer-loss --steps 3000\n"
          "                      --lens 256,1024,4096,16384 (prose; passkey also 65536; copy to 4096), --needles 4\n"
-         "                      --numbers 0.05 (prose); any option given wins\n"
+         "                      --numbers 0.05 --min-rows 2 (prose); any option given wins\n"
          "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
          "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order) or a file\n"
@@ -963,6 +963,7 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
   if (task == LONGCTX_PROSE) {
     o->needles = 4;    /* 1..4 keyed needles an example: binding, not "a number" */
     o->numbers = 0.05; /* numbers amid the text no question asks for: text with digits keeps its needle */
+    o->min_rows = 2;   /* two examples a step at 4K and 16K: fewer steps whose one wrong answer is the gradient */
   }
   o->steps = 3000;
 }
