@@ -799,6 +799,17 @@ typedef enum titans_block_kind {
 TITANSDEF const char *titans_block_name(int kind);
 /* The kind of a name above, or -1. */
 TITANSDEF int titans_block_from_name(const char *name);
+/* What a kind has, read off its row of the kinds table, so that a program offers an option only where it
+   applies without naming kinds itself. All zero (name NULL) for a number that is not a kind. */
+typedef struct titans_block_info {
+  const char *name; /* titans_block_name */
+  int memory;       /* a Titans memory layer: the cfg.mem fields apply, and a memory state is carried */
+  int bank;         /* an LM2 bank of cfg.lm2_slots slots */
+  int attention;    /* attention: cfg.attn_heads and cfg.window apply */
+  int segment;      /* reads in segments of cfg.segment (MAC; LM2 writes its bank once per segment) */
+  int streams;      /* the kind can stream (titans_stream_unit: the unit of a config, 0 where it cannot) */
+} titans_block_info;
+TITANSDEF titans_block_info titans_block_describe(int kind);
 
 typedef struct titans_config {
   int block;        /* titans_block_kind */
@@ -7533,6 +7544,14 @@ static const titans__kind *titans__kind_of(int kind) {
 
 TITANSDEF const char *titans_block_name(int kind) { return titans__kind_of(kind)->name; }
 
+TITANSDEF titans_block_info titans_block_describe(int kind) {
+  const titans__kind *k = titans__kind_of(kind);
+  titans_block_info info = {k->name, k->mem, k->bank, 0, 0, k->stream_unit != NULL};
+  info.attention = k->name && k->keys != TITANS__KEYS_NONE;
+  info.segment = k->keys == TITANS__KEYS_SEGMENT || k->bank;
+  return info;
+}
+
 TITANSDEF int titans_block_from_name(const char *name) {
   for (int k = 0; k < TITANS_BLOCK_COUNT; k++)
     if (name && strcmp(name, titans__kinds[k].name) == 0) return k;
@@ -7551,11 +7570,13 @@ TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n
   c.window = 64;
   c.segment = 64;
   const titans__kind *k = titans__kind_of(block);
-  c.n_persist = k->mem && k->keys != TITANS__KEYS_NONE ? 4 : 0; /* the memory kinds with attention */
   c.lm2_slots = k->bank ? 16 : 0;
   c.tied = 1;
   c.max_context = 4096;
   c.mem = titans_mem_config_default(d);
+  /* the memory kinds with attention; MAG's memory reads the persistent tokens as whole chunks, so that
+     its reads stream (titans_stream_unit) */
+  c.n_persist = !k->mem || k->keys == TITANS__KEYS_NONE ? 0 : k->mem_reads_persist && k->stream_unit ? c.mem.chunk : 4;
   return c;
 }
 

@@ -1107,16 +1107,16 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--stop-at %ld is not before the last step (--steps %ld)", o->stop_at, o->steps);
   if (o->log_every < 0) o->log_every = o->steps / 50 > 0 ? o->steps / 50 : 1;
   /* the memory's head width is d / mem-heads: refuse what would have to be rounded */
-  int has_mem = o->block == TITANS_BLOCK_MAC || o->block == TITANS_BLOCK_MAG || o->block == TITANS_BLOCK_MAL ||
-                o->block == TITANS_BLOCK_LMM;
+  titans_block_info kind = titans_block_describe(o->block);
+  int has_mem = kind.memory;
   if (has_mem && o->d % o->mem_heads != 0)
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
   if (o->n_alpha_init > 1 && o->n_alpha_init != (size_t)o->layers)
     usage_fail("train", "--alpha-init lists %zu values for %d layers (give one value, or one per layer)",
                o->n_alpha_init, o->layers);
-  if (o->slots && o->block != TITANS_BLOCK_LM2) usage_fail("train", "--slots goes with --block lm2");
-  if (o->segment && o->block != TITANS_BLOCK_MAC && o->block != TITANS_BLOCK_LM2)
+  if (o->slots && !kind.bank) usage_fail("train", "--slots goes with --block lm2");
+  if (o->segment && !kind.segment)
     usage_fail("train", "--segment goes with --block mac or lm2 (a %s block has no segment)",
                titans_block_name(o->block));
   if (o->mac_learns_input && o->block != TITANS_BLOCK_MAC)
@@ -1181,7 +1181,7 @@ static titans_config train_config_of(const train_opts *o) {
   titans_config c = titans_config_default(o->block, 256, o->d, o->layers);
   if (o->heads) c.attn_heads = o->heads;
   if (o->ffn) c.ffn_hidden = o->ffn;
-  if (o->persist >= 0 && o->block != TITANS_BLOCK_LMM) c.n_persist = o->persist;
+  if (o->persist >= 0 && titans_block_describe(o->block).attention) c.n_persist = o->persist;
   c.window = o->window;
   if (o->segment) c.segment = o->segment;
   c.mem.heads = o->mem_heads;
@@ -1190,8 +1190,7 @@ static titans_config train_config_of(const train_opts *o) {
   c.mem.chunk = o->chunk;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
   if (o->surprise_bound >= 0) c.mem.surprise_bound = (float)o->surprise_bound;
-  /* MAG's persistent tokens fill one memory chunk, so that it can read long stretches (streams need
-     them to be a multiple of the chunk) */
+  /* titans_config_default gives MAG one chunk of persistent tokens (so that it streams); --chunk moves it */
   if (o->persist < 0 && o->block == TITANS_BLOCK_MAG) c.n_persist = c.mem.chunk;
   if (o->slots) c.lm2_slots = o->slots;
   if (o->mac_learns_input) c.mac_learns_from = TITANS_MAC_LEARNS_INPUT; /* refused by the check for other kinds */
@@ -1599,7 +1598,7 @@ static int cmd_train(int argc, char **argv) {
   dist_attach(&tr); /* MPI: the ranks' gradients are summed before every step */
   const titans_config *c = &model.cfg;
   char heads[48] = ""; /* LMM has no attention */
-  if (c->block != TITANS_BLOCK_LMM) snprintf(heads, sizeof heads, " %d attention heads,", c->attn_heads);
+  if (titans_block_describe(c->block).attention) snprintf(heads, sizeof heads, " %d attention heads,", c->attn_heads);
   printf("model: %s, d = %d, %d layers,%s %zu parameters; data: %s, %zu tokens (%zu for training)\n",
          titans_block_name(c->block), c->d, c->n_layers, heads, model.n_floats, ds.name, ds.n, ds.n_train);
   printf("training: %ld steps of %zu x %zu tokens, lr %g, %d thread%s\n", o.steps, B, T, (double)tr.tc.lr,
@@ -1632,12 +1631,11 @@ static int cmd_train(int argc, char **argv) {
   if (carry_examples) {
     /* a stream goes on only after windows of whole segments (MAC, LM2) or memory chunks (LMM, MAG) */
     const titans_config *c = &model.cfg;
-    int by_segment = c->block == TITANS_BLOCK_MAC || c->block == TITANS_BLOCK_LM2;
-    int by_chunk = c->block == TITANS_BLOCK_LMM || c->block == TITANS_BLOCK_MAG;
-    int unit = by_segment ? c->segment : by_chunk ? c->mem.chunk : 1;
+    int by_segment = titans_block_describe(c->block).segment;
+    size_t unit = titans_stream_unit(c);
     for (size_t i = 0; i < o.n_lens; i++)
-      if (o.lens[i] % (size_t)unit != 0)
-        fail("--doc-len with --task: every --lens must be a multiple of the %s (%d), not %zu",
+      if (unit && o.lens[i] % unit != 0)
+        fail("--doc-len with --task: every --lens must be a multiple of the %s (%zu), not %zu",
              by_segment ? "segment" : "memory chunk", unit, o.lens[i]);
     for (long step = 0; step < tr.step; step++) stream_calls[step_length_index(&o, step)]++;
     printf("long reads: each row's memory carries from one example to the next until it has read %ld tokens\n",
@@ -2943,12 +2941,13 @@ static void info_model(titans_st_reader *r, const char *path) {
   if (step) printf(", at step %s", step);
   printf("\nmodel: %s, vocabulary %d (%s), d = %d, %d layers", titans_block_name(c->block), c->vocab,
          tok.kind == TITANS_TOKENIZER_BYTE ? "bytes" : "other tokens", c->d, c->n_layers);
-  if (c->block != TITANS_BLOCK_LMM) printf(", %d attention heads, window %d", c->attn_heads, c->window);
+  titans_block_info has = titans_block_describe(c->block);
+  if (has.attention) printf(", %d attention heads, window %d", c->attn_heads, c->window);
   if (c->block == TITANS_BLOCK_MAC)
     printf(", segment %d%s", c->segment, c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? ", memory learns from X" : "");
-  if (c->block == TITANS_BLOCK_LM2) printf(", a bank of %d slots written every %d tokens", c->lm2_slots, c->segment);
+  if (has.bank) printf(", a bank of %d slots written every %d tokens", c->lm2_slots, c->segment);
   printf(", %d persistent tokens, FFN %d, %s embedding\n", c->n_persist, c->ffn_hidden, c->tied ? "tied" : "untied");
-  if (c->block >= TITANS_BLOCK_MAC && c->block != TITANS_BLOCK_LM2)
+  if (has.memory)
     printf("memory: %d heads of %d, depth %d%s, chunk %d, conv %d, theta_max %g, surprise bound %g%s\n", c->mem.heads,
            c->mem.head_dim, c->mem.depth, c->mem.depth == 1 ? " (a matrix memory)" : "", c->mem.chunk,
            c->mem.conv_width, (double)c->mem.theta_max, (double)c->mem.surprise_bound,
@@ -3013,9 +3012,10 @@ static void info_state(titans_st_reader *r, const char *path) {
   if (titans_st_read_f32(r, "position", code, 1, &three) != TITANS_OK) fail("%s: %s", path, r->error);
   uint64_t position = 0;
   for (int i = 0; i < 3; i++) position |= (uint64_t)code[i] << (21 * i);
+  titans_block_info has = titans_block_describe(c.block); /* c passed titans_config_from_json's check */
   printf("%s: a memory state of a %s model (d = %d, %d layers; weights hash %s), %llu tokens seen\n", path,
-         titans_block_name(c.block), c.d, c.n_layers, hash ? hash : "missing", (unsigned long long)position);
-  if (c.block == TITANS_BLOCK_LM2) { /* layers.{l}.lm2.state: the bank [N_s, d], then the write in progress */
+         has.name ? has.name : "?", c.d, c.n_layers, hash ? hash : "missing", (unsigned long long)position);
+  if (has.bank) { /* layers.{l}.lm2.state: the bank [N_s, d], then the write in progress */
     size_t slots = (size_t)c.lm2_slots, d = (size_t)c.d, n = slots * (2 * d + 2);
     float *buf = (float *)xmalloc(n * sizeof(float));
     printf("  %-8s %14s\n", "layer", "|bank|");
@@ -3029,7 +3029,7 @@ static void info_state(titans_st_reader *r, const char *path) {
     free(buf);
     return;
   }
-  if (c.block < TITANS_BLOCK_MAC) return; /* attention only: no memory */
+  if (!has.memory) return; /* attention only: no memory */
   titans_mem_state st;
   if (titans_mem_state_init(&st, &c.mem, 1) != TITANS_OK) fail("%s: %s", path, st.error);
   size_t n = titans_mem_state_floats(&st), weights = (size_t)c.mem.heads * st.head_size;

@@ -296,7 +296,37 @@ static void test_stream_checkpoint(int kind) {
   titans_model_free(&m);
 }
 
+/* titans_block_describe agrees with what the library does: a kind says it streams exactly when its default
+   configuration streams (titans_config_default's MAG included), it has a memory exactly when its models
+   carry "mem" parameters, a bank exactly when they carry "lm2" ones. */
+static void test_block_describe(void) {
+  for (int kind = 0; kind < TITANS_BLOCK_COUNT; kind++) {
+    titans_block_info has = titans_block_describe(kind);
+    titans_config c = titans_config_default(kind, 32, 16, 1);
+    c.mem.head_dim = 16 / c.mem.heads;
+    titans_model m;
+    titans_stream st;
+    th_check(titans_model_init(&m, &c) == TITANS_OK, "%s: the default config builds: %s", has.name, m.error);
+    int streams = titans_stream_init(&st, &m, 1) == TITANS_OK;
+    if (streams) titans_stream_free(&st);
+    th_check(streams == has.streams, "%s: streams %d, described %d", has.name, streams, has.streams);
+    th_check(has.name && !strcmp(has.name, titans_block_name(kind)), "%s: its name", titans_block_name(kind));
+    int mem = 0, bank = 0;
+    for (size_t i = 0; i < m.n_params; i++) {
+      mem |= strstr(m.plist[i].name, ".mem.") != NULL;
+      bank |= strstr(m.plist[i].name, ".lm2.") != NULL;
+    }
+    th_check(mem == has.memory && bank == has.bank, "%s: memory %d (described %d), bank %d (described %d)", has.name,
+             mem, has.memory, bank, has.bank);
+    titans_model_free(&m);
+  }
+  titans_block_info none = titans_block_describe(TITANS_BLOCK_COUNT);
+  th_check(!none.name && !none.memory && !none.streams, "a number that is not a kind: all zero");
+}
+
 int main(void) {
+  printf("streams: what each kind has (titans_block_describe)\n");
+  test_block_describe();
   printf("streams: window by window == sessions, restarts\n");
   for (int k = 0; k < NKINDS; k++) test_stream_equals_session(kinds[k]);
   printf("streams: truncated gradients vs central differences\n");
