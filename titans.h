@@ -716,7 +716,7 @@ TITANSDEF const char *titans_st_meta(const titans_st_reader *r, const char *key)
 /* Metadata pair i in key order (i < r->n_meta): returns 1 and sets *key, *value; 0 when out of range. */
 TITANSDEF int titans_st_meta_at(const titans_st_reader *r, size_t i, const char **key, const char **value);
 
-/* ---- writer ---- */
+/* ---- writer ----------------------------------------------------------------------------------- */
 typedef struct titans__st_wtensor {
   char *name;                        /* owned copy */
   const float *data;                 /* [numel] borrowed from the caller */
@@ -921,7 +921,7 @@ TITANSDEF void titans_model_init_lookup(titans_model *m, const titans_lookup_ini
    layout, e.g. a gradient slab. */
 TITANSDEF void titans_weights_bind(titans_weights *w, titans_layer *layers, const titans_config *cfg, float *slab);
 
-/* ---- training ---- */
+/* ---- training --------------------------------------------------------------------------------- */
 typedef struct titans_train_config {
   float lr;            /* peak learning rate (4e-4) */
   float min_lr;        /* floor of the cosine (lr / 10) */
@@ -1133,7 +1133,7 @@ TITANSDEF int titans_session_state_prepare(titans_session *s, long long position
    prepared position) and makes the session usable. */
 TITANSDEF int titans_session_state_loaded(titans_session *s);
 
-/* ---- sampling ---- */
+/* ---- sampling --------------------------------------------------------------------------------- */
 /* A token from logits [V]: temperature <= 0 is greedy (argmax, the first on ties); otherwise
    softmax(logits / T), then keep the top_k most likely (0 = all), then the smallest set whose
    probability reaches top_p (>= 1 = all), and draw with rng. A logit of -INFINITY marks a token that
@@ -1179,7 +1179,7 @@ TITANSDEF int titans_sample(const float *logits, size_t V, float temperature, in
    titans_st_writer / titans_st_reader, so a caller can add metadata of its own or read from memory;
    they are available under TITANS_NO_STDIO, the path functions are not. See docs/checkpoints.md. */
 
-/* ---- tokenizer ---- */
+/* ---- tokenizer -------------------------------------------------------------------------------- */
 typedef enum titans_tokenizer_kind {
   TITANS_TOKENIZER_BYTE = 0, /* one token per byte: ids 0..255, vocabulary 256 */
   TITANS_TOKENIZER_COUNT = 1
@@ -1213,7 +1213,7 @@ TITANSDEF int titans_tokenizer_write(const titans_tokenizer *tok, titans_st_writ
    256 (TITANS_ERR_FORMAT otherwise); the tokenizer's vocabulary must equal vocab (the model's). */
 TITANSDEF int titans_tokenizer_read(titans_tokenizer *tok, const titans_st_reader *r, int vocab);
 
-/* ---- configurations as JSON ---- */
+/* ---- configurations as JSON ------------------------------------------------------------------- */
 /* Every field of cfg as one JSON object, e.g. {"block":"mac","vocab":256,...,"mem":{"d":128,...}}:
    integers as integers, floats in the shortest decimal form that reads back to the same float. out
    [size] receives the NUL-terminated text (TITANS_ERR_ARG when it does not fit; 1024 bytes always do).
@@ -1227,7 +1227,7 @@ TITANSDEF int titans_config_from_json(titans_config *cfg, const char *json, char
 TITANSDEF int titans_train_config_to_json(const titans_train_config *tc, char *out, size_t size);
 TITANSDEF int titans_train_config_from_json(titans_train_config *tc, const char *json, char *err);
 
-/* ---- models ---- */
+/* ---- models ----------------------------------------------------------------------------------- */
 /* Add the model's parameters (borrowed: keep m alive and unchanged until the writer is saved) and
    the metadata format, version, kind = "model", config and, when tok is not NULL, tokenizer. Errors go
    to m->error. */
@@ -1246,7 +1246,7 @@ TITANSDEF int titans_model_save_ex(titans_model *m, const titans_tokenizer *tok,
 TITANSDEF int titans_model_load_ex(titans_model *m, titans_tokenizer *tok, char **user_meta, const char *path);
 #endif
 
-/* ---- trainers (exact resume) ---- */
+/* ---- trainers (exact resume) ------------------------------------------------------------------ */
 /* Everything a titans_trainer needs to continue bit for bit: parameters, AdamW moments, step, train
    configuration; plus the caller's string (user_meta, may be NULL), e.g. a data sampler's state. */
 TITANSDEF int titans_trainer_write(titans_trainer *t, const titans_tokenizer *tok, const char *user_meta,
@@ -1264,7 +1264,7 @@ TITANSDEF int titans_trainer_load(titans_trainer *t, titans_model *m, titans_tok
                                   const char *path);
 #endif
 
-/* ---- sessions ---- */
+/* ---- sessions --------------------------------------------------------------------------------- */
 /* A 64-bit hash of the model's parameter bytes (FNV-style over 8-byte words), recorded in session
    files: a state only means something for the weights it ran on. */
 TITANSDEF uint64_t titans_model_hash(const titans_model *m);
@@ -1280,7 +1280,7 @@ TITANSDEF int titans_session_save(titans_session *s, const char *path);
 TITANSDEF int titans_session_load(titans_session *s, const char *path);
 #endif
 
-/* ---- streams ---- */
+/* ---- streams ---------------------------------------------------------------------------------- */
 /* A stream's state (every row's carried memory, SWA tails, positions, restart flags) with kind =
    "stream", the model's config and hash and the batch size, so that a training run interrupted inside
    its documents resumes exactly. The tensors are staged in a buffer the stream owns until the next
@@ -1345,7 +1345,7 @@ TITANSDEF int titans_stream_load(titans_stream *s, const char *path);
 #define TITANS_ASSERT(x) assert(x)
 #endif
 
-/* ---- SIMD layer: one vector type of TITANS__VW floats with load/store/fma/reduce ------------ */
+/* ---- SIMD layer: one vector type of TITANS__VW floats with load/store/fma/reduce -------------- */
 #if !defined(TITANS_NO_SIMD) && defined(__AVX512F__)
 #include <immintrin.h>
 #define TITANS__AVX512 1
@@ -1671,7 +1671,7 @@ TITANSDEF float titans_rng_normal(titans_rng *rng) {
 #define TITANS__GEMM_PAR_WORK 1048576.0 /* m*n*k per thread below which threads do not pay off */
 #endif
 
-/* ---- partial vectors: a lane mask for the first cnt (1..VW) lanes -------------------------------- */
+/* ---- partial vectors: a lane mask for the first cnt (1..VW) lanes ----------------------------- */
 #if defined(TITANS__AVX512)
 typedef __mmask16 titans__gemm_mask;
 static inline titans__gemm_mask titans__gemm_mask_n(size_t cnt) { return (__mmask16)((1u << cnt) - 1u); }
@@ -1795,7 +1795,7 @@ TITANS__GEMM_INLINE void titans__gemm_transpose16(float *dst, size_t lddst, cons
 
 #endif
 
-/* ---- direct method: op(B) rows read in place ----------------------------------------------------- */
+/* ---- direct method: op(B) rows read in place -------------------------------------------------- */
 
 /* One R x (NV * VW) tile: C = alpha * op(A) op(B) + beta * C with op(B)[p, j] = b[p * ldb + j] and
    op(A)[r, p] = a[r * lda + p] (TA == 0) or a[p * lda + r] (TA == 1; the layout is a compile-time
@@ -1928,7 +1928,7 @@ TITANS__GEMM_NOINLINE void titans__gemm_bdirect(int trans_a, size_t m, size_t n,
   titans__gemm_direct(trans_a, m, n, k, alpha, a, lda, bt, n, beta, c, ldc);
 }
 
-/* ---- dot method: rows of op(A) and of B, both contiguous along k --------------------------------- */
+/* ---- dot method: rows of op(A) and of B, both contiguous along k ------------------------------ */
 
 /* R x S dot products: C[r, s] = alpha * sum_p a[r * lda + p] * b[s * ldb + p] + beta * C[r, s] for
    s < ns (rows s >= ns of b are not read; their slots repeat row ns - 1 and are not stored). */
@@ -2190,7 +2190,7 @@ TITANS__GEMM_NOINLINE void titans__gemm_tdot(int trans_a, size_t m, size_t n, si
 }
 #endif
 
-/* ---- packed method -------------------------------------------------------------------------------- */
+/* ---- packed method ---------------------------------------------------------------------------- */
 
 /* op(B)[p0 : p0 + kc, j0 : j0 + nc] into panels bp [ceil(nc / NR)][kc][NR], zero padded to NR. */
 static void titans__gemm_pack_b(float *bp, const float *b, size_t ldb, int trans_b, size_t p0, size_t kc, size_t j0,
@@ -2398,7 +2398,7 @@ TITANS__GEMM_NOINLINE void titans__gemm_packed(int trans_a, int trans_b, size_t 
   }
 }
 
-/* ---- dispatch and threads ------------------------------------------------------------------------- */
+/* ---- dispatch and threads --------------------------------------------------------------------- */
 
 enum { TITANS__GEMM_DIRECT, TITANS__GEMM_DOT, TITANS__GEMM_TDOT, TITANS__GEMM_PACKED, TITANS__GEMM_BDIRECT };
 
@@ -2578,7 +2578,7 @@ TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t 
 #define TITANS__OPS_SG 8           /* conv taps per pass of the weight gradient */
 #define TITANS__OPS_CE_PARTS 64    /* cross-entropy row groups: a fixed count fixes the loss's sum order */
 
-/* ---- private SIMD extensions: what exp, sigmoid, tanh and AdamW need beyond the core layer ------- */
+/* ---- private SIMD extensions: what exp, sigmoid, tanh and AdamW need beyond the core layer ---- */
 #if defined(TITANS__AVX512)
 static inline titans__vf titans__ops_vdiv(titans__vf a, titans__vf b) { return _mm512_div_ps(a, b); }
 static inline titans__vf titans__ops_vsqrt(titans__vf a) { return _mm512_sqrt_ps(a); }
@@ -4461,7 +4461,7 @@ static int titans__mem_thread_id(void) {
 #endif
 }
 
-/* ---- input and output paths, each forward beside its backward ----------------------------------- */
+/* ---- input and output paths, each forward beside its backward --------------------------------- */
 
 /* tail [K-1, dm] becomes the last K-1 rows of [tail; seq], seq [T, dm]. */
 static void titans__mem_tail_advance(float *tail, const float *seq, size_t T, size_t K1, size_t dm) {
@@ -5097,7 +5097,7 @@ static void titans__attn_row_dots(float *out, const float *a, const float *b, si
   }
 }
 
-/* ---- scores from rows stored transposed, in panels ---------------------------------------------- */
+/* ---- scores from rows stored transposed, in panels -------------------------------------------- */
 
 /* The score kernels read the keys (the backward: the values too) transposed, in panels of
    TITANS__ATTN_PW rows: panel p holds rows p PW .. p PW + PW - 1 of an [n, ld] matrix as [ld, PW], so
@@ -5482,7 +5482,7 @@ static void titans__attn_query_bounds(int64_t kp, int64_t window, int64_t *lo, i
   *hi = (window > 0 && kp <= INT64_MAX - (window - 1)) ? kp + (window - 1) : INT64_MAX;
 }
 
-/* ---- online softmax over tiles of keys, for a block of query rows ------------------------------ */
+/* ---- online softmax over tiles of keys, for a block of query rows ----------------------------- */
 
 /* A query folds its visible keys into its softmax one tile at a time: the prefix in chunks of
    TITANS_ATTN_TILE rows, then the positioned keys in groups of consecutive keys whose positions share
@@ -5732,7 +5732,7 @@ static void titans__attn_rows_finish(titans__attn_rows *R, float *lse, size_t st
 
 static float titans__attn_scale(size_t d_a) { return (float)(1.0 / sqrt((double)d_a)); }
 
-/* ---- argument checks ------------------------------------------------------------------------- */
+/* ---- argument checks -------------------------------------------------------------------------- */
 
 /* Checks the shapes of a call; *ld = H * d_a. */
 static int titans__attn_check(size_t Tq, size_t P, size_t Tk, size_t H, size_t d_a, int64_t window,
@@ -5745,7 +5745,7 @@ static int titans__attn_check(size_t Tq, size_t P, size_t Tk, size_t H, size_t d
   return TITANS_OK;
 }
 
-/* ---- RoPE ------------------------------------------------------------------------------------ */
+/* ---- RoPE ------------------------------------------------------------------------------------- */
 
 #define TITANS__ROPE_STACK 256 /* inverse frequencies kept on the stack up to this half width */
 
@@ -5798,7 +5798,7 @@ TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size
   return titans__rope_apply(dx, pos, T, H, d_a, 1);
 }
 
-/* ---- forward: one block of query rows ----------------------------------------------------------- */
+/* ---- forward: one block of query rows --------------------------------------------------------- */
 
 #define TITANS__ATTN_QTILE 32 /* query rows per task (forward) */
 #define TITANS__ATTN_BQ 64    /* query rows per tile (backward) */
@@ -5834,7 +5834,7 @@ static void titans__attn_forward_block(float *out, float *lse, const float *q, c
   titans__attn_rows_finish(&R, lse ? lse + i0 * H + h : NULL, H);
 }
 
-/* ---- backward: the pairs of a query tile with a range of keys ---------------------------------- */
+/* ---- backward: the pairs of a query tile with a range of keys --------------------------------- */
 
 /* Everything of one backward call. */
 typedef struct titans__attn_bwd {
@@ -6020,7 +6020,7 @@ static void titans__attn_bwd_ktile_run(const titans__attn_bwd *c, const float *D
   if (qt.n > 0) titans__attn_bwd_qtile_keys(c, &qt, h, j0, j1, TITANS__ATTN_DKDV);
 }
 
-/* ---- the forward and the backward -------------------------------------------------------------- */
+/* ---- the forward and the backward ------------------------------------------------------------- */
 
 #ifdef _OPENMP
 /* An upper bound of the multiply-adds of a call (in double: never overflows); decides on threads. */
@@ -6174,7 +6174,7 @@ TITANSDEF int titans_attention_backward(float *dq, float *dk, float *dv, const f
                                          TITANS__ATTN_BWD_AUTO);
 }
 
-/* ---- KV cache -------------------------------------------------------------------------------- */
+/* ---- KV cache --------------------------------------------------------------------------------- */
 
 /* The public struct spells the error buffer's size out; it must be the core's. */
 typedef char titans__kv_cache_errlen_check[sizeof(((titans_kv_cache *)0)->error) == TITANS__ERRLEN ? 1 : -1];
@@ -6505,7 +6505,7 @@ static int titans__st_sizes(size_t ndim, const size_t *shape, size_t bits, size_
   return 1;
 }
 
-/* ================================ reader: a strict JSON parser ================================ */
+/* ---- reader: a strict JSON parser ------------------------------------------------------------- */
 
 /* The parser's cursor over the header s [n]. Strings are decoded into the reader's arena: a decoded
    string and its NUL are never longer than its quoted JSON form, so the arena [n + 1] always fits. */
@@ -6715,7 +6715,7 @@ static int titans__st_skip_value(titans__st_parser *p, int depth) {
   }
 }
 
-/* ================================ reader: the safetensors schema ============================== */
+/* ---- reader: the safetensors schema ----------------------------------------------------------- */
 
 static int titans__st_named_fail(titans__st_parser *p, const char *name, const char *what) {
   return titans__error(p->err, TITANS_ERR_FORMAT, "safetensors: header byte %zu: tensor '%.200s': %s", p->pos, name,
@@ -7099,7 +7099,7 @@ TITANSDEF int titans_st_meta_at(const titans_st_reader *r, size_t i, const char 
   return 1;
 }
 
-/* ======================================== writer ============================================== */
+/* ---- writer ----------------------------------------------------------------------------------- */
 
 TITANSDEF void titans_st_writer_init(titans_st_writer *w) {
   if (w) memset(w, 0, sizeof(*w));
@@ -7982,7 +7982,7 @@ static int64_t *titans__arena_positions(titans__arena *a, size_t n, int64_t star
   return p;
 }
 
-/* ---- attention sublayer: projections, RoPE, masked attention, output projection -------------- */
+/* ---- attention sublayer: projections, RoPE, masked attention, output projection --------------- */
 
 typedef struct titans__attn_save {
   float *q;   /* [B, Tq, d] after RoPE */
@@ -8071,7 +8071,7 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
   return TITANS_OK;
 }
 
-/* ---- Gate(y, m) = RMSNorm(y; norm_y) * sigmoid(RMSNorm(m; norm_m)) ------------------------------ */
+/* ---- Gate(y, m) = RMSNorm(y; norm_y) * sigmoid(RMSNorm(m; norm_m)) ---------------------------- */
 
 typedef struct titans__gate_save {
   float *yn, *sg;        /* [rows, d] RMSNorm(y), sigmoid(RMSNorm(m)) */
@@ -8115,7 +8115,7 @@ static int titans__gate_backward(titans__arena *ar, const titans__gate_save *sv,
   return TITANS_OK;
 }
 
-/* ---- SwiGLU FFN: w2 (SiLU(w1 x) * (w3 x)) ------------------------------------------------------- */
+/* ---- SwiGLU FFN: w2 (SiLU(w1 x) * (w3 x)) ----------------------------------------------------- */
 
 typedef struct titans__ffn_save {
   float *u1, *u3, *act; /* [rows, d_ff] w1 x, w3 x, SiLU(u1) * u3 */
@@ -9330,7 +9330,7 @@ static int titans__lm2_step(titans_session *s, int l, float *mix, const float *x
   return TITANS_OK;
 }
 
-/* ---- blocks ------------------------------------------------------------------------------------ */
+/* ---- blocks ----------------------------------------------------------------------------------- */
 
 /* x_out [B, T, d] = h + FFN(RMSNorm(h)), h = x + Mixer(RMSNorm(x)) */
 static int titans__block_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
@@ -9640,7 +9640,7 @@ TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t
   return TITANS_OK;
 }
 
-/* ---- streams ------------------------------------------------------------------------------------ */
+/* ---- streams ---------------------------------------------------------------------------------- */
 
 /* Windows of a stream are multiples of this so that MAC's segments and the memory's chunks stay where a
    session has them; 0 for a kind that cannot stream with c (the kind's stream_unit, titans__kinds). */
@@ -10366,7 +10366,7 @@ TITANSDEF int titans_tokenizer_read(titans_tokenizer *tok, const titans_st_reade
   return TITANS_OK;
 }
 
-/* ---- numbers as text (locale-independent, no stdio) -------------------------------------------- */
+/* ---- numbers as text (locale-independent, no stdio) ------------------------------------------- */
 
 /* Parse one JSON number at s: *end after it, *value the number (decimal digits rounded once to
    double: exact whenever there are at most 15 significant digits and |exponent| <= 22), *integral 1
@@ -10484,7 +10484,7 @@ static void titans__ck_fmt_float(char *out, float x) {
   }
 }
 
-/* ---- configurations as JSON -------------------------------------------------------------------- */
+/* ---- configurations as JSON ------------------------------------------------------------------- */
 
 enum { TITANS__CK_INT, TITANS__CK_LONG, TITANS__CK_FLOAT, TITANS__CK_BLOCK, TITANS__CK_OBJECT };
 
@@ -10790,7 +10790,7 @@ TITANSDEF int titans_train_config_from_json(titans_train_config *tc, const char 
   return TITANS_OK;
 }
 
-/* ---- shared file checks ------------------------------------------------------------------------ */
+/* ---- shared file checks ----------------------------------------------------------------------- */
 
 /* format, version and kind of a parsed file; want_kind NULL accepts "model" and "trainer". A file
    without "format" and "kind" (e.g. written by another program with these names) counts as a model. */
@@ -10896,7 +10896,7 @@ static int titans__ck_read_tensor(titans_st_reader *r, const char *name, const t
   return TITANS_OK;
 }
 
-/* ---- models ---------------------------------------------------------------------------------- */
+/* ---- models ----------------------------------------------------------------------------------- */
 
 static int titans__ck_add_common_meta(titans_st_writer *w, const titans_config *cfg, const char *kind,
                                       const titans_tokenizer *tok) {
