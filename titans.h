@@ -5319,20 +5319,20 @@ static void titans__attn_madd(float *const *y, size_t ny, const float *coef, siz
    coefficients), 2^n written into the exponent bits. Every multiply-add is an explicit fma, so no
    compiler's contraction setting can round the two versions differently. Relative error below 1.4 ulp
    on [-87, 1]; 0 below -87.3 (where expf is subnormal); NaN stays NaN. (A libm call per pair cost a
-   third of the forward.) */
+   third of the forward.) It shares the Cody-Waite constants of titans__expf; its own polynomial and
+   explicit fmas are what make its scalar and vector results equal bit for bit. */
 #define TITANS__ATTN_EXP_LO (-87.33654f) /* below: 0 */
 #define TITANS__ATTN_EXP_HI 88.0f        /* clamped above: e^88 is still finite */
 #define TITANS__ATTN_EXP_SHIFT 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
 static const float titans__attn_exp_c[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
                                             4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-static const float titans__attn_ln2_hi = 0.693359375f, titans__attn_ln2_lo = -2.12194440e-4f; /* n ln2_hi is exact */
 
 static inline float titans__attn_exp(float x) {
   float xc = x < TITANS__ATTN_EXP_LO ? TITANS__ATTN_EXP_LO : x; /* NaN passes through, as in the vector clamp */
   xc = xc > TITANS__ATTN_EXP_HI ? TITANS__ATTN_EXP_HI : xc;
   float t = titans__attn_fma(xc, 1.44269504088896341f, TITANS__ATTN_EXP_SHIFT), n = t - TITANS__ATTN_EXP_SHIFT;
-  float r = titans__attn_fma(n, -titans__attn_ln2_hi, xc);
-  r = titans__attn_fma(n, -titans__attn_ln2_lo, r);
+  float r = titans__attn_fma(n, -titans__ln2_hi, xc);
+  r = titans__attn_fma(n, -titans__ln2_lo, r);
   float y = titans__attn_exp_c[0];
   for (int i = 1; i < 6; i++) y = titans__attn_fma(y, r, titans__attn_exp_c[i]);
   y = titans__attn_fma(y, r * r, r) + 1.0f;
@@ -5355,8 +5355,8 @@ static inline titans__vf titans__attn_vexp(titans__vf x) {
   titans__vf xc = titans__ops_vclamp(x, TITANS__ATTN_EXP_LO, TITANS__ATTN_EXP_HI);
   titans__vf t = titans__attn_vfma(xc, titans__vset1(1.44269504088896341f), titans__vset1(TITANS__ATTN_EXP_SHIFT));
   titans__vf n = titans__vsub(t, titans__vset1(TITANS__ATTN_EXP_SHIFT));
-  titans__vf r = titans__attn_vfma(n, titans__vset1(-titans__attn_ln2_hi), xc);
-  r = titans__attn_vfma(n, titans__vset1(-titans__attn_ln2_lo), r);
+  titans__vf r = titans__attn_vfma(n, titans__vset1(-titans__ln2_hi), xc);
+  r = titans__attn_vfma(n, titans__vset1(-titans__ln2_lo), r);
   titans__vf y = titans__vset1(titans__attn_exp_c[0]);
   for (int i = 1; i < 6; i++) y = titans__attn_vfma(y, r, titans__vset1(titans__attn_exp_c[i]));
   y = titans__vadd(titans__attn_vfma(y, titans__vmul(r, r), r), titans__vset1(1.0f));
