@@ -284,6 +284,8 @@ typedef struct titans_mem_config {
                       channels: channel c of a head reads token t - 1 - floor(c n / d_h) (n = 1: k_t from
                       x_{t-1} alone); the trainer sets every other tap back to 0 after each optimizer step.
                       Needs conv_width >= n + 1. 0: every tap learns, the paper's conv. docs/model.md 5.1 */
+  int no_momentum; /* 1: eta_t = 0 for every token (S_t = -theta_t u_t: no past surprise; mom_w, mom_b are
+                      unused and get no gradient); 0: the momentum gate of docs/model.md 1.3 */
 } titans_mem_config;
 
 /* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
@@ -294,6 +296,12 @@ typedef struct titans_mem_config {
    trained best on tiny Shakespeare (docs/long_context.md, the stability map). With surprise_bound = 0
    (the paper's unbounded step) use theta_max <= 0.005. */
 TITANSDEF titans_mem_config titans_mem_config_default(int d);
+/* The memory as a gated delta rule (Gated DeltaNet's recurrence, docs/model.md 1.9): the defaults with
+   depth 1 (a matrix memory per head), chunk 1 (each token's gradient at the weights just before it), no
+   momentum and no surprise bound, theta_max 0.5. Each token then moves the memory by
+       W_t = (1 - alpha_t) W_{t-1} - beta_t (W_{t-1} k_t - v_t) k_t^T,   beta_t = 2 theta_t in (0, 1),
+   with L2-normalised k_t and q_t, and reads y_t = W_t q_t. */
+TITANSDEF titans_mem_config titans_mem_config_gated_delta(int d);
 /* TITANS_OK, or TITANS_ERR_ARG with a message in err (TITANS_ERR_MSG_SIZE bytes, may be NULL). */
 TITANSDEF int titans_mem_config_check(const titans_mem_config *cfg, char *err);
 
@@ -3594,6 +3602,17 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.theta_max = 0.1f;
   c.surprise_bound = 1.0f;
   c.key_ngram = 0;
+  c.no_momentum = 0;
+  return c;
+}
+
+TITANSDEF titans_mem_config titans_mem_config_gated_delta(int d) {
+  titans_mem_config c = titans_mem_config_default(d);
+  c.depth = 1;
+  c.chunk = 1;
+  c.no_momentum = 1;
+  c.surprise_bound = 0.0f; /* the delta rule's step is not capped */
+  c.theta_max = 0.5f;      /* beta = 2 theta < 1: with |k| = 1 a token at most replaces the value at its key */
   return c;
 }
 
@@ -3612,6 +3631,8 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
   if (c->conv_width < 0 || c->conv_width > 64)
     return titans__error(err, TITANS_ERR_ARG, "memory: conv_width = %d, want 0..64", c->conv_width);
   if (c->residual != 0 && c->residual != 1) return titans__error(err, TITANS_ERR_ARG, "memory: residual must be 0 or 1");
+  if (c->no_momentum != 0 && c->no_momentum != 1)
+    return titans__error(err, TITANS_ERR_ARG, "memory: no_momentum must be 0 or 1");
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
   if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
@@ -4685,6 +4706,8 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
     titans_sigmoid_forward(g, g, bt * m->H);
     if (gi == 0)
       for (size_t j = 0; j < bt * m->H; j++) g[j] *= cfg->theta_max;
+    if (gi == 1 && cfg->no_momentum) /* eta = 0: the backward's factor eta (1 - eta) gives mom_w, mom_b no gradient */
+      memset(g, 0, bt * m->H * sizeof(float));
   }
 }
 
@@ -10696,6 +10719,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add(mem, "theta_max", TITANS__CK_FLOAT, &c->mem.theta_max);
   titans__ck_add_optional(mem, "surprise_bound", TITANS__CK_FLOAT, &c->mem.surprise_bound); /* 0: unbounded */
   titans__ck_add_when_set(mem, "key_ngram", &c->mem.key_ngram);
+  titans__ck_add_when_set(mem, "no_momentum", &c->mem.no_momentum);
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {
