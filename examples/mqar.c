@@ -330,6 +330,15 @@ static mqar_config task_at(const task_list *tl, int i, int vocab, double alpha, 
   return t;
 }
 
+/* What sets a run apart from its block's defaults, for a results line: "gated-delta", its chunk when not 1,
+   "lookup" (--lookup-init), joined by '+'; "-" for none. */
+static void variant_name(char *out, size_t size, const options *o, const titans_config *c) {
+  int used = snprintf(out, size, "%s", o->gated_delta ? "gated-delta" : "");
+  if (o->gated_delta && c->mem.chunk != 1) used += snprintf(out + used, size - (size_t)used, "-b%d", c->mem.chunk);
+  if (o->lookup_init) snprintf(out + used, size - (size_t)used, "%slookup", used ? "+" : "");
+  if (!out[0]) snprintf(out, size, "-");
+}
+
 /* Evaluates every task of tl: prints one line each and appends them to results (may be NULL); *mean (may be
    NULL) gets the mean accuracy. Returns 0 or -1. */
 static int evaluate(titans_trainer *tr, const options *o, const task_list *tl, const char *label, long step,
@@ -339,6 +348,8 @@ static int evaluate(titans_trainer *tr, const options *o, const task_list *tl, c
   if (o->results && !res) fail(o->cmd, "cannot append to %s: %s", o->results, strerror(errno));
   double sum = 0.0;
   int rc = 0;
+  char variant[64];
+  variant_name(variant, sizeof variant, o, c);
   for (int i = 0; i < tl->n; i++) {
     mqar_config task = task_at(tl, i, c->vocab, o->alpha, o->random_filler);
     double acc = accuracy(tr, &task, o->seed, o->eval_examples, o->batch);
@@ -353,7 +364,7 @@ static int evaluate(titans_trainer *tr, const options *o, const task_list *tl, c
            task.seq_len, task.n_pairs, acc, o->eval_examples, state);
     if (res)
       fprintf(res, "%s\t%s\td=%d\tlayers=%d\tV=%d\tL=%d\tK=%d\tacc=%.4f\tstate=%.0f\tstep=%ld\n",
-              titans_block_name(c->block), o->gated_delta ? "gated-delta" : "-", c->d, c->n_layers, c->vocab,
+              titans_block_name(c->block), variant, c->d, c->n_layers, c->vocab,
               task.seq_len, task.n_pairs, acc, state, step);
   }
   if (res) fclose(res);
@@ -470,6 +481,7 @@ static int cmd_eval(options *o) {
   if (!meta_field(meta, "alpha", v, sizeof v)) o->alpha = atof(v);
   if (!meta_field(meta, "random_filler", v, sizeof v)) o->random_filler = atoi(v);
   if (!meta_field(meta, "gated_delta", v, sizeof v)) o->gated_delta = atoi(v);
+  if (!meta_field(meta, "lookup_init", v, sizeof v)) o->lookup_init = atoi(v);
   /* the held-out examples of the run's seed, in the run's batches (the same sums, so the same answers) */
   if (!o->seed_given && !meta_field(meta, "seed", v, sizeof v)) o->seed = strtoull(v, NULL, 10);
   if (!o->batch_given && !meta_field(meta, "batch", v, sizeof v)) o->batch = atol(v);

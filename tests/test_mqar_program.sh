@@ -45,6 +45,8 @@ check "an LMM trained as a gated delta rule exits 0 (rc=$rc)" [ "$rc" = 0 ]
 # per layer 4 heads x a 4 x 4 matrix, no momentum (conv tails are not counted, as in Zoology)
 check "its state: 2 layers x 4 heads x 4 x 4 = 128 floats" grep -q "state 128 floats" out.txt
 check "the metadata says gated_delta=1" grep -q "gated_delta=1" out.txt
+rc=$(run "$bin" eval --model gd.safetensors --results gd.tsv --eval-examples 8)
+check "its results line names the variant (rc=$rc)" grep -q "^lmm	gated-delta	d=16	layers=2	V=32	L=16	K=2	acc=" gd.tsv
 
 echo "== plot"
 rc=$(run "$bin" plot --results runs.tsv --out plot.svg)
