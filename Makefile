@@ -27,8 +27,8 @@ all: $(EXAMPLES)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 # the example program and the README's programs, built per variant for the smoke tests
-# (tests/test_examples.sh, tests/test_readme.sh)
-$(BUILD)/titans $(README_PROGRAMS): $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(HEADER)
+# (tests/test_examples.sh, tests/test_mqar_program.sh, tests/test_readme.sh)
+$(BUILD)/titans $(BUILD)/mqar $(README_PROGRAMS): $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(HEADER)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
@@ -38,6 +38,8 @@ $(BUILD)/test_%: tests/test_%.c tests/harness.h tests/model_fixtures.h tests/ref
 
 # the long-context test also reads the example's task generator and text
 $(BUILD)/test_longctx: examples/longctx.h examples/default_text.h
+# the MQAR test reads the example's task generator
+$(BUILD)/test_mqar: examples/mqar.h
 
 $(BUILD)/bench_%: bench/bench_%.c bench/bench_common.h tests/reference_kernels.h $(HEADER)
 	@mkdir -p $(BUILD)
@@ -64,7 +66,7 @@ check-mpi: $(BUILD)/titans $(BUILD)/titans-mpi $(BUILD)/weights_diff
 # COMPILE_TEST=0 skips tests/compile_test.sh, which depends only on the compilers (the gcc variants
 # below leave it to the plain check; check-clang-asan runs it, so clang is covered too).
 COMPILE_TEST ?= 1
-check: $(TESTS) $(BUILD)/titans $(README_PROGRAMS) $(MPI_PROGRAMS)
+check: $(TESTS) $(BUILD)/titans $(BUILD)/mqar $(README_PROGRAMS) $(MPI_PROGRAMS)
 	@if [ "$(COMPILE_TEST)" != 0 ]; then sh tests/compile_test.sh; fi
 	@sh tests/run.sh $(BUILD)
 

@@ -280,6 +280,8 @@ typedef struct titans_mem_config {
                       channels: channel c of a head reads token t - 1 - floor(c n / d_h) (n = 1: k_t from
                       x_{t-1} alone); the trainer sets every other tap back to 0 after each optimizer step.
                       Needs conv_width >= n + 1. 0: every tap learns, the paper's conv. docs/model.md 5.1 */
+  int no_momentum; /* 1: eta_t = 0 for every token (S_t = -theta_t u_t: no past surprise; mom_w, mom_b are
+                      unused and get no gradient); 0: the momentum gate of docs/model.md 1.3 */
 } titans_mem_config;
 
 /* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
@@ -290,6 +292,12 @@ typedef struct titans_mem_config {
    trained best on tiny Shakespeare (docs/long_context.md, the stability map). With surprise_bound = 0
    (the paper's unbounded step) use theta_max <= 0.005. */
 TITANSDEF titans_mem_config titans_mem_config_default(int d);
+/* The memory as a gated delta rule (Gated DeltaNet's recurrence, docs/model.md 1.9): the defaults with
+   depth 1 (a matrix memory per head), chunk 1 (each token's gradient at the weights just before it), no
+   momentum and no surprise bound, theta_max 0.5. Each token then moves the memory by
+       W_t = (1 - alpha_t) W_{t-1} - beta_t (W_{t-1} k_t - v_t) k_t^T,   beta_t = 2 theta_t in (0, 1),
+   with L2-normalised k_t and q_t, and reads y_t = W_t q_t. */
+TITANSDEF titans_mem_config titans_mem_config_gated_delta(int d);
 /* TITANS_OK, or TITANS_ERR_ARG with a message in err (TITANS_ERR_MSG_SIZE bytes, may be NULL). */
 TITANSDEF int titans_mem_config_check(const titans_mem_config *cfg, char *err);
 
@@ -1000,6 +1008,19 @@ TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, s
    mean loss of the batch. */
 TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale,
                                       float *loss);
+/* The same three calls with separate inputs and targets, for tasks whose target at t is not the input at
+   t + 1 (e.g. associative recall: filler as the input, the value as the target). inputs [n_micro, B, T]
+   token ids in [0, V); targets [n_micro, B, T], the token position t should predict, or < 0 for a
+   position left out of the loss. A target >= V or an input outside [0, V) is TITANS_ERR_ARG naming its
+   (row, position), weights untouched. Losses, gradients and a reduce function's counts are those of
+   titans_train_step with the same counted targets: tokens whose position t + 1 holds targets[t] (or
+   TITANS_NO_LOSS(x) where targets[t] < 0) give the same step. */
+TITANSDEF int titans_train_step_targets(titans_trainer *t, const int *inputs, const int *targets, size_t n_micro,
+                                        size_t B, size_t T, float *loss);
+TITANSDEF int titans_eval_loss_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B, size_t T,
+                                       float *loss);
+TITANSDEF int titans_forward_backward_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B,
+                                              size_t T, float scale, float *loss);
 /* Logits of a whole batch in one call (the reference the sessions are tested against): logits
    [B, T, V] for inputs tokens [B, T]. */
 TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits);
@@ -3433,6 +3454,17 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.theta_max = 0.1f;
   c.surprise_bound = 1.0f;
   c.key_ngram = 0;
+  c.no_momentum = 0;
+  return c;
+}
+
+TITANSDEF titans_mem_config titans_mem_config_gated_delta(int d) {
+  titans_mem_config c = titans_mem_config_default(d);
+  c.depth = 1;
+  c.chunk = 1;
+  c.no_momentum = 1;
+  c.surprise_bound = 0.0f; /* the delta rule's step is not capped */
+  c.theta_max = 0.5f;      /* beta = 2 theta < 1: with |k| = 1 a token at most replaces the value at its key */
   return c;
 }
 
@@ -3453,6 +3485,8 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG, "memory: conv_width = %d, want 0..64", c->conv_width);
   if (c->residual != 0 && c->residual != 1)
     return titans__error(err, TITANS_ERR_ARG, "memory: residual must be 0 or 1");
+  if (c->no_momentum != 0 && c->no_momentum != 1)
+    return titans__error(err, TITANS_ERR_ARG, "memory: no_momentum must be 0 or 1");
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
   if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
@@ -4530,6 +4564,8 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
     titans_sigmoid_forward(g, g, bt * m->H);
     if (gi == 0)
       for (size_t j = 0; j < bt * m->H; j++) g[j] *= cfg->theta_max;
+    if (gi == 1 && cfg->no_momentum) /* eta = 0: the backward's factor eta (1 - eta) gives mom_w, mom_b no gradient */
+      memset(g, 0, bt * m->H * sizeof(float));
   }
 }
 
@@ -9396,15 +9432,40 @@ static void titans__fwd_free(struct titans__fwd *f, int n_layers) {
 /* The token of an entry of a token array: TITANS_NO_LOSS(id) is id. */
 static int titans__token_id(int entry) { return entry < 0 ? -1 - entry : entry; }
 
-/* Forward of inputs [B, T] (tokens [B, T + 1] when with_targets: inputs and next-token targets; a target
-   marked TITANS_NO_LOSS is left out of the loss) up to the logits, saving every activation in t->fwd.
-   With a stream (else NULL), every row starts from what the stream carries. */
-static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B, size_t T, int with_targets,
+/* Where a call's batch lives: row b's input i is inputs[b * stride + i] and its target targets[b * stride + i]
+   (targets NULL: none, as for logits). The next-token arrays of titans_train_step (tokens [B, T + 1]) are
+   inputs = tokens, targets = tokens + 1 at stride T + 1, whose entries may be TITANS_NO_LOSS marks; the
+   separate arrays of titans_train_step_targets are at stride T, plain ids as inputs and < 0 for no loss. */
+typedef struct titans__batch {
+  const int *inputs;  /* [B, stride] */
+  const int *targets; /* [B, stride] or NULL */
+  size_t stride;      /* T + 1 (next-token arrays) or T (separate arrays) */
+  int next_token;     /* 1: one array (inputs may be TITANS_NO_LOSS marks, positions named from the array's) */
+} titans__batch;
+
+/* A batch of tokens [B, T + 1] (with_targets: positions 1..T are the targets) or of inputs [B, T] alone. */
+static titans__batch titans__next_token_batch(const int *tokens, size_t T, int with_targets) {
+  titans__batch bt = {tokens, with_targets ? tokens + 1 : NULL, with_targets ? T + 1 : T, 1};
+  return bt;
+}
+
+/* Micro-batch i of B rows of a batch. */
+static titans__batch titans__micro_batch(const titans__batch *whole, size_t i, size_t B) {
+  titans__batch bt = *whole;
+  bt.inputs += i * B * bt.stride;
+  if (bt.targets) bt.targets += i * B * bt.stride;
+  return bt;
+}
+
+/* Forward of a batch [B, T] (its targets, if any, into f->targets; < 0 left out of the loss) up to the
+   logits, saving every activation in t->fwd. With a stream (else NULL), every row starts from what the
+   stream carries. */
+static int titans__model_forward(titans_trainer *t, const titans__batch *batch, size_t B, size_t T,
                                  titans_stream *stream) {
   titans_model *mo = t->model;
   const titans_config *c = &mo->cfg;
   struct titans__fwd *f = t->fwd;
-  size_t d = (size_t)c->d, V = (size_t)c->vocab, n = B * T, stride = with_targets ? T + 1 : T;
+  size_t d = (size_t)c->d, V = (size_t)c->vocab, n = B * T, stride = batch->stride;
   if (B == 0 || T == 0 || n / B != T || n > ((size_t)1 << 31))
     return titans__error(t->error, TITANS_ERR_ARG, "forward: batch %zu x length %zu is out of range", B, T);
   titans__arena_reset(&f->arena);
@@ -9415,15 +9476,20 @@ static int titans__model_forward(titans_trainer *t, const int *tokens, size_t B,
   f->targets = (int *)(void *)titans__arena_alloc(ar, n + 1);
   f->pos = titans__arena_positions(ar, T, 0);
   if (!f->inputs || !f->targets || !f->pos) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
+  size_t shown = batch->next_token ? 1 : 0; /* a target's column in the caller's array: i + 1 in tokens [B, T + 1] */
   for (size_t b = 0; b < B; b++)
     for (size_t i = 0; i < T; i++) {
-      f->inputs[b * T + i] = titans__token_id(tokens[b * stride + i]);
-      f->targets[b * T + i] = with_targets ? tokens[b * stride + i + 1] : -1;
-      if (f->targets[b * T + i] < 0) f->targets[b * T + i] = -1; /* TITANS_NO_LOSS: not counted by the loss */
-      if (with_targets && f->targets[b * T + i] >= c->vocab)
+      int in = batch->inputs[b * stride + i];
+      f->inputs[b * T + i] = batch->next_token ? titans__token_id(in) : in;
+      f->targets[b * T + i] = batch->targets ? batch->targets[b * stride + i] : -1;
+      if (f->targets[b * T + i] < 0) f->targets[b * T + i] = -1; /* TITANS_NO_LOSS or < 0: not counted by the loss */
+      if (f->targets[b * T + i] >= c->vocab)
         return titans__error(t->error, TITANS_ERR_ARG,
                              "forward: target token %d at (%zu, %zu) is outside the vocabulary", f->targets[b * T + i],
-                             b, i + 1);
+                             b, i + shown);
+      if (!batch->next_token && (in < 0 || in >= c->vocab))
+        return titans__error(t->error, TITANS_ERR_ARG,
+                             "forward: input token %d at (%zu, %zu) is outside the vocabulary [0, %zu)", in, b, i, V);
     }
   for (int l = 0; l <= c->n_layers; l++)
     if (!(f->x[l] = titans__arena_alloc(ar, n * d)))
@@ -9513,9 +9579,9 @@ TITANSDEF void titans_trainer_free(titans_trainer *t) {
 
 /* Forward and backward of one batch (stream may be NULL), adding scale * gradient into t->grads;
    *count (may be NULL) gets the targets the loss counted. */
-static int titans__forward_backward(titans_trainer *t, titans_stream *stream, const int *tokens, size_t B, size_t T,
-                                    float scale, float *loss, double *count) {
-  int rc = titans__model_forward(t, tokens, B, T, 1, stream);
+static int titans__forward_backward(titans_trainer *t, titans_stream *stream, const titans__batch *batch, size_t B,
+                                    size_t T, float scale, float *loss, double *count) {
+  int rc = titans__model_forward(t, batch, B, T, stream);
   if (rc) return rc;
   struct titans__fwd *f = t->fwd;
   size_t n = B * T, V = (size_t)t->model->cfg.vocab;
@@ -9534,7 +9600,14 @@ static int titans__forward_backward(titans_trainer *t, titans_stream *stream, co
 
 TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale,
                                       float *loss) {
-  return titans__forward_backward(t, NULL, tokens, B, T, scale, loss, NULL);
+  titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  return titans__forward_backward(t, NULL, &batch, B, T, scale, loss, NULL);
+}
+
+TITANSDEF int titans_forward_backward_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B,
+                                              size_t T, float scale, float *loss) {
+  titans__batch batch = {inputs, targets, T, 0};
+  return titans__forward_backward(t, NULL, &batch, B, T, scale, loss, NULL);
 }
 
 TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
@@ -9602,7 +9675,9 @@ static int titans__apply_gradients(titans_trainer *t, float mean) {
   return TITANS_OK;
 }
 
-TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss) {
+/* The optimizer step of titans_train_step on n_micro micro-batches of B rows of a batch. */
+static int titans__train_step(titans_trainer *t, const titans__batch *batch, size_t n_micro, size_t B, size_t T,
+                              float *loss) {
   titans_model *mo = t->model;
   if (loss) *loss = NAN; /* until a micro-batch gives one */
   if (n_micro == 0) return titans__error(t->error, TITANS_ERR_ARG, "train step: no micro-batch");
@@ -9611,7 +9686,8 @@ TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_m
   for (size_t i = 0; i < n_micro; i++) {
     float l = 0.0f;
     double c = 0.0;
-    int rc = titans__forward_backward(t, NULL, tokens + i * B * (T + 1), B, T, 1.0f / (float)n_micro, &l, &c);
+    titans__batch micro = titans__micro_batch(batch, i, B);
+    int rc = titans__forward_backward(t, NULL, &micro, B, T, 1.0f / (float)n_micro, &l, &c);
     if (rc) {
       memset(t->grads, 0, mo->n_floats * sizeof(float));
       return titans__reduce(t, &l, 0.0, rc);
@@ -9625,16 +9701,40 @@ TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_m
   return titans__apply_gradients(t, mean);
 }
 
-TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, size_t T, float *loss) {
-  int rc = titans__model_forward(t, tokens, B, T, 1, NULL);
+TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss) {
+  titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  return titans__train_step(t, &batch, n_micro, B, T, loss);
+}
+
+TITANSDEF int titans_train_step_targets(titans_trainer *t, const int *inputs, const int *targets, size_t n_micro,
+                                        size_t B, size_t T, float *loss) {
+  titans__batch batch = {inputs, targets, T, 0};
+  return titans__train_step(t, &batch, n_micro, B, T, loss);
+}
+
+/* Mean loss of a batch without gradients. */
+static int titans__eval_loss(titans_trainer *t, const titans__batch *batch, size_t B, size_t T, float *loss) {
+  int rc = titans__model_forward(t, batch, B, T, NULL);
   if (rc) return rc;
   float l = titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, B * T, (size_t)t->model->cfg.vocab, 1.0f);
   if (loss) *loss = l;
   return isfinite(l) ? TITANS_OK : titans__error(t->error, TITANS_ERR_NONFINITE, "eval: the loss is not finite");
 }
 
+TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, size_t T, float *loss) {
+  titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  return titans__eval_loss(t, &batch, B, T, loss);
+}
+
+TITANSDEF int titans_eval_loss_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B, size_t T,
+                                       float *loss) {
+  titans__batch batch = {inputs, targets, T, 0};
+  return titans__eval_loss(t, &batch, B, T, loss);
+}
+
 TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits) {
-  int rc = titans__model_forward(t, tokens, B, T, 0, NULL);
+  titans__batch batch = titans__next_token_batch(tokens, T, 0);
+  int rc = titans__model_forward(t, &batch, B, T, NULL);
   if (rc) return rc;
   memcpy(logits, t->fwd->logits, B * T * (size_t)t->model->cfg.vocab * sizeof(float));
   return TITANS_OK;
@@ -9776,7 +9876,8 @@ static void titans__stream_advance(titans_trainer *t, titans_stream *s, size_t T
 TITANSDEF int titans_forward_backward_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
                                              float scale, float *loss) {
   TITANS__TRY(titans__stream_check(t, s, T));
-  TITANS__TRY(titans__forward_backward(t, s, tokens, s->batch, T, scale, loss, NULL));
+  titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  TITANS__TRY(titans__forward_backward(t, s, &batch, s->batch, T, scale, loss, NULL));
   titans__stream_advance(t, s, T);
   return TITANS_OK;
 }
@@ -9787,7 +9888,8 @@ TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, cons
   int rc = titans__stream_check(t, s, T);
   if (rc) return titans__reduce(t, &l, 0.0, rc);
   memset(t->grads, 0, t->model->n_floats * sizeof(float));
-  rc = titans__forward_backward(t, s, tokens, s->batch, T, 1.0f, &l, &count);
+  titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  rc = titans__forward_backward(t, s, &batch, s->batch, T, 1.0f, &l, &count);
   if (loss) *loss = l;
   if (rc) {
     memset(t->grads, 0, t->model->n_floats * sizeof(float));
@@ -9802,7 +9904,8 @@ TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, cons
 
 TITANSDEF int titans_eval_loss_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss) {
   TITANS__TRY(titans__stream_check(t, s, T));
-  TITANS__TRY(titans__model_forward(t, tokens, s->batch, T, 1, s));
+  titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  TITANS__TRY(titans__model_forward(t, &batch, s->batch, T, s));
   float l =
       titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, s->batch * T, (size_t)t->model->cfg.vocab, 1.0f);
   if (loss) *loss = l;
@@ -9814,7 +9917,8 @@ TITANSDEF int titans_eval_loss_stream(titans_trainer *t, titans_stream *s, const
 TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T,
                                            float *logits) {
   TITANS__TRY(titans__stream_check(t, s, T));
-  TITANS__TRY(titans__model_forward(t, tokens, s->batch, T, 0, s));
+  titans__batch batch = titans__next_token_batch(tokens, T, 0);
+  TITANS__TRY(titans__model_forward(t, &batch, s->batch, T, s));
   memcpy(logits, t->fwd->logits, s->batch * T * (size_t)t->model->cfg.vocab * sizeof(float));
   titans__stream_advance(t, s, T);
   return TITANS_OK;
@@ -10553,6 +10657,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add(mem, "theta_max", TITANS__CK_FLOAT, &c->mem.theta_max);
   titans__ck_add_optional(mem, "surprise_bound", TITANS__CK_FLOAT, &c->mem.surprise_bound); /* 0: unbounded */
   titans__ck_add_when_set(mem, "key_ngram", &c->mem.key_ngram);
+  titans__ck_add_when_set(mem, "no_momentum", &c->mem.no_momentum);
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {

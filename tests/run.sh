@@ -42,6 +42,8 @@ run_script() {
 }
 # the smoke test of the example program, when it was built
 if [ -x "$build/titans" ]; then run_script test_examples tests/test_examples.sh "$build/titans"; fi
+# the MQAR program (examples/mqar.c), when it was built
+if [ -x "$build/mqar" ]; then run_script test_mqar_program tests/test_mqar_program.sh "$build/mqar"; fi
 # what the README promises (its C code, the Python reader, make install), when its programs were built
 if [ -x "$build/readme_quickstart" ] && [ -x "$build/readme_memory" ] && [ -x "$build/titans" ]; then
   run_script test_readme tests/test_readme.sh "$build"

@@ -71,56 +71,67 @@ static void ref_inner_grad(const titans__mem_dims *m, int residual, const double
 }
 
 /* out [B, T, d]; final W, S [B, H, head_size] (may be NULL). */
+/* The per-token inputs of row xr [T, d] (docs/model.md 1.3): vec [3, T, d_m] the q, k, v vectors (q and k
+   L2-normalised per head), gates [3, T, H] theta, eta, alpha (eta = 0 with no_momentum); proj [3, T, d_m]
+   is work space. */
+static void ref_token_inputs(const ref_model *rm, const double *xr, size_t T, double *proj, double *vec,
+                             double *gates) {
+  const titans__mem_dims *m = &rm->m;
+  size_t d = m->d, dm = m->dm, H = m->H, dh = m->dh, K = m->K;
+  const char *pn[3] = {"wq", "wk", "wv"}, *cn[3] = {"conv_q", "conv_k", "conv_v"};
+  for (int s = 0; s < 3; s++) {
+    const double *Wp = ref_param(rm, pn[s]);
+    for (size_t t = 0; t < T; t++)
+      for (size_t j = 0; j < dm; j++) {
+        double acc = 0;
+        for (size_t i = 0; i < d; i++) acc += Wp[j * d + i] * xr[t * d + i];
+        proj[(s * T + t) * dm + j] = acc;
+      }
+    for (size_t t = 0; t < T; t++) {
+      double *o = vec + (s * T + t) * dm;
+      for (size_t j = 0; j < dm; j++) {
+        double c = proj[(s * T + t) * dm + j];
+        if (K > 0) {
+          const double *cw = ref_param(rm, cn[s]);
+          c = 0;
+          for (size_t q = 0; q < K; q++) {
+            long tau = (long)t - (long)K + 1 + (long)q;
+            if (tau >= 0) c += cw[j * K + q] * proj[(s * T + (size_t)tau) * dm + j];
+          }
+        }
+        o[j] = ref_silu(c);
+      }
+      if (s < 2)
+        for (size_t h = 0; h < H; h++) {
+          double ss = 0;
+          for (size_t j = 0; j < dh; j++) ss += o[h * dh + j] * o[h * dh + j];
+          double inv = 1.0 / sqrt(ss + 1e-6);
+          for (size_t j = 0; j < dh; j++) o[h * dh + j] *= inv;
+        }
+    }
+  }
+  const char *gw[3] = {"lr_w", "mom_w", "decay_w"}, *gb[3] = {"lr_b", "mom_b", "decay_b"};
+  for (int g = 0; g < 3; g++)
+    for (size_t t = 0; t < T; t++)
+      for (size_t h = 0; h < H; h++) {
+        double acc = ref_param(rm, gb[g])[h];
+        for (size_t i = 0; i < d; i++) acc += ref_param(rm, gw[g])[h * d + i] * xr[t * d + i];
+        gates[(g * T + t) * H + h] = (g == 0 ? rm->cfg.theta_max : 1.0) * ref_sigmoid(acc);
+        if (g == 1 && rm->cfg.no_momentum) gates[(g * T + t) * H + h] = 0.0;
+      }
+}
+
 static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T, double *out, double *Wfin,
                         double *Sfin) {
   const titans__mem_dims *m = &rm->m;
-  size_t d = m->d, dm = m->dm, H = m->H, dh = m->dh, K = m->K, hs = m->head_size;
-  const char *pn[3] = {"wq", "wk", "wv"}, *cn[3] = {"conv_q", "conv_k", "conv_v"};
+  size_t d = m->d, dm = m->dm, H = m->H, dh = m->dh, hs = m->head_size;
   double *proj = calloc(3 * T * dm, sizeof(double)), *vec = calloc(3 * T * dm, sizeof(double));
   double *gates = calloc(3 * T * H, sizeof(double)), *y = calloc(T * dm, sizeof(double));
   double *W = calloc(hs, sizeof(double)), *S = calloc(hs, sizeof(double)), *Wc = calloc(hs, sizeof(double));
   double *u = calloc(hs, sizeof(double));
   for (size_t r = 0; r < B; r++) {
     const double *xr = x + r * T * d;
-    for (int s = 0; s < 3; s++) {
-      const double *Wp = ref_param(rm, pn[s]);
-      for (size_t t = 0; t < T; t++)
-        for (size_t j = 0; j < dm; j++) {
-          double acc = 0;
-          for (size_t i = 0; i < d; i++) acc += Wp[j * d + i] * xr[t * d + i];
-          proj[(s * T + t) * dm + j] = acc;
-        }
-      for (size_t t = 0; t < T; t++) {
-        double *o = vec + (s * T + t) * dm;
-        for (size_t j = 0; j < dm; j++) {
-          double c = proj[(s * T + t) * dm + j];
-          if (K > 0) {
-            const double *cw = ref_param(rm, cn[s]);
-            c = 0;
-            for (size_t q = 0; q < K; q++) {
-              long tau = (long)t - (long)K + 1 + (long)q;
-              if (tau >= 0) c += cw[j * K + q] * proj[(s * T + (size_t)tau) * dm + j];
-            }
-          }
-          o[j] = ref_silu(c);
-        }
-        if (s < 2)
-          for (size_t h = 0; h < H; h++) {
-            double ss = 0;
-            for (size_t j = 0; j < dh; j++) ss += o[h * dh + j] * o[h * dh + j];
-            double inv = 1.0 / sqrt(ss + 1e-6);
-            for (size_t j = 0; j < dh; j++) o[h * dh + j] *= inv;
-          }
-      }
-    }
-    const char *gw[3] = {"lr_w", "mom_w", "decay_w"}, *gb[3] = {"lr_b", "mom_b", "decay_b"};
-    for (int g = 0; g < 3; g++)
-      for (size_t t = 0; t < T; t++)
-        for (size_t h = 0; h < H; h++) {
-          double acc = ref_param(rm, gb[g])[h];
-          for (size_t i = 0; i < d; i++) acc += ref_param(rm, gw[g])[h * d + i] * xr[t * d + i];
-          gates[(g * T + t) * H + h] = (g == 0 ? rm->cfg.theta_max : 1.0) * ref_sigmoid(acc);
-        }
+    ref_token_inputs(rm, xr, T, proj, vec, gates);
     for (size_t h = 0; h < H; h++) {
       for (size_t i = 0; i < m->L; i++) {
         size_t sz = m->n[i + 1] * m->n[i];
@@ -386,6 +397,63 @@ static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
   titans_free(out); titans_free(dx);
   titans_mem_ctx_free(&ctx);
   titans_mem_state_free(&st);
+  fixture_free(&f);
+}
+
+/* ---- the gated delta rule (titans_mem_config_gated_delta, docs/model.md 1.9) ----------------------- */
+
+/* Fed one token a call, the memory's weights after every token equal Gated DeltaNet's recurrence
+   W_t = (1 - alpha_t) W_{t-1} - beta_t (W_{t-1} k_t - v_t) k_t^T with beta_t = 2 theta_t, written here in
+   double on the reference's k, v and gates; its momentum stays 0. A whole call gives the same outputs. */
+static void test_gated_delta(size_t B, size_t T) {
+  titans_mem_config cfg = titans_mem_config_gated_delta(8);
+  cfg.heads = 2;
+  cfg.head_dim = 4;
+  fixture f;
+  fixture_init(&f, cfg, B, T, 4321);
+  size_t d = 8, dm = 8, H = 2, dh = 4, hs = dh * dh;
+  titans_mem_state st, whole;
+  titans_mem_state_init(&st, &cfg, B);
+  titans_mem_state_init(&whole, &cfg, B);
+  titans_mem_state_reset(&st, &f.w);
+  titans_mem_state_reset(&whole, &f.w);
+  double *x = to_double(f.x, B * T * d), *proj = calloc(3 * T * dm, sizeof(double));
+  double *vec = calloc(3 * B * T * dm, sizeof(double)), *gates = calloc(3 * B * T * H, sizeof(double));
+  double *W = calloc(B * H * hs, sizeof(double)); /* [B, H, d_h, d_h] */
+  for (size_t r = 0; r < B; r++)
+    ref_token_inputs(&f.rm, x + r * T * d, T, proj, vec + r * 3 * T * dm, gates + r * 3 * T * H);
+  const double *w0 = ref_param(&f.rm, "w0.0");
+  for (size_t r = 0; r < B; r++) memcpy(W + r * H * hs, w0, H * hs * sizeof(double));
+  float *out = titans_alloc_floats(B * T * d), *one = titans_alloc_floats(B * d), *xt = titans_alloc_floats(B * d);
+  double worst = 0.0;
+  int rc = 0;
+  for (size_t t = 0; t < T; t++) {
+    for (size_t r = 0; r < B; r++) memcpy(xt + r * d, f.x + (r * T + t) * d, d * sizeof(float));
+    rc |= titans_mem_forward(&cfg, &f.w, &st, one, xt, 1, NULL);
+    for (size_t r = 0; r < B; r++)
+      for (size_t h = 0; h < H; h++) {
+        const double *vr = vec + r * 3 * T * dm, *gr = gates + r * 3 * T * H;
+        const double *k = vr + (1 * T + t) * dm + h * dh, *v = vr + (2 * T + t) * dm + h * dh;
+        double beta = 2.0 * gr[(0 * T + t) * H + h], alpha = gr[(2 * T + t) * H + h], err[4];
+        double *Wh = W + (r * H + h) * hs; /* [d_h out, d_h in] */
+        for (size_t i = 0; i < dh; i++) { /* err = W k - v */
+          err[i] = -v[i];
+          for (size_t j = 0; j < dh; j++) err[i] += Wh[i * dh + j] * k[j];
+        }
+        for (size_t i = 0; i < dh; i++)
+          for (size_t j = 0; j < dh; j++) Wh[i * dh + j] = (1.0 - alpha) * Wh[i * dh + j] - beta * err[i] * k[j];
+      }
+    worst = fmax(worst, rel_to_max(st.w, W, B * H * hs));
+  }
+  th_close("gated delta rule: the memory after each token fed one a call vs W_t = (1 - alpha) W - beta (W k - v) k^T "
+           "in double", rc ? INFINITY : worst, 2e-5);
+  rc = titans_mem_forward(&cfg, &f.w, &whole, out, f.x, T, NULL);
+  th_close("gated delta rule: one call over the whole sequence leaves the same memory",
+           rc ? INFINITY : rel_to_max(whole.w, W, B * H * hs), 2e-5);
+  free(x); free(proj); free(vec); free(gates); free(W);
+  titans_free(out); titans_free(one); titans_free(xt);
+  titans_mem_state_free(&st);
+  titans_mem_state_free(&whole);
   fixture_free(&f);
 }
 
@@ -797,6 +865,11 @@ int main(void) {
     for (int L = 1; L <= 3; L++)
       test_chunked_vs_recurrence(bounded(make_cfg(8, 2, 4, L, 2, chunks[ci], 4, L == 3, 0.5f), 0.5f), 2, 23);
   test_bound_acts(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f));
+  printf("memory layer: the gated delta rule (no momentum), token by token and chunked\n");
+  test_gated_delta(2, 19);
+  titans_mem_config no_momentum = make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f);
+  no_momentum.no_momentum = 1;
+  test_chunked_vs_recurrence(no_momentum, 2, 23);
 
   printf("memory layer: gradients vs central differences of the double reference (h = 1e-5)\n");
   test_gradients(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7);
@@ -806,6 +879,12 @@ int main(void) {
   test_gradients(bounded(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 0.5f), 2, 7);
   test_gradients(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f), 2, 9);
   test_gradients(bounded(make_cfg(8, 2, 4, 3, 2, 2, 0, 1, 0.5f), 0.5f), 1, 7);
+  titans_mem_config delta = titans_mem_config_gated_delta(8); /* mom_w, mom_b: no gradient (their differences are 0) */
+  delta.heads = 2;
+  delta.head_dim = 4;
+  test_gradients(delta, 2, 7);
+  delta.chunk = 3; /* the chunked form without momentum */
+  test_gradients(delta, 2, 7);
 
   printf("memory layer: golden values of the PyTorch reference (tests/ref)\n");
   test_golden("tests/ref/memory_golden.bin");

@@ -1,0 +1,69 @@
+#!/bin/sh
+# Smoke test of the MQAR program (examples/mqar.c): a tiny run trains, prints progress and held-out
+# accuracy, writes a checkpoint whose metadata holds the task, and `mqar eval` on that checkpoint gives
+# the accuracy the run ended with; the gated delta rule's state is counted; bad arguments fail clearly.
+# Usage: sh tests/test_mqar_program.sh [path/to/mqar]   (default: `make mqar`, then ./mqar)
+# The last line is "test_mqar_program: N passed, N failed"; the exit status is non-zero on a failure.
+bin=${1:-}
+if [ -z "$bin" ]; then
+  make -s mqar >/dev/null || { echo "test_mqar_program: 0 passed, 1 failed"; exit 1; }
+  bin=./mqar
+fi
+case $bin in /*) ;; *) bin=$(pwd)/$bin ;; esac
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/titans_mqar.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0; fail=0
+check() { # description, then a shell condition
+  what=$1; shift
+  if "$@"; then echo "  ok   $what"; pass=$((pass + 1)); else echo "  FAIL $what"; fail=$((fail + 1)); fi
+}
+run() { "$@" >out.txt 2>err.txt; echo $?; }
+
+tiny="--vocab 32 --d 16 --layers 2 --heads 2 --batch 4 --steps 12 --log-every 4 --eval-every 6"
+tiny="$tiny --eval-examples 24 --threads 1"
+echo "== train (attention)"
+rc=$(run "$bin" train $tiny --block attn --train 16:2,24:3 --curriculum --out attn.safetensors --results runs.tsv)
+check "train exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "progress lines with the task of the step" grep -q "^step  *12/12  L   24 K   3  loss [0-9.]*" out.txt
+check "the curriculum starts on the first task alone" grep -q "^step  *4/12  L   16 K   2" out.txt
+check "held-out accuracy of both tasks, during and after training" \
+  sh -c '[ $(grep -c "eval   step      6" out.txt) = 2 ] && [ $(grep -c "^  final" out.txt) = 2 ]'
+check "the checkpoint is written" [ -s attn.safetensors ]
+check "a results line per evaluated task (4)" [ "$(wc -l < runs.tsv)" = 4 ]
+final=$(grep "^  final.*L    24" out.txt | sed 's/.*accuracy \([0-9.]*\).*/\1/')
+rc=$(run "$bin" eval --model attn.safetensors --eval-examples 24)
+check "eval of the checkpoint exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "its metadata holds the task" grep -q "train=16:2,24:3 curriculum=1" out.txt
+again=$(grep "L    24" out.txt | sed 's/.*accuracy \([0-9.]*\).*/\1/')
+check "it gives the accuracy the run ended with ($final, $again)" [ -n "$final" -a "$final" = "$again" ]
+check "attention's state at L 24: 2 layers x 2 L d = 1536 floats" grep -q "L    24.*state 1536 floats" out.txt
+
+echo "== train (the gated delta rule)"
+rc=$(run "$bin" train $tiny --block lmm --gated-delta --train 16:2 --out gd.safetensors)
+check "an LMM trained as a gated delta rule exits 0 (rc=$rc)" [ "$rc" = 0 ]
+# per layer 4 heads x a 4 x 4 matrix, no momentum (conv tails are not counted, as in Zoology)
+check "its state: 2 layers x 4 heads x 4 x 4 = 128 floats" grep -q "state 128 floats" out.txt
+check "the metadata says gated_delta=1" grep -q "gated_delta=1" out.txt
+rc=$(run "$bin" eval --model gd.safetensors --results gd.tsv --eval-examples 8)
+check "its results line names the variant (rc=$rc)" grep -q "^lmm	gated-delta	d=16	layers=2	V=32	L=16	K=2	acc=" gd.tsv
+
+echo "== plot"
+rc=$(run "$bin" plot --results runs.tsv --out plot.svg)
+check "plot exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "the plot has a dot per results line (4) and Zoology's 6 points" \
+  sh -c '[ $(grep -c "<circle" plot.svg) = 4 ] && [ $(grep -c "(Zoology)" plot.svg) = 6 ]'
+
+echo "== errors"
+rc=$(run "$bin" train $tiny --train 16:9)
+check "an impossible task (K 9 at L 16) is refused (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'L must be at least 4 K' err.txt"
+rc=$(run "$bin" train $tiny --block nope)
+check "an unknown block is refused (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'want attn' err.txt"
+rc=$(run "$bin" train $tiny --train 16-2)
+check "a malformed task list is refused (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'want L:K' err.txt"
+rc=$(run "$bin" eval --model missing.safetensors)
+check "a missing checkpoint is an error (rc=$rc)" [ "$rc" != 0 ]
+
+echo "test_mqar_program: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
