@@ -510,14 +510,14 @@ static const published_point zoology_points[] = {{"DeltaNet", 9e3, 0.79},       
 
 /* One run's line of a results file (evaluate writes them). */
 typedef struct result_line {
-  char block[16], variant[16];
+  char block[16], variant[32];
   int d, L, K;
   double acc, state;
   long step;
 } result_line;
 
 static int read_result(const char *line, result_line *r) {
-  return sscanf(line, "%15s %15s d=%d %*s %*s L=%d K=%d acc=%lf state=%lf step=%ld", r->block, r->variant, &r->d, &r->L,
+  return sscanf(line, "%15s %31s d=%d %*s %*s L=%d K=%d acc=%lf state=%lf step=%ld", r->block, r->variant, &r->d, &r->L,
                 &r->K, &r->acc, &r->state, &r->step) == 8
              ? 0
              : -1;
