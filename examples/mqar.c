@@ -38,7 +38,7 @@ typedef struct options {
   task_list train, eval;
 } options;
 
-static void fail(const char *cmd, const char *fmt, ...) {
+static void usage_fail(const char *cmd, const char *fmt, ...) {
   va_list ap;
   fflush(stdout);
   fprintf(stderr, "mqar %s: ", cmd);
@@ -72,35 +72,7 @@ static const char *usage_text =
     "        --log-every 50  --eval-every 200 (0: at the end only)  --eval-examples 256\n"
     "        --out PATH (mqar.safetensors; plot: mqar.svg)  --results FILE (append one line per evaluated task)\n";
 
-typedef struct args {
-  int argc, i;
-  char **argv;
-  const char *cmd;
-} args;
-
-static const char *arg_value(args *a, const char *opt) {
-  if (a->i + 1 >= a->argc) fail(a->cmd, "%s needs a value", opt);
-  return a->argv[++a->i];
-}
-
-static long arg_long(args *a, const char *opt, long lo, long hi) {
-  const char *s = arg_value(a, opt);
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) fail(a->cmd, "%s %s: want an integer in %ld..%ld", opt, s, lo, hi);
-  return v;
-}
-
-static double arg_double(args *a, const char *opt, double lo, double hi) {
-  const char *s = arg_value(a, opt);
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= lo && v <= hi))
-    fail(a->cmd, "%s %s: want a number in %g..%g", opt, s, lo, hi);
-  return v;
-}
+#include "args.h"
 
 /* "64:4,128:8" into tasks; 0 or -1 for a malformed list */
 static int parse_tasks(const char *s, task_list *tl) {
@@ -156,7 +128,7 @@ static options parse_options(const char *cmd, int argc, char **argv) {
     if (!strcmp(s, "--block")) {
       const char *k = arg_value(&a, s);
       if ((o.block = titans_block_from_name(k)) < 0)
-        fail(cmd, "--block %s: want attn, swa, mac, mag, mal, lmm or lm2", k);
+        usage_fail(cmd, "--block %s: want attn, swa, mac, mag, mal, lmm or lm2", k);
     } else if (!strcmp(s, "--d"))
       o.d = (int)arg_long(&a, s, 2, 65536);
     else if (!strcmp(s, "--layers"))
@@ -192,7 +164,7 @@ static options parse_options(const char *cmd, int argc, char **argv) {
     else if (!strcmp(s, "--train") || !strcmp(s, "--eval")) {
       const char *v = arg_value(&a, s);
       if (parse_tasks(v, !strcmp(s, "--train") ? &o.train : &o.eval))
-        fail(cmd, "%s %s: want L:K pairs separated by commas (at most %d)", s, v, MQAR_MAX_TASKS);
+        usage_fail(cmd, "%s %s: want L:K pairs separated by commas (at most %d)", s, v, MQAR_MAX_TASKS);
     } else if (!strcmp(s, "--steps"))
       o.steps = arg_long(&a, s, 1, 1L << 30);
     else if (!strcmp(s, "--batch")) {
@@ -223,7 +195,7 @@ static options parse_options(const char *cmd, int argc, char **argv) {
       fputs(usage_text, stdout);
       exit(0);
     } else
-      fail(cmd, "unknown option %s (mqar --help)", s);
+      usage_fail(cmd, "unknown option %s (mqar --help)", s);
   }
   if (o.warmup < 0) o.warmup = o.steps / 10;
 #ifdef _OPENMP
@@ -345,7 +317,7 @@ static int evaluate(titans_trainer *tr, const options *o, const task_list *tl, c
                     double *mean) {
   const titans_config *c = &tr->model->cfg;
   FILE *res = o->results ? fopen(o->results, "a") : NULL;
-  if (o->results && !res) fail(o->cmd, "cannot append to %s: %s", o->results, strerror(errno));
+  if (o->results && !res) usage_fail(o->cmd, "cannot append to %s: %s", o->results, strerror(errno));
   double sum = 0.0;
   int rc = 0;
   char variant[64];
@@ -390,7 +362,7 @@ static void write_checkpoint(titans_model *m, const options *o, double mean_acc)
            "lookup_init=%d mean_accuracy=%.4f",
            o->alpha, o->random_filler, tasks, o->curriculum, o->steps, o->batch, o->lr, (unsigned long long)o->seed,
            o->gated_delta, o->lookup_init, mean_acc);
-  if (titans_model_save_ex(m, NULL, meta, o->out) != TITANS_OK) fail(o->cmd, "saving %s: %s", o->out, m->error);
+  if (titans_model_save_ex(m, NULL, meta, o->out) != TITANS_OK) usage_fail(o->cmd, "saving %s: %s", o->out, m->error);
   printf("saved %s (task in its metadata: %s)\n", o->out, meta);
 }
 
@@ -400,12 +372,12 @@ static int cmd_train(options *o) {
   if (!o->eval.n) o->eval = o->train;
   for (int i = 0; i < o->train.n; i++) {
     mqar_config t = task_at(&o->train, i, o->vocab, o->alpha, o->random_filler);
-    if (mqar_check(&t, err, sizeof err)) fail(o->cmd, "%s", err);
+    if (mqar_check(&t, err, sizeof err)) usage_fail(o->cmd, "%s", err);
   }
   titans_config c = model_config(o);
-  if (titans_config_check(&c, err)) fail(o->cmd, "%s", err);
+  if (titans_config_check(&c, err)) usage_fail(o->cmd, "%s", err);
   titans_model m;
-  if (titans_model_init(&m, &c)) fail(o->cmd, "%s", m.error);
+  if (titans_model_init(&m, &c)) usage_fail(o->cmd, "%s", m.error);
   titans_model_init_weights(&m, o->seed);
   if (o->lookup_init) {
     titans_lookup_init li = titans_lookup_init_default();
@@ -416,13 +388,13 @@ static int cmd_train(options *o) {
   tc.min_lr = tc.lr / 10;
   tc.warmup_steps = o->warmup;
   titans_trainer tr;
-  if (titans_trainer_init(&tr, &m, &tc)) fail(o->cmd, "%s", tr.error);
+  if (titans_trainer_init(&tr, &m, &tc)) usage_fail(o->cmd, "%s", tr.error);
   int longest = 0;
   for (int i = 0; i < o->train.n; i++) longest = o->train.len[i] > longest ? o->train.len[i] : longest;
   size_t B = (size_t)o->batch;
   int *inputs = malloc(B * (size_t)longest * sizeof(int)),
       *targets = malloc(B * (size_t)longest * sizeof(int)); /* [B, L] */
-  if (!inputs || !targets) fail(o->cmd, "out of memory");
+  if (!inputs || !targets) usage_fail(o->cmd, "out of memory");
   printf("mqar: %s d %d layers %d, %zu parameters, V %d, train %d task(s)%s, %ld steps of %ld, lr %g\n",
          titans_block_name(c.block), c.d, c.n_layers, m.n_floats, c.vocab, o->train.n,
          o->curriculum ? " (curriculum)" : "", o->steps, o->batch, o->lr);
@@ -431,10 +403,10 @@ static int cmd_train(options *o) {
   for (long s = 0; s < o->steps; s++) {
     int ti = task_of_step(o, s);
     mqar_config task = task_at(&o->train, ti, o->vocab, o->alpha, o->random_filler);
-    if (mqar_batch(&task, o->seed, 0, (uint64_t)s * B, B, inputs, targets)) fail(o->cmd, "making a batch failed");
+    if (mqar_batch(&task, o->seed, 0, (uint64_t)s * B, B, inputs, targets)) usage_fail(o->cmd, "making a batch failed");
     float loss = 0.0f;
     if (titans_train_step_targets(&tr, inputs, targets, 1, B, (size_t)task.seq_len, &loss))
-      fail(o->cmd, "step %ld: %s", s, tr.error);
+      usage_fail(o->cmd, "step %ld: %s", s, tr.error);
     loss_sum += loss;
     loss_n++;
     if ((s + 1) % o->log_every == 0 || s + 1 == o->steps) {
@@ -449,7 +421,7 @@ static int cmd_train(options *o) {
   }
   printf("trained in %.0f s; held-out accuracy (seed %llu, split 1):\n", now_seconds() - start,
          (unsigned long long)o->seed);
-  if (evaluate(&tr, o, &o->eval, "final", o->steps, &mean_acc)) fail(o->cmd, "evaluation failed");
+  if (evaluate(&tr, o, &o->eval, "final", o->steps, &mean_acc)) usage_fail(o->cmd, "evaluation failed");
   write_checkpoint(&m, o, mean_acc);
   free(inputs);
   free(targets);
@@ -473,11 +445,11 @@ static int meta_field(const char *meta, const char *key, char *out, size_t size)
 }
 
 static int cmd_eval(options *o) {
-  if (!o->model) fail(o->cmd, "--model PATH is required");
+  if (!o->model) usage_fail(o->cmd, "--model PATH is required");
   titans_model m;
   char *meta = NULL, v[512];
-  if (titans_model_load_ex(&m, NULL, &meta, o->model)) fail(o->cmd, "%s", m.error);
-  if (!meta || strncmp(meta, "mqar:", 5)) fail(o->cmd, "%s has no MQAR task in its metadata", o->model);
+  if (titans_model_load_ex(&m, NULL, &meta, o->model)) usage_fail(o->cmd, "%s", m.error);
+  if (!meta || strncmp(meta, "mqar:", 5)) usage_fail(o->cmd, "%s has no MQAR task in its metadata", o->model);
   if (!meta_field(meta, "alpha", v, sizeof v)) o->alpha = atof(v);
   if (!meta_field(meta, "random_filler", v, sizeof v)) o->random_filler = atoi(v);
   if (!meta_field(meta, "gated_delta", v, sizeof v)) o->gated_delta = atoi(v);
@@ -486,11 +458,11 @@ static int cmd_eval(options *o) {
   if (!o->seed_given && !meta_field(meta, "seed", v, sizeof v)) o->seed = strtoull(v, NULL, 10);
   if (!o->batch_given && !meta_field(meta, "batch", v, sizeof v)) o->batch = atol(v);
   if (!o->eval.n && (meta_field(meta, "train", v, sizeof v) || parse_tasks(v, &o->eval)))
-    fail(o->cmd, "%s: no --eval tasks and none in its metadata", o->model);
+    usage_fail(o->cmd, "%s: no --eval tasks and none in its metadata", o->model);
   printf("%s: %s d %d layers %d, V %d; %s\n", o->model, titans_block_name(m.cfg.block), m.cfg.d, m.cfg.n_layers,
          m.cfg.vocab, meta);
   titans_trainer tr;
-  if (titans_trainer_init(&tr, &m, NULL)) fail(o->cmd, "%s", tr.error);
+  if (titans_trainer_init(&tr, &m, NULL)) usage_fail(o->cmd, "%s", tr.error);
   int rc = evaluate(&tr, o, &o->eval, "eval", 0, NULL);
   titans_free(meta);
   titans_trainer_free(&tr);
@@ -533,12 +505,12 @@ static double plot_y(double acc) { return 20.0 + (1.0 - acc) * 360.0; }
 
 /* An SVG of accuracy against recurrent state floats: every results line (a labelled dot) and Zoology's points. */
 static int cmd_plot(options *o) {
-  if (!o->results) fail(o->cmd, "--results FILE is required");
+  if (!o->results) usage_fail(o->cmd, "--results FILE is required");
   if (!o->out) o->out = "mqar.svg";
   FILE *in = fopen(o->results, "r");
-  if (!in) fail(o->cmd, "cannot read %s: %s", o->results, strerror(errno));
+  if (!in) usage_fail(o->cmd, "cannot read %s: %s", o->results, strerror(errno));
   FILE *out = fopen(o->out, "w");
-  if (!out) fail(o->cmd, "cannot write %s: %s", o->out, strerror(errno));
+  if (!out) usage_fail(o->cmd, "cannot write %s: %s", o->out, strerror(errno));
   fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"430\" font-family=\"sans-serif\" "
                "font-size=\"10\">\n<rect width=\"760\" height=\"430\" fill=\"white\"/>\n");
   for (int e = 2; e <= 7; e++)
@@ -575,7 +547,7 @@ static int cmd_plot(options *o) {
   }
   fprintf(out, "</svg>\n");
   fclose(in);
-  if (fclose(out)) fail(o->cmd, "writing %s failed", o->out);
+  if (fclose(out)) usage_fail(o->cmd, "writing %s failed", o->out);
   printf("wrote %s: %d results and %zu published points\n", o->out, plotted,
          sizeof zoology_points / sizeof zoology_points[0]);
   return 0;
@@ -590,6 +562,6 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "train")) return cmd_train(&o);
   if (!strcmp(argv[1], "eval")) return cmd_eval(&o);
   if (!strcmp(argv[1], "plot")) return cmd_plot(&o);
-  fail(argv[1], "unknown command (train, eval, plot)");
+  usage_fail(argv[1], "unknown command (train, eval, plot)");
   return 2;
 }

@@ -14,14 +14,9 @@ case $bin in /*) ;; *) bin=$(pwd)/$bin ;; esac
 root=$(cd "$(dirname "$0")/.." && pwd) # the repository, for README.md
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/titans_examples.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
+tests_dir=$(cd "$(dirname "$0")" && pwd)
 cd "$tmp" || exit 1
-pass=0; fail=0
-check() { # description, then a shell condition
-  what=$1; shift
-  if "$@"; then echo "  ok   $what"; pass=$((pass + 1)); else echo "  FAIL $what"; fail=$((fail + 1)); fi
-}
-# exit status of a command, its output kept in out.txt / err.txt
-run() { "$@" >out.txt 2>err.txt; echo $?; }
+. "$tests_dir/lib.sh" # pass, fail, check, run
 
 # a tiny text: a few sentences repeated, about 6 KB
 i=0

@@ -25,13 +25,9 @@ if mpirun --version 2>&1 | grep -q "Open MPI"; then flags="--allow-run-as-root -
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/titans_mpi.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
+tests_dir=$(cd "$(dirname "$0")" && pwd)
 cd "$tmp" || exit 1
-pass=0; fail=0
-check() { # description, then a shell condition
-  what=$1; shift
-  if "$@"; then echo "  ok   $what"; pass=$((pass + 1)); else echo "  FAIL $what"; fail=$((fail + 1)); fi
-}
-run() { "$@" >out.txt 2>err.txt; echo $?; }
+. "$tests_dir/lib.sh" # pass, fail, check, run
 # weights_diff's relative difference of two model files is at most tol
 close() { r=$("$diff" "$1" "$2" | sed -nE 's/.*max relative ([^ ]*) .*/\1/p'); echo "$r" > rel.txt
   [ -n "$r" ] && awk -v r="$r" -v t="$tol" 'BEGIN { exit !(r <= t) }'; }

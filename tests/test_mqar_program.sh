@@ -12,13 +12,9 @@ fi
 case $bin in /*) ;; *) bin=$(pwd)/$bin ;; esac
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/titans_mqar.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
+tests_dir=$(cd "$(dirname "$0")" && pwd)
 cd "$tmp" || exit 1
-pass=0; fail=0
-check() { # description, then a shell condition
-  what=$1; shift
-  if "$@"; then echo "  ok   $what"; pass=$((pass + 1)); else echo "  FAIL $what"; fail=$((fail + 1)); fi
-}
-run() { "$@" >out.txt 2>err.txt; echo $?; }
+. "$tests_dir/lib.sh" # pass, fail, check, run
 
 tiny="--vocab 32 --d 16 --layers 2 --heads 2 --batch 4 --steps 12 --log-every 4 --eval-every 6"
 tiny="$tiny --eval-examples 24 --threads 1"
