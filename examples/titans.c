@@ -802,7 +802,8 @@ typedef struct train_opts {
   int answer_loss;               /* --task: the loss sees only the answers */
   int lens_mix;                  /* --lens-mix: stage i draws each step's length from lens[0..i] */
   size_t end_jitter;             /* --end-jitter: an example ends 0..end_jitter-1 tokens before its row's end */
-  size_t min_rows;               /* --min-rows: at least this many sequences a step at every length (1) */
+  size_t min_rows;               /* --min-rows: at least this many sequences a step at every length (1 with --task;
+                                    0 = not given) */
   int needles;                   /* --needles: prose examples hold 1..needles needles (uniform per example) */
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
@@ -1104,6 +1105,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   }
   if (o->needles > 1 && o->task != LONGCTX_PROSE) usage_fail("train", "--needles goes with --task prose");
   if (o->needles == 0) o->needles = 1;
+  if (o->min_rows == 0) o->min_rows = 1;
   if (o->task_frac < 0) o->task_frac = 1;
   if (o->n_lens == 0) o->lens[0] = (size_t)o->seq, o->n_lens = 1;
   /* a row is the example (context + question) and its answer: T + 1 tokens */
@@ -1203,8 +1205,8 @@ static char *task_stream_path(const train_opts *o, size_t i) {
 
 /* B_i sequences of lens[i] tokens: about as many tokens per step in every stage */
 static size_t stage_batch(const train_opts *o, size_t i) {
-  size_t b = (size_t)o->batch * o->lens[0] / o->lens[i], least = o->min_rows ? o->min_rows : 1;
-  return b > least ? b : least;
+  size_t b = (size_t)o->batch * o->lens[0] / o->lens[i];
+  return b > o->min_rows ? b : o->min_rows; /* min_rows >= 1 with --task */
 }
 
 static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
@@ -1650,7 +1652,7 @@ static int cmd_train(int argc, char **argv) {
       if (step == first || stage != stage_prev) {
         printf("step %5ld/%ld  %s: each step's length drawn from", step, o.steps, longctx_kind_name(o.task));
         for (size_t i = 0; i <= stage; i++) printf("%s%zu", i ? "," : " ", o.lens[i]);
-        printf(" (max(%zu, %ld x %zu / length) sequences)\n", o.min_rows ? o.min_rows : 1, o.batch, o.lens[0]);
+        printf(" (max(%zu, %ld x %zu / length) sequences)\n", o.min_rows, o.batch, o.lens[0]);
       }
       stage_prev = stage;
     } else if (o.task >= 0 && (step == first || Ts != Tprev))
