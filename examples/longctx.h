@@ -58,7 +58,9 @@ static const char *const longctx_words[16] = {"apple",  "river",  "lantern", "me
 static const char *const longctx_heldout_words[16] = {"banana", "canyon", "ember",  "forest", "garnet", "hollow",
                                                       "island", "jasper", "kettle", "lemon",  "mirror", "nickel",
                                                       "ocean",  "parrot", "quartz", "rocket"};
-enum { LONGCTX_WORDS_TRAIN = 0, LONGCTX_WORDS_HELDOUT = 1 };
+/* LONGCTX_WORDS_RANDOM: each key word is 4 to 8 random letters (never a held-out word), so a model
+   trained on them cannot lean on 16 words it knows by heart and must bind whatever word it reads. */
+enum { LONGCTX_WORDS_TRAIN = 0, LONGCTX_WORDS_HELDOUT = 1, LONGCTX_WORDS_RANDOM = 2 };
 
 /* The most needles one example holds (each with its own key word and number). */
 #define LONGCTX_MAX_NEEDLES 8
@@ -87,7 +89,7 @@ typedef struct longctx_options {
   int needles;         /* needles in the context, 1..LONGCTX_MAX_NEEDLES (above 1: prose only); the question
                           asks for the first one drawn, which sits at the asked depth, the others at uniform
                           depths, each with a key word of its own */
-  int word_set;        /* LONGCTX_WORDS_TRAIN or LONGCTX_WORDS_HELDOUT */
+  int word_set;        /* LONGCTX_WORDS_TRAIN, LONGCTX_WORDS_HELDOUT or LONGCTX_WORDS_RANDOM */
   int filler_from_source; /* passkey and copy: the filler is read from the source, as prose's is, not the
                              fixed sentence cycle */
   double number_words; /* the fraction of the filler's words (runs of letters) written as numbers, a random
@@ -261,6 +263,25 @@ static void longctx_layout_needles(longctx_example *ex, const char (*texts)[128]
    The draws, in order: the asked needle's answer, (prose) its word, (source filler) the offset, (random)
    its depth; then per further needle its number, its word (redrawn until unlike the words before) and its
    depth. So one needle with the training words draws exactly what it always drew. */
+/* One key word into out [16]: drawn from rng out of the word set, or (LONGCTX_WORDS_RANDOM) 4 to 8 letters
+   from word_rng, a stream of their own; rng moves one draw either way, so the example's other draws (its
+   number, filler, depths) are the same for every word set. */
+static void longctx_key_word(int word_set, uint64_t *rng, uint64_t *word_rng, char *out) {
+  const char *const *words = word_set == LONGCTX_WORDS_HELDOUT ? longctx_heldout_words : longctx_words;
+  uint64_t draw = longctx_next(rng);
+  if (word_set != LONGCTX_WORDS_RANDOM) {
+    snprintf(out, 16, "%s", words[draw % 16]);
+    return;
+  }
+  for (int heldout = 1; heldout;) {
+    size_t len = 4 + (size_t)(longctx_next(word_rng) % 5);
+    for (size_t i = 0; i < len; i++) out[i] = (char)('a' + (int)(longctx_next(word_rng) % 26));
+    out[len] = 0;
+    heldout = 0;
+    for (int j = 0; j < 16; j++) heldout |= !strcmp(out, longctx_heldout_words[j]);
+  }
+}
+
 static int longctx_example_init(longctx_example *ex, int kind, size_t length, double depth, uint64_t seed,
                                 const int *source, size_t source_len, const longctx_options *opt, char *err) {
   static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0};
@@ -277,7 +298,7 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
     snprintf(err, 200, "%d needles: want 1 to %d, and more than one for the prose task only", n, LONGCTX_MAX_NEEDLES);
     return -1;
   }
-  const char *const *words = opt->word_set == LONGCTX_WORDS_HELDOUT ? longctx_heldout_words : longctx_words;
+  uint64_t word_rng = longctx_mix64(seed, 0x4B4559574F5244ull); /* LONGCTX_WORDS_RANDOM's letters */
   for (size_t i = 0; i < ex->answer_len; i++)
     ex->answer[i] = (char)(longctx_first_symbol(kind) + (int)(longctx_next(&rng) % (uint64_t)longctx_alphabet(kind)));
   if (kind == LONGCTX_PROSE || opt->filler_from_source) {
@@ -294,8 +315,8 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
              ex->answer);
     snprintf(ex->question, sizeof ex->question, "What is the pass key? The pass key is ");
   } else {
-    const char *word = words[longctx_next(&rng) % 16];
-    snprintf(ex->words[0], sizeof ex->words[0], "%s", word);
+    longctx_key_word(opt->word_set, &rng, &word_rng, ex->words[0]);
+    const char *word = ex->words[0];
     snprintf(ex->needle, sizeof ex->needle, "The special magic number for %s is %s. ", word, ex->answer);
     snprintf(ex->question, sizeof ex->question,
              "What is the special magic number for %s? The special magic number for %s is ", word, word);
@@ -320,13 +341,12 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
     char number[24];
     for (size_t i = 0; i < ex->answer_len; i++) number[i] = (char)('0' + (int)(longctx_next(&rng) % 10));
     number[ex->answer_len] = 0;
-    int w, dup;
+    int dup;
     do { /* a word unlike the ones before (n <= 8 of 16 words) */
-      w = (int)(longctx_next(&rng) % 16), dup = 0;
-      for (int j = 0; j < k; j++) dup |= !strcmp(ex->words[j], words[w]);
+      longctx_key_word(opt->word_set, &rng, &word_rng, ex->words[k]), dup = 0;
+      for (int j = 0; j < k; j++) dup |= !strcmp(ex->words[j], ex->words[k]);
     } while (dup);
-    snprintf(ex->words[k], sizeof ex->words[k], "%s", words[w]);
-    snprintf(texts[k], sizeof texts[k], "The special magic number for %s is %s. ", words[w], number);
+    snprintf(texts[k], sizeof texts[k], "The special magic number for %s is %s. ", ex->words[k], number);
     depths[k] = longctx_uniform(&rng);
     total += strlen(texts[k]);
   }

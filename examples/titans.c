@@ -805,6 +805,7 @@ typedef struct train_opts {
   size_t min_rows;               /* --min-rows: at least this many sequences a step at every length (1 with --task;
                                     0 = not given) */
   int needles;                   /* --needles: prose examples hold 1..needles needles (uniform per example) */
+  int key_words;                 /* --key-words: LONGCTX_WORDS_TRAIN (the 16 words) or LONGCTX_WORDS_RANDOM */
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
                                     words as numbers (longctx_options.number_words) */
@@ -887,6 +888,8 @@ static void help_train(void) {
          "                      --numbers 0.05 --min-rows 2 (prose); any option given wins\n"
          "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
+         "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle) or\n"
+         "                      'random' (4 to 8 random letters each, never a held-out word) (train)\n"
          "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order) or a file\n"
          "                      (default: the kind's own: prose the training split, passkey its fixed cycle)\n"
          "  --numbers F         each example writes a fraction, uniform in [0, F), of its filler's words as\n"
@@ -1047,7 +1050,12 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--min-rows")) o->min_rows = (size_t)arg_long(&a, s, 1, 1 << 16);
     else if (!strcmp(s, "--end-jitter")) o->end_jitter = (size_t)arg_long(&a, s, 0, 1L << 20);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
-    else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
+    else if (!strcmp(s, "--key-words")) {
+      const char *w = arg_value(&a, s);
+      if (!strcmp(w, "train")) o->key_words = LONGCTX_WORDS_TRAIN;
+      else if (!strcmp(w, "random")) o->key_words = LONGCTX_WORDS_RANDOM;
+      else usage_fail("train", "--key-words %s: want train or random", w);
+    } else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
@@ -1098,12 +1106,13 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
-        o->numbers > 0 || o->min_rows)
+        o->numbers > 0 || o->min_rows || o->key_words)
       usage_fail("train", "--task-frac, --lens, --lens-mix, --min-rows, --end-jitter, --answer-loss, --needles, "
-                 "--haystack and --numbers go with --task");
+                 "--key-words, --haystack and --numbers go with --task");
     return;
   }
-  if (o->needles > 1 && o->task != LONGCTX_PROSE) usage_fail("train", "--needles goes with --task prose");
+  if ((o->needles > 1 || o->key_words) && o->task != LONGCTX_PROSE)
+    usage_fail("train", "--needles and --key-words go with --task prose");
   if (o->needles == 0) o->needles = 1;
   if (o->min_rows == 0) o->min_rows = 1;
   if (o->task_frac < 0) o->task_frac = 1;
@@ -1243,7 +1252,7 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
   /* --numbers F: a fraction uniform in [0, F) of the filler's words are numbers (a stream of its own too) */
   double number_words =
       o->numbers * (double)(longctx_mix64(seed, 0x4E554D57524453ull) >> 11) * (1.0 / 9007199254740992.0);
-  longctx_options opt = {needles, LONGCTX_WORDS_TRAIN, o->haystack != NULL && kind != LONGCTX_PROSE, number_words};
+  longctx_options opt = {needles, o->key_words, o->haystack != NULL && kind != LONGCTX_PROSE, number_words};
   if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) {
     opt.needles = 1; /* a row too short for its needles holds one */
     if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) fail("%s", why);
@@ -1280,6 +1289,7 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->end_jitter && n < size) n += (size_t)snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
   if (o->min_rows > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " min-rows=%zu", o->min_rows);
   if (o->needles > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " needles=%d", o->needles);
+  if (o->key_words && n < size) n += (size_t)snprintf(out + n, size - n, " key-words=random");
   if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
   if (o->numbers > 0 && n < size) snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
 }
@@ -2398,8 +2408,8 @@ static void help_needle(void) {
          "  --haystack H        the filler instead: FILE (a whole text, read from a random place per trial) or\n"
          "                      'sentences' (plain sentences in random order); any task\n"
          "  --needles N         prose: N needles of different key words, the question asks for one (1)\n"
-         "  --key-words SET     prose: the key words asked, 'train' (the 16 training draws from) or 'heldout'\n"
-         "                      (16 never trained on) (train)\n"
+         "  --key-words SET     prose: the key words asked, 'train' (the 16 training draws from), 'heldout'\n"
+         "                      (16 never trained on) or 'random' (4 to 8 random letters each) (train)\n"
          "  --numbers F         the filler writes this fraction of its words as numbers no question asks for,\n"
          "                      a random digit per letter (0)\n"
          "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
@@ -2456,7 +2466,8 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
       const char *w = arg_value(&a, s);
       if (!strcmp(w, "train")) o->word_set = LONGCTX_WORDS_TRAIN;
       else if (!strcmp(w, "heldout")) o->word_set = LONGCTX_WORDS_HELDOUT;
-      else usage_fail("needle", "--key-words %s: want train or heldout", w);
+      else if (!strcmp(w, "random")) o->word_set = LONGCTX_WORDS_RANDOM;
+      else usage_fail("needle", "--key-words %s: want train, heldout or random", w);
     } else if (!strcmp(s, "--svg")) o->svg = arg_value(&a, s);
     else if (!strcmp(s, "--seed")) o->seed = arg_u64(&a, s);
     else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
@@ -2762,7 +2773,9 @@ static int cmd_needle(int argc, char **argv) {
   } else if (o.data) usage_fail("needle", "--data is for --task prose (passkey's filler is fixed; see --haystack)");
   if (o.needles > 1 || o.word_set != LONGCTX_WORDS_TRAIN)
     printf("prose: %d needle%s of different key words, the key asked drawn from the %s words\n", o.needles,
-           o.needles > 1 ? "s" : "", o.word_set == LONGCTX_WORDS_HELDOUT ? "held-out" : "training");
+           o.needles > 1 ? "s" : "", o.word_set == LONGCTX_WORDS_HELDOUT ? "held-out"
+           : o.word_set == LONGCTX_WORDS_RANDOM                                       ? "random"
+                                                                                      : "training");
   if (o.numbers > 0) printf("filler: %g of its words written as numbers\n", o.numbers);
   models_load(&o.models);
   if (o.trace) needle_trace(&o, &o.models.model[0]);

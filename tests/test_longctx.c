@@ -136,11 +136,24 @@ static void test_digits_uniform(void) {
 
 /* Several keyed needles (prose): every needle once, each with a key word of its own, the question asking
    for the first drawn (placed at the asked depth), its number the answer; held-out words from their own
-   list; one needle with no options = the single-needle example byte for byte. */
+   list, random words 4 to 8 letters and none held out; one needle with no options = the single-needle
+   example byte for byte, and random words change nothing but the words. */
+/* Whether word belongs to word set `set` (LONGCTX_WORDS_RANDOM: 4 to 8 lowercase letters, no held-out word). */
+static int word_in_set(const char *word, int set) {
+  int listed = 0, trained = 0;
+  for (int j = 0; j < 16; j++) listed |= !strcmp(word, longctx_heldout_words[j]);
+  for (int j = 0; j < 16; j++) trained |= !strcmp(word, longctx_words[j]);
+  if (set == LONGCTX_WORDS_HELDOUT) return listed;
+  if (set == LONGCTX_WORDS_TRAIN) return trained;
+  size_t len = strlen(word), letters = 0;
+  for (size_t i = 0; i < len; i++) letters += word[i] >= 'a' && word[i] <= 'z';
+  return !listed && len >= 4 && len <= 8 && letters == len;
+}
+
 static void test_needles(const int *source, size_t source_len) {
   size_t cases = 0, bad_once = 0, bad_words = 0, bad_question = 0, bad_answer = 0, bad_pieces = 0, bad_set = 0;
   for (int n = 1; n <= LONGCTX_MAX_NEEDLES; n++)
-    for (int set = 0; set < 2; set++)
+    for (int set = 0; set < 3; set++)
       for (uint64_t seed = 1; seed <= 4; seed++) {
         longctx_example ex;
         longctx_options opt = {n, set, 0, 0.0};
@@ -154,9 +167,7 @@ static void test_needles(const int *source, size_t source_len) {
         cases++;
         for (size_t k = 0; k < ex.n_needles; k++) bad_once += count_in_example(&ex, ex.others[k]) != 1;
         for (int i = 0; i < n; i++) {
-          int found = 0;
-          for (int j = 0; j < 16; j++) found |= !strcmp(ex.words[i], set ? longctx_heldout_words[j] : longctx_words[j]);
-          bad_set += !found;
+          bad_set += !word_in_set(ex.words[i], set);
           for (int j = 0; j < i; j++) bad_words += !strcmp(ex.words[i], ex.words[j]);
         }
         snprintf(asked, sizeof asked, "The special magic number for %s is %s. ", ex.words[0], ex.answer);
@@ -170,7 +181,7 @@ static void test_needles(const int *source, size_t source_len) {
           for (size_t i = 0; i < m; i++) bad_pieces += piece[i] != longctx_token(&ex, from + i);
         }
       }
-  th_check(cases == 2 * 4 * LONGCTX_MAX_NEEDLES, "prose with 1-%d needles: every example set up (%zu)",
+  th_check(cases == 3 * 4 * LONGCTX_MAX_NEEDLES, "prose with 1-%d needles: every example set up (%zu)",
            LONGCTX_MAX_NEEDLES, cases);
   th_check(bad_once == 0, "every needle appears exactly once (%zu wrong)", bad_once);
   th_check(bad_words == 0 && bad_set == 0, "the needles' key words differ and come from the asked set (%zu, %zu wrong)",
@@ -186,6 +197,11 @@ static void test_needles(const int *source, size_t source_len) {
   size_t differ = 0;
   for (size_t i = 0; i < 4096 + a.answer_len; i++) differ += longctx_token(&a, i) != longctx_token(&b, i);
   th_check(differ == 0, "one needle through the options = the single-needle example (%zu tokens differ)", differ);
+  longctx_options random_one = {1, LONGCTX_WORDS_RANDOM, 0, 0.0};
+  longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &random_one, err);
+  th_check(a.source_offset == b.source_offset && !strcmp(a.answer, b.answer) && strcmp(a.words[0], b.words[0]),
+           "random key words draw from a stream of their own: the filler's place and the number stay (%s, %s)",
+           a.words[0], b.words[0]);
   longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0, 0.0};
   th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 4096, 0.5, 1, NULL, 0, &two, err) != 0,
            "several needles are refused for the passkey: %s", err);
