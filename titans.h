@@ -7879,22 +7879,26 @@ TITANSDEF void titans_model_init_lookup(titans_model *m, const titans_lookup_ini
     for (size_t i = 0; i < (size_t)m->cfg.vocab * (size_t)m->cfg.d; i++) m->w.tok_emb[i] *= li->emb_scale;
 }
 
-/* cfg.mem.key_ngram: every key conv tap but each channel's own (titans__key_tap) back to 0, a projection
-   onto the constraint after each optimizer step (the kept taps themselves learn). With small taps on
-   older tokens, a repeated text gives nearly parallel keys that must map to different values, and the
-   memory's weights grew without bound as it read (docs/long_context.md, "Past the training length"). */
-static void titans__hold_key_taps(titans_model *m) {
+/* cfg.mem.key_ngram: every key conv tap but each channel's own (titans__key_tap) set to 0 in slab [n_floats],
+   the parameters or a gradient of the same layout. On the parameters it is a projection onto the
+   constraint after each optimizer step (the kept taps themselves learn): with small taps on older tokens,
+   a repeated text gives nearly parallel keys that must map to different values, and the memory's weights
+   grew without bound as it read (docs/long_context.md, "Past the training length"). On the gradient, before
+   its norm is taken, it makes the step the projected gradient: the held taps are no parameters of the
+   constrained model, yet their gradient was up to 100x the rest at 16K tokens and set the clipping. */
+static void titans__zero_held_key_taps(const titans_model *m, float *slab) {
   const titans_config *c = &m->cfg;
   size_t K = (size_t)c->mem.conv_width, dh = (size_t)c->mem.head_dim, dm = (size_t)c->mem.heads * dh;
   size_t n = (size_t)c->mem.key_ngram;
   if (n == 0 || K < n + 1) return;
   for (int l = 0; l < c->n_layers; l++) {
-    float *ck = m->w.layers[l].mem.conv_k; /* [d_m, K_c]; NULL without a memory */
+    const float *ck = m->w.layers[l].mem.conv_k; /* [d_m, K_c] in the parameters; NULL without a memory */
     if (!ck) continue;
+    float *taps = slab + (ck - m->params); /* [d_m, K_c] */
     for (size_t j = 0; j < dm; j++) {
       size_t tap = titans__key_tap(j % dh, n, dh, K);
       for (size_t t = 0; t < K; t++)
-        if (t != tap) ck[j * K + t] = 0.0f;
+        if (t != tap) taps[j * K + t] = 0.0f;
     }
   }
 }
@@ -9649,6 +9653,7 @@ static int titans__reduce(titans_trainer *t, float *mean, double count, int rc) 
    AdamW at titans_lr_at(step). A non-finite loss or gradient leaves weights and moments unchanged. */
 static int titans__apply_gradients(titans_trainer *t, float mean) {
   titans_model *mo = t->model;
+  titans__zero_held_key_taps(mo, t->grads);
   double sq = 0.0;
   for (size_t i = 0; i < mo->n_floats; i++) sq += (double)t->grads[i] * t->grads[i];
   float norm = (float)sqrt(sq);
@@ -9670,7 +9675,7 @@ static int titans__apply_gradients(titans_trainer *t, float mean) {
     titans_adamw_update(mo->params + pp->offset, t->grads + pp->offset, t->adam_m + pp->offset, t->adam_v + pp->offset,
                         pp->size, lr, t->tc.beta1, t->tc.beta2, t->tc.eps, wd, t->step + 1);
   }
-  titans__hold_key_taps(mo);
+  titans__zero_held_key_taps(mo, mo->params);
   t->step++;
   return TITANS_OK;
 }

@@ -268,6 +268,30 @@ static void test_lookup_init(void) {
   th_check(moved_other == 0 && moved_prev > 0,
            "key_ngram: after 3 steps the other taps are 0 (%zu not) and the previous token's learns (%zu moved)",
            moved_other, moved_prev);
+  /* the step is the projected gradient: the held taps' gradient is left out of the norm (and of AdamW's
+     moments), so the norm is that of the raw gradient without them */
+  size_t moment_held = 0;
+  for (int l = 0; l < c.n_layers; l++) {
+    size_t off = (size_t)(m.w.layers[l].mem.conv_k - m.params);
+    for (size_t j = 0; j < dm; j++)
+      for (size_t k = 0; k < K; k++) moment_held += k != K - 2 && t.adam_m[off + j * K + k] != 0.0f;
+  }
+  memset(t.grads, 0, m.n_floats * sizeof(float));
+  titans_forward_backward(&t, tok, 2, 16, 1.0f, &loss);
+  double raw = 0.0, kept = 0.0;
+  for (size_t i = 0; i < m.n_floats; i++) raw += (double)t.grads[i] * t.grads[i];
+  kept = raw;
+  for (int l = 0; l < c.n_layers; l++) {
+    size_t off = (size_t)(m.w.layers[l].mem.conv_k - m.params);
+    for (size_t j = 0; j < dm; j++)
+      for (size_t k = 0; k < K; k++)
+        if (k != K - 2) kept -= (double)t.grads[off + j * K + k] * t.grads[off + j * K + k];
+  }
+  titans_train_step(&t, tok, 1, 2, 16, &loss);
+  double rel = fabs(t.last_grad_norm - sqrt(kept)) / sqrt(kept);
+  th_check(moment_held == 0 && rel < 1e-6 && sqrt(raw) > sqrt(kept) * (1 + 4e-6),
+           "key_ngram: the held taps' gradient counts nowhere (%zu moments not 0; norm %g, without them %g, raw %g)",
+           moment_held, (double)t.last_grad_norm, sqrt(kept), sqrt(raw));
   titans_trainer_free(&t);
   titans_model_free(&m);
   titans_model_free(&plain);
