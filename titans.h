@@ -3682,12 +3682,20 @@ static void titans__mem_coeffs(float *A, float *B, float *E, float *C, float *D,
   }
 }
 
-/* Backward of titans__mem_coeffs. dA, dB, dE [n], dC, dD [n, n] hold the gradients of the outputs and
-   are used as the adjoint accumulators (overwritten). Accumulates dtheta, deta, dalpha [n]. */
-static void titans__mem_coeffs_backward(float *dtheta, float *deta, float *dalpha, float *dA, float *dB, float *dE,
-                                        float *dC, float *dD, const float *A, const float *B, const float *E,
-                                        const float *C, const float *D, const float *eta, const float *alpha,
+/* The chunk coefficients A, B, E [n], C, D [n, n] of titans__mem_coeffs, or their gradients: the five
+   arrays travel together through the backward. */
+typedef struct titans__mem_coeffs_view {
+  float *A, *B, *E; /* [n] */
+  float *C, *D;     /* [n, n] lower triangular */
+} titans__mem_coeffs_view;
+
+/* Backward of titans__mem_coeffs, whose outputs are c. d (dA, dB, dE, dC, dD) holds the gradients of the
+   outputs and is used as the adjoint accumulators (overwritten). Accumulates dtheta, deta, dalpha [n]. */
+static void titans__mem_coeffs_backward(float *dtheta, float *deta, float *dalpha, const titans__mem_coeffs_view *d,
+                                        const titans__mem_coeffs_view *c, const float *eta, const float *alpha,
                                         size_t n) {
+  float *dA = d->A, *dB = d->B, *dE = d->E, *dC = d->C, *dD = d->D;
+  const float *A = c->A, *B = c->B, *E = c->E, *C = c->C, *D = c->D;
   for (size_t t = n; t-- > 0;) {
     float keep = 1.0f - alpha[t];
     float Ap = t ? A[t - 1] : 1.0f, Bp = t ? B[t - 1] : 0.0f, Ep = t ? E[t - 1] : 1.0f;
@@ -3935,6 +3943,15 @@ typedef struct titans__mem_sink {
   int flush;
 } titans__mem_sink;
 
+/* One layer's step at a chunk's end, as titans__mem_state_update applies it to W and S [no, ni]: the
+   coefficients and arrays of the update travel together from the piece's forward to the kernel. */
+typedef struct titans__mem_layer_step {
+  float An, Bn, En;     /* the decays of the chunk's last token: A_n, B_n, E_n */
+  const float *delta;   /* [n, no] the chunk's inner-loss errors */
+  const float *tc, *td; /* [n, ni] diag(C_n,.) ak and diag(D_n,.) ak */
+  size_t n, no, ni;     /* tokens; the layer's output and input widths */
+} titans__mem_layer_step;
+
 /* One R x NV tile of titans__mem_state_update: rows o .. o + R of W and S [no, ni], vectors j .. j + NV. */
 TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV, float *wo, float *so, const float *w,
                                                  const float *s, float *wc, float *sc, int flush, int stream,
@@ -3993,10 +4010,13 @@ TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV
    (flush and copy, titans__mem_state_out). The values round as those did: each sum a chain of FMAs
    over the tokens from zero, then (A_n W + B_n S) - sum. wc, sc [no, ni] (NULL: none) take a copy,
    streamed when aligned. Needs ni % VW == 0. Returns whether it streamed (the caller fences). */
-static int titans__mem_state_update(float *wo, float *so, const float *w, const float *s, float *wc, float *sc,
-                                    int flush, float An, float Bn, float En, const float *delta, const float *tc,
-                                    const float *td, size_t n, size_t no, size_t ni) {
-  titans__vf vA = titans__vset1(An), vB = titans__vset1(Bn), vE = titans__vset1(En);
+static int titans__mem_state_update(float *wo, float *so, const float *w, const float *s, const titans__mem_sink *copy,
+                                    const titans__mem_layer_step *u) {
+  float *wc = copy->w_copy, *sc = copy->s_copy;
+  int flush = copy->flush;
+  const float *delta = u->delta, *tc = u->tc, *td = u->td;
+  size_t n = u->n, no = u->no, ni = u->ni;
+  titans__vf vA = titans__vset1(u->An), vB = titans__vset1(u->Bn), vE = titans__vset1(u->En);
 #if defined(TITANS__AVX512) || defined(TITANS__AVX2)
   const uintptr_t vbytes = TITANS__VW * sizeof(float);
   int stream = wc && (uintptr_t)wc % vbytes == 0 && (uintptr_t)sc % vbytes == 0;
@@ -4017,26 +4037,37 @@ static int titans__mem_state_update(float *wo, float *so, const float *w, const 
   return stream;
 }
 
-/* One piece of n <= b tokens of one head, from a running state (W, S) inside a chunk whose inner
-   gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a chunk start).
-   q, k, v [n, ld] (head slice at column 0), gates theta, eta, alpha [n] with stride gstride.
-   Writes y [n, ld] (unless y is NULL). When w_out / s_out are not NULL, writes the state after the
-   piece there (they may alias w / s: the update is done in place after every read of the old state),
-   and hands it to the sink (NULL: none). Leaves in wk everything the backward needs. */
-static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
-                                      const float *k, const float *v, size_t ld, const float *theta,
-                                      const float *eta, const float *alpha, size_t gstride, const float *wgrad,
-                                      const float *w, const float *s, float *w_out, float *s_out,
-                                      const titans__mem_sink *sink, size_t n, titans__mem_work *wk) {
-  const size_t L = m->L, dh = m->dh;
+/* A piece of one head's memory stream, read in place: n tokens of its q, k, v rows (the head's slice of
+   rows ld floats apart) and of its gates (gstride floats apart). The piece's forward and backward take
+   these arrays as one, as every caller hands them on together. */
+typedef struct titans__mem_chunk {
+  const float *q, *k, *v;           /* [n, ld] queries, keys, values (the head's slice at column 0) */
+  const float *theta, *eta, *alpha; /* [n] (stride gstride) the step, momentum and decay gates */
+  size_t ld, gstride;               /* row stride of q, k, v (and of y, dy, dq, dk, dv); stride of the gates */
+  size_t n;                         /* tokens, at most b */
+} titans__mem_chunk;
+
+/* The gradients a piece's backward accumulates into, laid out as its titans__mem_chunk. */
+typedef struct titans__mem_chunk_grad {
+  float *dq, *dk, *dv;           /* [n, ld] */
+  float *dtheta, *deta, *dalpha; /* [n] (stride gstride) */
+} titans__mem_chunk_grad;
+
+/* The outputs of one piece c of n <= b tokens of one head, from a running state (W, S) = (w, s) inside a
+   chunk whose inner gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a
+   chunk start). Writes y [n, ld] (unless y is NULL) and leaves in wk everything the backward and
+   titans__mem_chunk_end_state need. */
+static void titans__mem_chunk_forward(const titans__mem_dims *m, int residual, float *y, const titans__mem_chunk *c,
+                                      const float *wgrad, const float *w, const float *s, titans__mem_work *wk) {
+  const size_t L = m->L, dh = m->dh, n = c->n, ld = c->ld;
   for (size_t t = 0; t < n; t++) {
-    wk->th[t] = theta[t * gstride];
-    wk->et[t] = eta[t * gstride];
-    wk->al[t] = alpha[t * gstride];
+    wk->th[t] = c->theta[t * c->gstride];
+    wk->et[t] = c->eta[t * c->gstride];
+    wk->al[t] = c->alpha[t * c->gstride];
   }
-  titans__copy_rows(wk->ak[0], k, n, dh, ld);
-  titans__copy_rows(wk->aq[0], q, n, dh, ld);
-  titans__copy_rows(wk->vv, v, n, dh, ld);
+  titans__copy_rows(wk->ak[0], c->k, n, dh, ld);
+  titans__copy_rows(wk->aq[0], c->q, n, dh, ld);
+  titans__copy_rows(wk->vv, c->v, n, dh, ld);
 
   /* Key path through the chunk-start weights: zk[i] = ak[i] Wg_i^T, ak[i+1] = SiLU(zk[i]). */
   for (size_t i = 0; i < L; i++) {
@@ -4076,10 +4107,17 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
     for (size_t t = 0; t < n; t++)
       for (size_t j = 0; j < dh; j++)
         y[t * ld + j] = wk->zq[L - 1][t * dh + j] + (residual ? wk->aq[0][t * dh + j] : 0.0f);
+}
 
+/* The state after a piece of n tokens whose forward (titans__mem_chunk_forward from (w, s)) left wk:
+   writes it to w_out, s_out [head_size] (they may alias w / s: the update is done in place after every
+   read of the old state) and hands it to the sink (NULL: none). */
+static void titans__mem_chunk_end_state(const titans__mem_dims *m, float *w_out, float *s_out,
+                                        const titans__mem_sink *sink, const float *w, const float *s, size_t n,
+                                        titans__mem_work *wk) {
   /* State after the piece: W' = A_n W + B_n S - delta^T diag(C_n,.) ak, S' = E_n S - delta^T diag(D_n,.) ak,
      then the sink's flush and copies. W' first: it reads the old S, which the S update then overwrites. */
-  if (!w_out) return;
+  const size_t L = m->L;
   const float *crow = wk->cC + (n - 1) * n, *drow = wk->cD + (n - 1) * n;
   float An = wk->cA[n - 1], Bn = wk->cB[n - 1], En = wk->cE[n - 1];
   int flush = sink && sink->flush, streamed = 0;
@@ -4092,8 +4130,9 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
     if (ni % TITANS__VW == 0) {
       titans__scale_rows(wk->tmp, crow, wk->ak[i], n, ni);
       titans__scale_rows(wk->tmp2, drow, wk->ak[i], n, ni);
-      streamed |= titans__mem_state_update(wo, so, wi, si, wc, sc, flush, An, Bn, En, wk->delta[i], wk->tmp, wk->tmp2,
-                                           n, no, ni);
+      titans__mem_sink copy = {wc, sc, flush};
+      titans__mem_layer_step step = {An, Bn, En, wk->delta[i], wk->tmp, wk->tmp2, n, no, ni};
+      streamed |= titans__mem_state_update(wo, so, wi, si, &copy, &step);
       continue;
     }
     titans__ops_lincomb(wo, An, wi, Bn, si, sz);
@@ -4114,18 +4153,33 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
 #endif
 }
 
+/* One piece of n <= b tokens of one head, its arrays given one by one (as titans__mem_chunk's fields): its
+   outputs (titans__mem_chunk_forward), then, when w_out / s_out are not NULL, the state after it
+   (titans__mem_chunk_end_state). Kept for titans__mem_recur_one until the batched-session work on that
+   code merges; new code builds a titans__mem_chunk. */
+static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
+                                      const float *k, const float *v, size_t ld, const float *theta,
+                                      const float *eta, const float *alpha, size_t gstride, const float *wgrad,
+                                      const float *w, const float *s, float *w_out, float *s_out,
+                                      const titans__mem_sink *sink, size_t n, titans__mem_work *wk) {
+  titans__mem_chunk c = {q, k, v, theta, eta, alpha, ld, gstride, n};
+  titans__mem_chunk_forward(m, residual, y, &c, wgrad, w, s, wk);
+  if (w_out) titans__mem_chunk_end_state(m, w_out, s_out, sink, w, s, n, wk);
+}
+
 /* rowdot[t] = sum_j a[t, j] b[t, j] over [n, w], added into out[t] scaled by sign */
 static void titans__rowdot_acc(float *out, float sign, const float *a, const float *b, size_t n, size_t w) {
   for (size_t t = 0; t < n; t++) out[t] += sign * titans__dot(a + t * w, b + t * w, w);
 }
 
 /* The gradient through the decay terms of the chunk-end state W' = A_n W + B_n S (+ ...), S' = E_n S
-   (+ ...), from dWe = dL/dW', dSe = dL/dS' [sz]: dW = A_n dWe, dS = B_n dWe + E_n dSe, and
-   dots = (dWe . W, dWe . S, dSe . S) for dA_n, dB_n, dE_n. One pass over the six arrays (six passes
-   before, the backward's largest elementwise cost); every value rounds as titans__axpy_set,
-   titans__axpy and titans__dot round it. */
+   (+ ...), from dWe = dL/dW', dSe = dL/dS' [sz] and decay = (A_n, B_n, E_n): dW = A_n dWe,
+   dS = B_n dWe + E_n dSe, and dots = (dWe . W, dWe . S, dSe . S) for dA_n, dB_n, dE_n. One pass over
+   the six arrays (six passes before, the backward's largest elementwise cost); every value rounds as
+   titans__axpy_set, titans__axpy and titans__dot round it. */
 static void titans__mem_end_state_grad(float *dW, float *dS, float dots[3], const float *dWe, const float *dSe,
-                                       const float *w, const float *s, float An, float Bn, float En, size_t sz) {
+                                       const float *w, const float *s, const float decay[3], size_t sz) {
+  float An = decay[0], Bn = decay[1], En = decay[2];
   titans__vf vA = titans__vset1(An), vB = titans__vset1(Bn), vE = titans__vset1(En), vz = titans__vset1(0.0f);
   titans__vf accW = vz, accWS = vz, accS = vz;
   size_t i = 0;
@@ -4154,20 +4208,15 @@ static void titans__mem_end_state_grad(float *dW, float *dS, float dots[3], cons
   dots[2] = ds;
 }
 
-/* Backward of one whole chunk (piece starting at a chunk start, so the inner gradients are taken at w).
-   Inputs: the chunk's q, k, v, gates as in the forward; w, s [head_size] the state at the chunk start;
-   dy [n, ld] the gradient of y; wk->dWend, wk->dSend the gradient of the state after the chunk.
-   Outputs: wk->dW, wk->dS the gradient of the state at the chunk start; accumulates dq, dk, dv [n, ld]
-   and dtheta, deta, dalpha [n] (stride gstride). */
-static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, float *dq, float *dk, float *dv,
-                                       float *dtheta, float *deta, float *dalpha, const float *dy, const float *q,
-                                       const float *k, const float *v, size_t ld, const float *theta,
-                                       const float *eta, const float *alpha, size_t gstride, const float *w,
-                                       const float *s, size_t n, titans__mem_work *wk) {
-  const size_t L = m->L, dh = m->dh, hs = m->head_size;
-  titans__mem_piece_forward(m, residual, NULL, q, k, v, ld, theta, eta, alpha, gstride, w, w, s, NULL, NULL, NULL, n,
-                            wk);
-  (void)hs; /* wk->dW, wk->dS are set (not accumulated) by their first writes below */
+/* The backward of one whole chunk (a piece starting at a chunk start, so the inner gradients are taken at
+   w), in the stages below, each a function: the forward again (titans__mem_chunk_forward), then the
+   gradient through the chunk-end state, the query path, the coefficients and the surprise bound, the key
+   path, and last the sums into the caller's arrays. Between stages the gradients live in wk. */
+
+/* Zeroes wk's accumulators for a piece of n tokens (wk->dW, wk->dS are set, not accumulated, by their
+   first writes in titans__mem_end_state_backward). */
+static void titans__mem_work_zero_grads(const titans__mem_dims *m, titans__mem_work *wk, size_t n) {
+  const size_t L = m->L, dh = m->dh;
   memset(wk->dA, 0, n * sizeof(float));
   memset(wk->dB, 0, n * sizeof(float));
   memset(wk->dE, 0, n * sizeof(float));
@@ -4183,16 +4232,22 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
   }
   memset(wk->dq, 0, n * dh * sizeof(float));
   memset(wk->dv, 0, n * dh * sizeof(float));
+}
 
+/* From wk->dWend, wk->dSend (the gradient of the state after the chunk): sets wk->dW, wk->dS and adds
+   into the coefficients' gradients (dA, dB, dE, the last rows of dC, dD), dak and ddelta. */
+static void titans__mem_end_state_backward(const titans__mem_dims *m, titans__mem_work *wk, const float *w,
+                                           const float *s, size_t n) {
+  const size_t L = m->L;
   /* State after the chunk: W' = A_n W + B_n S - delta^T diag(c) ak; S' = E_n S - delta^T diag(dd) ak. */
   const float *crow = wk->cC + (n - 1) * n, *drow = wk->cD + (n - 1) * n;
   float *dcrow = wk->dC + (n - 1) * n, *ddrow = wk->dD + (n - 1) * n;
-  float An = wk->cA[n - 1], Bn = wk->cB[n - 1], En = wk->cE[n - 1];
+  const float decay[3] = {wk->cA[n - 1], wk->cB[n - 1], wk->cE[n - 1]};
   for (size_t i = 0; i < L; i++) {
     size_t ni = m->n[i], no = m->n[i + 1], sz = ni * no, o = m->wofs[i];
     const float *dWe = wk->dWend + o, *dSe = wk->dSend + o;
     float dots[3];
-    titans__mem_end_state_grad(wk->dW + o, wk->dS + o, dots, dWe, dSe, w + o, s + o, An, Bn, En, sz);
+    titans__mem_end_state_grad(wk->dW + o, wk->dS + o, dots, dWe, dSe, w + o, s + o, decay, sz);
     wk->dA[n - 1] += dots[0];
     wk->dB[n - 1] += dots[1];
     wk->dE[n - 1] += dots[2];
@@ -4211,8 +4266,14 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
       for (size_t j = 0; j < no; j++)
         wk->ddelta[i][t * no + j] -= crow[t] * wk->tmp[t * no + j] + drow[t] * wk->tmp2[t * no + j];
   }
+}
 
-  /* Query path, last layer first. dz = d zq[i]. */
+/* The query path, last layer first, from dy [n, ld] (the gradient of y): adds into wk->dq, dA, dB, dC,
+   ddelta, dak, dW and dS. */
+static void titans__mem_query_backward(const titans__mem_dims *m, int residual, titans__mem_work *wk, const float *dy,
+                                       size_t ld, const float *w, const float *s, size_t n) {
+  const size_t L = m->L, dh = m->dh;
+  /* dz = d zq[i] */
   titans__copy_rows(wk->dz, dy, n, dh, ld);
   if (residual) titans__add_rows(wk->dq, dh, wk->dz, n, dh);
   for (size_t i = L; i-- > 0;) {
@@ -4245,14 +4306,14 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
       for (size_t j = 0; j < n * dh; j++) wk->dq[j] += wk->daq[j];
     }
   }
+}
 
-  /* Gates through the coefficients (complete here: the key path below reads no coefficient), then the
-     surprise bound, whose scale depends on the key path's errors and activations. */
-  titans__mem_coeffs_backward(wk->dth, wk->det, wk->dal, wk->dA, wk->dB, wk->dE, wk->dC, wk->dD, wk->cA, wk->cB,
-                              wk->cE, wk->cC, wk->cD, wk->et, wk->al, n);
-  titans__mem_bound_steps_backward(m, wk, theta, gstride, n);
-
-  /* Key path, the error recursion first: delta[i] = gk[i] o SiLU'(zk[i]), gk[i] = delta[i+1] W_{i+1}. */
+/* The key path, the error recursion first, then the layers from the last: adds into wk->ddelta, dzk,
+   dak, dv and dW. Reads no coefficient (titans__mem_coeffs_backward may run before it). */
+static void titans__mem_key_backward(const titans__mem_dims *m, int residual, titans__mem_work *wk, const float *w,
+                                     size_t n) {
+  const size_t L = m->L, dh = m->dh;
+  /* The error recursion: delta[i] = gk[i] o SiLU'(zk[i]), gk[i] = delta[i+1] W_{i+1}. */
   for (size_t i = 0; i + 1 < L; i++) {
     size_t no = m->n[i + 1], nn = m->n[i + 2], o1 = m->wofs[i + 1];
     float *dg = wk->tmp;
@@ -4281,15 +4342,54 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
       for (size_t j = 0; j < n * ni; j++)
         wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j], wk->sk[i - 1][j]);
   }
+}
 
+/* Adds the piece's gradients, gathered in wk, into the caller's arrays g (laid out as the chunk c). */
+static void titans__mem_chunk_grad_add(const titans__mem_dims *m, const titans__mem_chunk_grad *g,
+                                       const titans__mem_chunk *c, const titans__mem_work *wk) {
+  const size_t n = c->n, dh = m->dh;
   for (size_t t = 0; t < n; t++) {
-    dtheta[t * gstride] += wk->dth[t];
-    deta[t * gstride] += wk->det[t];
-    dalpha[t * gstride] += wk->dal[t];
+    g->dtheta[t * c->gstride] += wk->dth[t];
+    g->deta[t * c->gstride] += wk->det[t];
+    g->dalpha[t * c->gstride] += wk->dal[t];
   }
-  titans__add_rows(dq, ld, wk->dq, n, dh);
-  titans__add_rows(dk, ld, wk->dak[0], n, dh);
-  titans__add_rows(dv, ld, wk->dv, n, dh);
+  titans__add_rows(g->dq, c->ld, wk->dq, n, dh);
+  titans__add_rows(g->dk, c->ld, wk->dak[0], n, dh);
+  titans__add_rows(g->dv, c->ld, wk->dv, n, dh);
+}
+
+/* Backward of one whole chunk c. Inputs: w, s [head_size] the state at the chunk start; dy [n, ld] the
+   gradient of y; wk->dWend, wk->dSend the gradient of the state after the chunk. Outputs: wk->dW, wk->dS
+   the gradient of the state at the chunk start; accumulates into g. */
+static void titans__mem_chunk_backward(const titans__mem_dims *m, int residual, const titans__mem_chunk_grad *g,
+                                       const float *dy, const titans__mem_chunk *c, const float *w, const float *s,
+                                       titans__mem_work *wk) {
+  const size_t n = c->n;
+  titans__mem_chunk_forward(m, residual, NULL, c, w, w, s, wk);
+  titans__mem_work_zero_grads(m, wk, n);
+  titans__mem_end_state_backward(m, wk, w, s, n);
+  titans__mem_query_backward(m, residual, wk, dy, c->ld, w, s, n);
+  /* The gates through the coefficients (complete here: the key path reads no coefficient), then the
+     surprise bound, whose scale depends on the key path's errors and activations. */
+  const titans__mem_coeffs_view coeffs = {wk->cA, wk->cB, wk->cE, wk->cC, wk->cD};
+  const titans__mem_coeffs_view dcoeffs = {wk->dA, wk->dB, wk->dE, wk->dC, wk->dD};
+  titans__mem_coeffs_backward(wk->dth, wk->det, wk->dal, &dcoeffs, &coeffs, wk->et, wk->al, n);
+  titans__mem_bound_steps_backward(m, wk, c->theta, c->gstride, n);
+  titans__mem_key_backward(m, residual, wk, w, n);
+  titans__mem_chunk_grad_add(m, g, c, wk);
+}
+
+/* titans__mem_chunk_backward with the chunk's arrays given one by one (as the fields of titans__mem_chunk
+   and titans__mem_chunk_grad). Kept for titans__mem_recur_backward_one until the batched-session work on
+   that code merges; new code builds the two structs. */
+static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, float *dq, float *dk, float *dv,
+                                       float *dtheta, float *deta, float *dalpha, const float *dy, const float *q,
+                                       const float *k, const float *v, size_t ld, const float *theta,
+                                       const float *eta, const float *alpha, size_t gstride, const float *w,
+                                       const float *s, size_t n, titans__mem_work *wk) {
+  const titans__mem_chunk c = {q, k, v, theta, eta, alpha, ld, gstride, n};
+  const titans__mem_chunk_grad g = {dq, dk, dv, dtheta, deta, dalpha};
+  titans__mem_chunk_backward(m, residual, &g, dy, &c, w, s, wk);
 }
 
 /* ---- streaming state -------------------------------------------------------------------------- */
@@ -4569,7 +4669,6 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
   }
 }
 
-/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3). */
 /* The conv of one row reads concat = [tail (K-1 rows); proj (T rows)] and its final tail is the last
    K-1 rows of concat. From dfinal (gradient of the final tail) and dconv (gradient of the conv
    outputs) this adds the gradient of the initial tail into dinit and dfinal's share into dproj
@@ -4588,12 +4687,30 @@ static void titans__mem_tail_backward(float *dinit, float *dproj, const float *d
       for (size_t c = 0; c < dm; c++) dinit[q * dm + c] += dconv[t * dm + c] * weight[c * K + (q - t)];
 }
 
-static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
-                                        const titans_mem_weights *w, const titans_mem_weights *grad,
-                                        titans__mem_bufs *bf, titans__mem_grads *gr, const float *saved_tails,
-                                        const float *dtails_final, float *dtails_init, float *dx, const float *x,
-                                        size_t B, size_t T, int nstreams) {
-  size_t bt = B * T, n = bt * m->dm, K1 = m->K > 0 ? m->K - 1 : 0, tsz = B * K1 * m->dm;
+/* The layer's input rows x [B*T, d] and their gradient dx, which every input's backward adds into. */
+typedef struct titans__mem_input {
+  const float *x; /* [B*T, d] */
+  float *dx;      /* [B*T, d] */
+  size_t B, T;    /* rows, tokens per row */
+} titans__mem_input;
+
+/* The conv tails of the q, k, v streams, one after the other (stream si's at si * B * (K-1) * dm), each
+   [B, K-1, dm]: saved the ones the forward started from, dfinal the gradient of the ones it ended with,
+   dinit the gradient of the starting ones (added into). */
+typedef struct titans__mem_tails_grad {
+  const float *saved, *dfinal;
+  float *dinit;
+} titans__mem_tails_grad;
+
+/* The first nstreams of the q, k, v streams (L2Norm for q and k, SiLU, the conv, the projection) from
+   gr->dvec: adds into the projection and conv weights' gradients, the tails' and in->dx. */
+static void titans__mem_streams_backward(const titans__mem_dims *m, const titans_mem_weights *w,
+                                         const titans_mem_weights *grad, titans__mem_bufs *bf, titans__mem_grads *gr,
+                                         const titans__mem_input *in, const titans__mem_tails_grad *tails,
+                                         int nstreams) {
+  size_t B = in->B, T = in->T, bt = B * T, n = bt * m->dm, K1 = m->K > 0 ? m->K - 1 : 0, tsz = B * K1 * m->dm;
+  const float *x = in->x, *saved_tails = tails->saved, *dtails_final = tails->dfinal;
+  float *dx = in->dx, *dtails_init = tails->dinit;
   const float *proj_w[3] = {w->wq, w->wk, w->wv};
   float *proj_g[3] = {grad->wq, grad->wk, grad->wv};
   const float *conv_w[3] = {w->conv_q, w->conv_k, w->conv_v};
@@ -4622,7 +4739,17 @@ static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_
     titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dproj, m->dm, x, m->d, 1.0f, proj_g[si], m->d);
     titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dproj, m->dm, proj_w[si], m->d, 1.0f, dx, m->d);
   }
-  if (nstreams < 3) return;
+}
+
+/* The three gates (theta, eta, alpha = sigmoids of linear maps of x) from gr->dgates: adds into their
+   weights' and biases' gradients and in->dx. */
+static void titans__mem_gates_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
+                                              const titans_mem_weights *w, const titans_mem_weights *grad,
+                                              titans__mem_bufs *bf, titans__mem_grads *gr,
+                                              const titans__mem_input *in) {
+  size_t bt = in->B * in->T;
+  const float *x = in->x;
+  float *dx = in->dx;
   const float *gate_w[3] = {w->lr_w, w->mom_w, w->decay_w};
   float *gate_gw[3] = {grad->lr_w, grad->mom_w, grad->decay_w}, *gate_gb[3] = {grad->lr_b, grad->mom_b, grad->decay_b};
   for (int gi = 0; gi < 3; gi++) {
@@ -4636,6 +4763,16 @@ static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_
       for (size_t h = 0; h < m->H; h++) gate_gb[gi][h] += dg[t * m->H + h];
     titans_gemm(0, 0, bt, m->d, m->H, 1.0f, dg, m->H, gate_w[gi], m->d, 1.0f, dx, m->d);
   }
+}
+
+/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3): its streams,
+   then its gates. */
+static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
+                                        const titans_mem_weights *w, const titans_mem_weights *grad,
+                                        titans__mem_bufs *bf, titans__mem_grads *gr, const titans__mem_input *in,
+                                        const titans__mem_tails_grad *tails, int nstreams) {
+  titans__mem_streams_backward(m, w, grad, bf, gr, in, tails, nstreams);
+  if (nstreams >= 3) titans__mem_gates_inputs_backward(m, cfg, w, grad, bf, gr, in);
 }
 
 /* out [B*T, d] = wo (RMSNorm(y) * SiLU(wg x)) from bf->y */
@@ -5030,8 +5167,9 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   if (init_from_w0) titans__mem_w0_grad(cfg, grad, ctx, NULL);
   size_t K1 = m.K > 0 ? m.K - 1 : 0, slot = ctx->retrieval ? 3 * B * K1 * m.dm : 0;
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
-  titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails + slot, ctx->dtails_final + slot,
-                              ctx->dtails_init + slot, dx, x, B, T, ctx->retrieval ? 1 : 3);
+  const titans__mem_input in = {x, dx, B, T};
+  const titans__mem_tails_grad tails = {ctx->tails + slot, ctx->dtails_final + slot, ctx->dtails_init + slot};
+  titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, &in, &tails, ctx->retrieval ? 1 : 3);
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS_BACKWARD, &since);
   return TITANS_OK;
 }
@@ -5058,9 +5196,10 @@ TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, co
      in-place update); w_chunk, s_chunk are set once, below. */
   for (size_t t = 0; t < n; t += m.b) {
     size_t len = n - t < m.b ? n - t : m.b;
-    titans__mem_piece_forward(&m, st->cfg.residual, NULL, keys + t * m.dh, keys + t * m.dh, values + t * m.dh, m.dh,
-                              theta + t, eta ? eta + t : zeros, alpha ? alpha + t : zeros, 1, w, w, s, w, s, NULL,
-                              len, &wk);
+    const titans__mem_chunk c = {keys + t * m.dh, keys + t * m.dh, values + t * m.dh, theta + t,
+                                 eta ? eta + t : zeros, alpha ? alpha + t : zeros, m.dh, 1, len};
+    titans__mem_chunk_forward(&m, st->cfg.residual, NULL, &c, w, w, s, &wk);
+    titans__mem_chunk_end_state(&m, w, s, NULL, w, s, len, &wk);
   }
   memcpy(wc, w, m.head_size * sizeof(float));
   memcpy(sc, s, m.head_size * sizeof(float));
@@ -9061,18 +9200,32 @@ static void titans__lm2_update(const titans_lm2_weights *W, float *bank_out, flo
   for (size_t j = 0; j < Ns * d; j++) bank_out[j] = gi[j] * tu[j] + gf[j] * bank_in[j];
 }
 
+/* One segment's write for one batch row in training: the segment's write keys and values and the
+   products the write keeps for its backward. The forward fills them and the backward reads them, so
+   they travel as one (titans__lm2_write_at finds a write's in titans__lm2_save). */
+typedef struct titans__lm2_write_view {
+  float *qu;            /* [N_s, d] bank_in uq^T */
+  float *aw;            /* [N_s, n] softmax(qu ku^T / sqrt(d)) over the segment's tokens */
+  float *u;             /* [N_s, d] aw vu */
+  float *gi, *tu, *gf;  /* [N_s, d] sigma(u w_in^T), tanh(u), sigma(u w_f^T + b_f) */
+  const float *ku, *vu; /* [n, d] E uk^T, E uv^T of the segment's tokens (given) */
+  size_t n, Ns, d;      /* the segment's tokens, slots, width */
+} titans__lm2_write_view;
+
 /* One segment's write for one batch row in training: qu [N_s, d] = bank_in uq^T, aw [N_s, n] =
    softmax(qu ku^T / sqrt(d)) over the segment's n tokens (ku, vu [n, d] = E uk^T, E uv^T given),
-   u [N_s, d] = aw vu, then the gated update. (A session accumulates the same softmax token by token:
-   titans__lm2_step.) */
-static void titans__lm2_write(const titans_lm2_weights *W, float *bank_out, float *qu, float *aw, float *u, float *gi,
-                              float *tu, float *gf, const float *bank_in, const float *ku, const float *vu, size_t n,
-                              size_t Ns, size_t d) {
+   u [N_s, d] = aw vu, then the gated update, into bank_out [N_s, d] and v's products. (A session
+   accumulates the same softmax token by token: titans__lm2_step.) */
+static void titans__lm2_write(const titans_lm2_weights *W, float *bank_out, const float *bank_in,
+                              const titans__lm2_write_view *v) {
+  float *qu = v->qu, *aw = v->aw, *u = v->u;
+  const float *ku = v->ku, *vu = v->vu;
+  size_t n = v->n, Ns = v->Ns, d = v->d;
   titans__linear(qu, bank_in, W->uq, Ns, d, d);
   titans_gemm(0, 1, Ns, n, d, 1.0f / sqrtf((float)d), qu, d, ku, d, 0.0f, aw, n);
   titans_softmax_forward(aw, aw, Ns, n); /* each slot attends over the segment's tokens */
   titans_gemm(0, 0, Ns, d, n, 1.0f, aw, n, vu, d, 0.0f, u, d);
-  titans__lm2_update(W, bank_out, gi, tu, gf, u, bank_in, Ns, d);
+  titans__lm2_update(W, bank_out, v->gi, v->tu, v->gf, u, bank_in, Ns, d);
 }
 
 /* Training's read task i (titans__lm2_forward, _backward): segment s = i / B of batch row b = i % B, with
@@ -9086,6 +9239,16 @@ static titans__lm2_read_task titans__lm2_read_task_of(size_t i, size_t B, size_t
   size_t s = i / B, b = i % B;
   titans__lm2_read_task k = {s + 1 < S ? C : T - s * C, (s * B + b) * Ns * d, b * T + s * C};
   return k;
+}
+
+/* The write of segment s for batch row b (of B rows of T tokens, segments of C tokens) in sv: its bank
+   before is sv->bank + o, after sv->bank + o + B N_s d, o = (s B + b) N_s d. */
+static titans__lm2_write_view titans__lm2_write_at(const titans__lm2_save *sv, size_t s, size_t b, size_t B, size_t T,
+                                                   size_t C, size_t Ns, size_t d) {
+  size_t o = (s * B + b) * Ns * d, r = (b * T + s * C) * d; /* row b's bank; its segment's first row */
+  titans__lm2_write_view v = {sv->qu + o, sv->aw + (s * B + b) * Ns * C, sv->u + o, sv->gi + o, sv->tu + o,
+                              sv->gf + o, sv->ku + r, sv->vu + r, C, Ns, d};
+  return v;
 }
 
 static int titans__lm2_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
@@ -9129,10 +9292,9 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
 #endif
   for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++)
     for (size_t s = 0; s < NW; s++) {
-      size_t o = s * slab + (size_t)b * Ns * d,
-             r = ((size_t)b * T + s * C) * d; /* row b's bank; its segment's first row */
-      titans__lm2_write(W, sv->bank + o + slab, sv->qu + o, sv->aw + (s * B + (size_t)b) * Ns * C, sv->u + o,
-                        sv->gi + o, sv->tu + o, sv->gf + o, sv->bank + o, sv->ku + r, sv->vu + r, C, Ns, d);
+      size_t o = s * slab + (size_t)b * Ns * d; /* row b's bank */
+      titans__lm2_write_view v = titans__lm2_write_at(sv, s, (size_t)b, B, T, C, Ns, d);
+      titans__lm2_write(W, sv->bank + o + slab, sv->bank + o, &v);
     }
   /* the read keys and values of every segment's starting bank (banks 0..S-1 are contiguous), in one product */
   titans__lm2_bank_kv(W, sv->kb, sv->vb, sv->bank, S * B * Ns, d);
@@ -9149,10 +9311,20 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
   return TITANS_OK;
 }
 
-/* Backward of one segment's read (one batch row): from demem [n, d] accumulates dq [n, d], and writes
-   dkb, dvb [N_s, d] (the gradients of the bank's read keys and values). da [n, N_s] is scratch. */
-static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *da, const float *demem, const float *a,
-                                      const float *q, const float *kb, const float *vb, size_t n, size_t Ns, size_t d) {
+/* One segment's read for one batch row, as training keeps it for the backward. */
+typedef struct titans__lm2_read_view {
+  const float *a;       /* [n, N_s] the attention over the slots */
+  const float *q;       /* [n, d] the read queries E wq^T */
+  const float *kb, *vb; /* [N_s, d] the bank's read keys and values */
+  size_t n, Ns, d;      /* the segment's tokens, slots, width */
+} titans__lm2_read_view;
+
+/* Backward of one segment's read r (one batch row): from demem [n, d] accumulates dq [n, d], and writes
+   dkb, dvb [N_s, d] (the gradients of the bank's read keys and values). da [2 n N_s] is scratch. */
+static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *da, const float *demem,
+                                      const titans__lm2_read_view *r) {
+  const float *a = r->a, *q = r->q, *kb = r->kb, *vb = r->vb;
+  size_t n = r->n, Ns = r->Ns, d = r->d;
   float scale = 1.0f / sqrtf((float)d);
   float *ds = da + n * Ns; /* [n, N_s] the scores' gradient */
   titans_gemm(0, 1, n, Ns, d, 1.0f, demem, d, vb, d, 0.0f, da, Ns); /* emem = a vb */
@@ -9163,16 +9335,23 @@ static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *
   titans_gemm(1, 0, Ns, d, n, scale, ds, Ns, q, d, 0.0f, dkb, d);
 }
 
-/* Backward of one segment's write (one batch row): from carry [N_s, d] = dL/d bank_out, accumulates
+/* The gradients of one segment's write (one batch row), as titans__lm2_write_backward forms them. */
+typedef struct titans__lm2_write_grad {
+  float *dbank;           /* [N_s, d] dL/d bank_in, added into */
+  float *dku, *dvu;       /* [n, d] added into */
+  float *dzi, *dzf, *dqu; /* [N_s, d] written */
+} titans__lm2_write_grad;
+
+/* Backward of one segment's write v (one batch row): from carry [N_s, d] = dL/d bank_out, accumulates
    dbank [N_s, d] (dL/d bank_in), dku, dvu [n, d], and writes dzi, dzf, dqu [N_s, d]: the gradients of
    the write's three products by weights, zi = u w_in^T, zf = u w_f^T + b_f, qu = bank_in uq^T. Those
    weights' gradients are sums over every segment and row, which titans__lm2_backward forms in one product
    each once the chains are done. scratch: N_s d + 2 N_s n floats. */
-static void titans__lm2_write_backward(const titans_lm2_weights *W, float *dbank, float *dku, float *dvu, float *dzi,
-                                       float *dzf, float *dqu, float *scratch, const float *carry, const float *bank_in,
-                                       const float *qu, const float *aw, const float *gi, const float *tu,
-                                       const float *gf, const float *ku, const float *vu, size_t n, size_t Ns,
-                                       size_t d) {
+static void titans__lm2_write_backward(const titans_lm2_weights *W, const titans__lm2_write_grad *g, float *scratch,
+                                       const float *carry, const float *bank_in, const titans__lm2_write_view *v) {
+  float *dbank = g->dbank, *dku = g->dku, *dvu = g->dvu, *dzi = g->dzi, *dzf = g->dzf, *dqu = g->dqu;
+  const float *qu = v->qu, *aw = v->aw, *gi = v->gi, *tu = v->tu, *gf = v->gf, *ku = v->ku, *vu = v->vu;
+  size_t n = v->n, Ns = v->Ns, d = v->d;
   float scale = 1.0f / sqrtf((float)d);
   float *du = scratch;                          /* [N_s, d] */
   float *daw = du + Ns * d, *ds = daw + Ns * n; /* [N_s, n] each */
@@ -9236,9 +9415,9 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
 #endif
   for (ptrdiff_t i = 0; i < (ptrdiff_t)(S * B); i++) {
     titans__lm2_read_task k = titans__lm2_read_task_of((size_t)i, B, T, C, S, Ns, d);
+    const titans__lm2_read_view r = {sv->a + k.t * Ns, sv->q + k.t * d, sv->kb + k.o, sv->vb + k.o, k.n, Ns, d};
     titans__lm2_read_backward(dq + k.t * d, dkb + k.o, dvb + k.o, read_scratch + (size_t)i * read_work,
-                              demem + k.t * d, sv->a + k.t * Ns, sv->q + k.t * d, sv->kb + k.o, sv->vb + k.o, k.n,
-                              Ns, d);
+                              demem + k.t * d, &r);
   }
   titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dkb, d, sv->bank, d, 1.0f, GW->wk, d);
   titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dvb, d, sv->bank, d, 1.0f, GW->wv, d);
@@ -9253,10 +9432,9 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++)
     for (size_t s = NB; s-- > 0;) {
       size_t o = s * slab + (size_t)b * Ns * d, r = ((size_t)b * T + s * C) * d;
-      titans__lm2_write_backward(W, dbank + o, dku + r, dvu + r, dzi + o, dzf + o, dqu + o,
-                                 write_scratch + (size_t)b * write_work, dbank + o + slab, sv->bank + o, sv->qu + o,
-                                 sv->aw + (s * B + (size_t)b) * Ns * C, sv->gi + o, sv->tu + o, sv->gf + o, sv->ku + r,
-                                 sv->vu + r, C, Ns, d);
+      const titans__lm2_write_grad g = {dbank + o, dku + r, dvu + r, dzi + o, dzf + o, dqu + o};
+      const titans__lm2_write_view v = titans__lm2_write_at(sv, s, (size_t)b, B, T, C, Ns, d);
+      titans__lm2_write_backward(W, &g, write_scratch + (size_t)b * write_work, dbank + o + slab, sv->bank + o, &v);
     }
   /* the write weights' gradients over every back-propagated write at once: zi = u w_in^T, zf = u w_f^T + b_f,
      qu = bank_in uq^T (u, bank_in: the first NB writes' rows, contiguous) */
