@@ -36,6 +36,12 @@
        except where a kernel says otherwise.
      - Storage: parameters, gradients and optimizer moments each live in one float slab, sliced into
        structs of named pointers (as llm.c). A shape comment stands beside every buffer.
+     - Internal functions take at most 10 parameters: arrays that travel together go as one small
+       struct of named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk;
+       an attention call, titans__attn_shape; a product, titans__gemm_job). The public functions with
+       BLAS-like lists keep them (titans_gemm, titans_attention_forward / _backward, which pack the
+       structs for their kernels, and titans_adamw_update). The exceptions are the inlined SIMD tiles,
+       whose extra arguments are compile-time tile sizes.
 
    CONTENTS
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer
@@ -1816,6 +1822,16 @@ TITANS__GEMM_INLINE void titans__gemm_transpose16(float *dst, size_t lddst, cons
 
 #endif
 
+/* One product C [m, n] = alpha * op(A) op(B) + beta * C, titans_gemm's arguments and the method chosen
+   for it (or a piece of it, or of a method's step): the methods' drivers take it whole. */
+typedef struct titans__gemm_job {
+  int trans_a, trans_b, method;
+  size_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float *a, *b; /* [m, lda] or [k, lda] (trans_a); [k, ldb] or [n, ldb] (trans_b) */
+  float *c;           /* [m, ldc] */
+} titans__gemm_job;
+
 /* ---- direct method: op(B) rows read in place -------------------------------------------------- */
 
 /* One R x (NV * VW) tile: C = alpha * op(A) op(B) + beta * C with op(B)[p, j] = b[p * ldb + j] and
@@ -1911,8 +1927,11 @@ TITANS__GEMM_NOINLINE void titans__gemm_direct_block_t(size_t rows, float *c, si
 
 /* C [m, n] = alpha * op(A) op(B) + beta * C by direct tiles of up to 8 rows. Column blocks outside, so
    that the [k, cb] strip of B is read from memory once and from L2 by the following row tiles. */
-static void titans__gemm_direct(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
-                                const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+static void titans__gemm_direct(const titans__gemm_job *g) {
+  const int trans_a = g->trans_a;
+  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  const float alpha = g->alpha, beta = g->beta, *a = g->a, *b = g->b;
+  float *c = g->c;
   size_t cb = (size_t)131072 / (k ? k : 1); /* 512 KiB of B per column block */
   cb = cb < 128 ? 128 : cb - cb % 128;
   if (m <= TITANS__GEMM_DR) cb = n; /* one row tile: nothing to reuse */
@@ -1930,9 +1949,9 @@ static void titans__gemm_direct(int trans_a, size_t m, size_t n, size_t k, float
 /* The direct method after copying op(B) = B^T ([n, ldb] rows along k) into a contiguous [k, n] block:
    for trans_b == 1 with a small op(B) and many rows, where packing A (as the packed method does) would
    cost a large fraction of the FMAs. */
-TITANS__GEMM_NOINLINE void titans__gemm_bdirect(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
-                                                size_t lda, const float *b, size_t ldb, float beta, float *c,
-                                                size_t ldc) {
+TITANS__GEMM_NOINLINE void titans__gemm_bdirect(const titans__gemm_job *g) {
+  const size_t n = g->n, k = g->k, ldb = g->ldb;
+  const float *b = g->b;
   TITANS__GEMM_ALIGN float bt[TITANS__GEMM_BD_FLOATS]; /* [k, n] */
   size_t j = 0;
   TITANS_ASSERT((double)k * (double)n <= (double)TITANS__GEMM_BD_FLOATS);
@@ -1946,7 +1965,10 @@ TITANS__GEMM_NOINLINE void titans__gemm_bdirect(int trans_a, size_t m, size_t n,
 #endif
   for (; j < n; j++)
     for (size_t p = 0; p < k; p++) bt[p * n + j] = b[j * ldb + p];
-  titans__gemm_direct(trans_a, m, n, k, alpha, a, lda, bt, n, beta, c, ldc);
+  titans__gemm_job t = *g;
+  t.b = bt;
+  t.ldb = n;
+  titans__gemm_direct(&t);
 }
 
 /* ---- dot method: rows of op(A) and of B, both contiguous along k ------------------------------ */
@@ -2020,8 +2042,12 @@ TITANS__GEMM_INLINE void titans__gemm_dot_cols8(const size_t R, float *c, size_t
   }
 }
 
-static void titans__gemm_dot_block(size_t rows, float *c, size_t ldc, const float *a, size_t lda, const float *b,
-                                   size_t ldb, size_t ns, size_t k, float alpha, float beta) {
+/* The block of up to 4 rows from row i and 8 columns from column j of g's C. */
+static void titans__gemm_dot_block(const titans__gemm_job *g, size_t i, size_t j) {
+  const size_t rows = g->m - i < 4 ? g->m - i : 4, ns = g->n - j < 8 ? g->n - j : 8, k = g->k;
+  const size_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  const float alpha = g->alpha, beta = g->beta, *a = g->a + i * lda, *b = g->b + j * ldb;
+  float *c = g->c + i * ldc + j;
   switch (rows) {
     case 1: titans__gemm_dot_cols8(1, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
     case 2: titans__gemm_dot_cols8(2, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
@@ -2032,31 +2058,30 @@ static void titans__gemm_dot_block(size_t rows, float *c, size_t ldc, const floa
 
 /* C [m, n] = alpha * A B^T + beta * C with A [m, lda], B [n, ldb] (rows along k). The operand with
    fewer rows is walked by the inner loop so that it stays in cache. */
-static void titans__gemm_dot(size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
-                             size_t ldb, float beta, float *c, size_t ldc) {
+static void titans__gemm_dot(const titans__gemm_job *g) {
+  const size_t m = g->m, n = g->n;
   if (m <= n) {
     for (size_t j = 0; j < n; j += 8)
-      for (size_t i = 0; i < m; i += 4)
-        titans__gemm_dot_block(m - i < 4 ? m - i : 4, c + i * ldc + j, ldc, a + i * lda, lda, b + j * ldb, ldb,
-                               n - j < 8 ? n - j : 8, k, alpha, beta);
+      for (size_t i = 0; i < m; i += 4) titans__gemm_dot_block(g, i, j);
   } else {
     for (size_t i = 0; i < m; i += 4)
-      for (size_t j = 0; j < n; j += 8)
-        titans__gemm_dot_block(m - i < 4 ? m - i : 4, c + i * ldc + j, ldc, a + i * lda, lda, b + j * ldb, ldb,
-                               n - j < 8 ? n - j : 8, k, alpha, beta);
+      for (size_t j = 0; j < n; j += 8) titans__gemm_dot_block(g, i, j);
   }
 }
 
 /* The dot method for trans_a == 1 (op(A) = A^T, A [k, lda]) and m <= TITANS__GEMM_SMALL: op(A) is
    copied in k slices of KD into [m, KD] rows; slices after the first add to C. */
-TITANS__GEMM_NOINLINE void titans__gemm_dot_ta(size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
-                                               const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+TITANS__GEMM_NOINLINE void titans__gemm_dot_ta(const titans__gemm_job *g) {
+  const size_t m = g->m, k = g->k, lda = g->lda;
+  const float *a = g->a;
+  titans__gemm_job t = *g; /* each slice: A^T's copy times B's columns p0 .. p0 + kd */
   TITANS__GEMM_ALIGN float at[TITANS__GEMM_SMALL * TITANS__GEMM_KD]; /* [m, kd] */
   for (size_t p0 = 0; p0 < k; p0 += TITANS__GEMM_KD) {
     size_t kd = k - p0 < TITANS__GEMM_KD ? k - p0 : TITANS__GEMM_KD;
     for (size_t p = 0; p < kd; p++)
       for (size_t i = 0; i < m; i++) at[i * kd + p] = a[(p0 + p) * lda + i];
-    titans__gemm_dot(m, n, kd, alpha, at, kd, b + p0, ldb, p0 == 0 ? beta : 1.0f, c, ldc);
+    t.k = kd, t.a = at, t.lda = kd, t.b = g->b + p0, t.beta = p0 == 0 ? g->beta : 1.0f;
+    titans__gemm_dot(&t);
   }
 }
 
@@ -2196,8 +2221,11 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_slice(const size_t G, float *at, int 
     titans__gemm_tdot_tile(G, c + j, ldc, m, at, b + j * ldb + p0, ldb, n - j < 16 ? n - j : 16, kd, alpha, beta);
 }
 
-TITANS__GEMM_NOINLINE void titans__gemm_tdot(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
-                                             size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+TITANS__GEMM_NOINLINE void titans__gemm_tdot(const titans__gemm_job *g) {
+  const int trans_a = g->trans_a;
+  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  const float alpha = g->alpha, beta = g->beta, *a = g->a, *b = g->b;
+  float *c = g->c;
   TITANS__GEMM_ALIGN float at[TITANS__GEMM_KD * 16]; /* op(A) slice, lanes as above */
   for (size_t p0 = 0; p0 < k; p0 += TITANS__GEMM_KD) {
     size_t kd = k - p0 < TITANS__GEMM_KD ? k - p0 : TITANS__GEMM_KD;
@@ -2369,9 +2397,12 @@ TITANS__GEMM_INLINE void titans__gemm_pf_step(titans__gemm_pf *pf) {
   }
 }
 
-TITANS__GEMM_NOINLINE void titans__gemm_packed(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
-                                               const float *a, size_t lda, const float *b, size_t ldb, float beta,
-                                               float *c, size_t ldc) {
+TITANS__GEMM_NOINLINE void titans__gemm_packed(const titans__gemm_job *g) {
+  const int trans_a = g->trans_a;
+  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  const float alpha = g->alpha, beta = g->beta, *a = g->a, *b = g->b;
+  float *c = g->c;
+  const int trans_b = g->trans_b;
   TITANS__GEMM_ALIGN float bpack[TITANS__GEMM_KC * TITANS__GEMM_NC]; /* [NC / NR][kc][NR] */
   TITANS__GEMM_ALIGN float apack[TITANS__GEMM_KC * TITANS__GEMM_MC]; /* [MC / MR][kc][MR] */
   /* whole panels per block (the buffers hold KC * MC and KC * NC floats) */
@@ -2423,34 +2454,27 @@ TITANS__GEMM_NOINLINE void titans__gemm_packed(int trans_a, int trans_b, size_t 
 
 enum { TITANS__GEMM_DIRECT, TITANS__GEMM_DOT, TITANS__GEMM_TDOT, TITANS__GEMM_PACKED, TITANS__GEMM_BDIRECT };
 
-typedef struct titans__gemm_job {
-  int trans_a, trans_b, method;
-  size_t m, n, k, lda, ldb, ldc;
-  float alpha, beta;
-  const float *a, *b;
-  float *c;
-} titans__gemm_job;
-
 /* Rows [i0, i1) x columns [j0, j1) of the job's C, by its method. */
 static void titans__gemm_run(const titans__gemm_job *g, size_t i0, size_t i1, size_t j0, size_t j1) {
-  size_t m = i1 - i0, n = j1 - j0, k = g->k;
-  const float *a = g->a + (g->trans_a ? i0 : i0 * g->lda);
-  const float *b = g->b + (g->trans_b ? j0 * g->ldb : j0);
-  float *c = g->c + i0 * g->ldc + j0;
-  if (m == 0 || n == 0) return;
+  titans__gemm_job t = *g; /* the piece, a product of its own */
+  t.m = i1 - i0, t.n = j1 - j0;
+  t.a = g->a + (g->trans_a ? i0 : i0 * g->lda);
+  t.b = g->b + (g->trans_b ? j0 * g->ldb : j0);
+  t.c = g->c + i0 * g->ldc + j0;
+  if (t.m == 0 || t.n == 0) return;
   if (g->method == TITANS__GEMM_DIRECT) {
-    titans__gemm_direct(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    titans__gemm_direct(&t);
 #if defined(TITANS__GEMM_HAVE_TDOT)
   } else if (g->method == TITANS__GEMM_TDOT) {
-    titans__gemm_tdot(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    titans__gemm_tdot(&t);
 #endif
   } else if (g->method == TITANS__GEMM_BDIRECT) {
-    titans__gemm_bdirect(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    titans__gemm_bdirect(&t);
   } else if (g->method == TITANS__GEMM_DOT) {
-    if (g->trans_a) titans__gemm_dot_ta(m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
-    else titans__gemm_dot(m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    if (g->trans_a) titans__gemm_dot_ta(&t);
+    else titans__gemm_dot(&t);
   } else {
-    titans__gemm_packed(g->trans_a, g->trans_b, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    titans__gemm_packed(&t);
   }
 }
 
@@ -3543,10 +3567,11 @@ static void titans__param_fill(const titans__init *in, float *p, size_t rows, si
   }
 }
 
-/* Appends one parameter at *offset: records it in list (when there is room) and returns its offset. */
+/* Appends one parameter of shape [ndim] at *offset: records it in list (when there is room) and returns
+   its offset. */
 static size_t titans__param_push(titans_param *list, size_t max, size_t *count, size_t *offset, const char *prefix,
-                                 const char *name, int kind, int ndim, size_t s0, size_t s1, size_t s2) {
-  size_t shape[3] = {s0, s1, s2}, size = 1, at = *offset;
+                                 const char *name, int kind, int ndim, const size_t shape[3]) {
+  size_t size = 1, at = *offset;
   for (int i = 0; i < ndim; i++) size *= shape[i];
   if (list && *count < max) {
     titans_param *p = &list[*count];
@@ -3591,7 +3616,10 @@ static size_t titans__mem_walk(const titans_mem_config *cfg, titans_mem_weights 
   /* a parameter [a] (nd 1), [a, b_] (nd 2) or [a, b_, c_] (nd 3), filled as [rows, cols] with cols its
      last dimension */
 #define TITANS__MEM_PARAM(field, name, kind, nd, a, b_, c_, rule)                                             \
-  o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, c_);                   \
+  {                                                                                                       \
+    const size_t shape_[3] = {a, b_, c_};                                                                 \
+    o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, shape_);                    \
+  }                                                                                                       \
   if (w && slab) w->field = slab + o;                                                                     \
   if (init)                                                                                               \
     titans__param_fill(init, w->field, (nd) == 1 ? 1 : (nd) == 2 ? (a) : (a) * (b_),                      \
@@ -5418,14 +5446,14 @@ static void titans__attn_scores(float *S, size_t lds, const float *const *a, siz
 }
 
 /* y_r += sum_t coef(r, t) x_t over the visible terms t < nt, for NR <= 4 rows and the NC <= 4 vector
-   chunks from offset i, where coef(r, t) = coef[r cy + t ct] and visible means vis[r vy + t vt] != 0
-   (masked == 0: every term). Each element of a row is a chain of fmas over t in order (a multiply-add
-   in the scalar tail), so any split of the terms or the rows into calls gives the same bits; the
-   NR x NC accumulators stay in registers and every x_t chunk is loaded once for the NR rows. */
+   chunks from offset i, where coef(r, t) = coef[r cy + t ct] and visible means vis[r cy + t ct] != 0
+   (vis is laid out as coef; masked == 0: every term). Each element of a row is a chain of fmas over t
+   in order (a multiply-add in the scalar tail), so any split of the terms or the rows into calls gives
+   the same bits; the NR x NC accumulators stay in registers and every x_t chunk is loaded once for the
+   NR rows. */
 TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *coef, size_t cy, size_t ct,
-                                                  const unsigned char *vis, size_t vy, size_t vt,
-                                                  const float *const *x, size_t nt, size_t i, int NR, int NC,
-                                                  int masked) {
+                                                  const unsigned char *vis, const float *const *x, size_t nt, size_t i,
+                                                  int NR, int NC, int masked) {
   titans__vf acc[4][4];
   TITANS__GEMM_UNROLL
   for (int r = 0; r < NR; r++)
@@ -5437,7 +5465,7 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
     for (int u = 0; u < NC; u++) xv[u] = titans__vload(x[t] + i + (size_t)u * TITANS__VW);
     TITANS__GEMM_UNROLL
     for (int r = 0; r < NR; r++) {
-      if (masked && !vis[(size_t)r * vy + t * vt]) continue;
+      if (masked && !vis[(size_t)r * cy + t * ct]) continue;
       titans__vf a = titans__vset1(coef[(size_t)r * cy + t * ct]);
       TITANS__GEMM_UNROLL
       for (int u = 0; u < NC; u++) acc[r][u] = titans__attn_vfma(a, xv[u], acc[r][u]);
@@ -5451,19 +5479,19 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
 
 #define TITANS__ATTN_MADD_CASE(NR, NC)                                                                      \
   do {                                                                                                      \
-    if (vis) titans__attn_madd_kernel(y + r, cr, cy, ct, vr, vy, vt, x, nt, i, NR, NC, 1);                  \
-    else titans__attn_madd_kernel(y + r, cr, cy, ct, NULL, 0, 0, x, nt, i, NR, NC, 0);                     \
+    if (vis) titans__attn_madd_kernel(y + r, cr, cy, ct, vr, x, nt, i, NR, NC, 1);                          \
+    else titans__attn_madd_kernel(y + r, cr, cy, ct, NULL, x, nt, i, NR, NC, 0);                            \
   } while (0)
 
-/* y_r += sum_t coef(r, t) x_t (titans__attn_madd_kernel's terms and bits) for r < ny over n floats. */
+/* y_r += sum_t coef(r, t) x_t (titans__attn_madd_kernel's terms and bits) for r < ny over n floats; vis
+   (NULL: every term) is laid out as coef. */
 static void titans__attn_madd(float *const *y, size_t ny, const float *coef, size_t cy, size_t ct,
-                              const unsigned char *vis, size_t vy, size_t vt, const float *const *x, size_t nt,
-                              size_t n) {
+                              const unsigned char *vis, const float *const *x, size_t nt, size_t n) {
   size_t nv = n - n % TITANS__VW;
   for (size_t r = 0; r < ny; r += 4) {
     size_t nr = ny - r < 4 ? ny - r : 4;
     const float *cr = coef + r * cy;
-    const unsigned char *vr = vis ? vis + r * vy : NULL;
+    const unsigned char *vr = vis ? vis + r * cy : NULL;
     size_t i = 0;
     for (; i + 4 * TITANS__VW <= nv; i += 4 * TITANS__VW) {
       if (nr == 4) TITANS__ATTN_MADD_CASE(4, 4);
@@ -5481,7 +5509,7 @@ static void titans__attn_madd(float *const *y, size_t ny, const float *coef, siz
       for (size_t e = nv; e < n; e++) {
         float acc = y[r + g][e];
         for (size_t t = 0; t < nt; t++)
-          if (!vr || vr[g * vy + t * vt]) acc = titans__attn_fma(cr[g * cy + t * ct], x[t][e], acc);
+          if (!vr || vr[g * cy + t * ct]) acc = titans__attn_fma(cr[g * cy + t * ct], x[t][e], acc);
         y[r + g][e] = acc;
       }
   }
@@ -5860,7 +5888,7 @@ static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
     titans__attn_scores(S + tb, W, R->q, n, T->kpan, T->pstride, T->row + tb, te - tb, R->d_a, R->scale);
     titans__attn_tile_softmax(R, S, vis, a, b, ranges, tb, te);
     /* o += p v over the visible terms, in key order */
-    titans__attn_madd(R->o, n, S + tb, W, 1, vis ? vis + tb : NULL, W, 1, T->v + tb, te - tb, R->d_a);
+    titans__attn_madd(R->o, n, S + tb, W, 1, vis ? vis + tb : NULL, T->v + tb, te - tb, R->d_a);
   }
   T->n = 0;
 }
@@ -5980,13 +6008,25 @@ TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size
 #define TITANS__ATTN_KTILE 16 /* key rows per task (two-pass backward) */
 #define TITANS__ATTN_PAR_WORK 65536 /* multiply-adds below which a call runs on one thread */
 
-/* Head h, query rows [i0, i1) (at most TITANS__ATTN_QB): the prefix, then every key that some row may
-   see (the rows' visibility filters the pairs). kpan is the head's slice of the keys' panel 0, vh of
-   the values' row 0. */
+/* The shape of one attention call (titans_attention_forward's): Tq query rows at positions qpos, attending
+   over P prefix rows (every query sees them) then Tk key rows at positions kpos, in H heads of d_a, within
+   window positions (0: no window). The kernels take it whole, as every one of them needs most of it. */
+typedef struct titans__attn_shape {
+  const int64_t *qpos, *kpos; /* [Tq], [Tk] */
+  size_t Tq, P, Tk, H, d_a;
+  int64_t window;
+} titans__attn_shape;
+
+/* Head h, query rows [i0, i1) (at most TITANS__ATTN_QB) of the call sh: the prefix, then every key that
+   some row may see (the rows' visibility filters the pairs). kpan is the head's slice of the keys'
+   panel 0, vh of the values' row 0, kr the keys' runs of positions. */
 static void titans__attn_forward_block(float *out, float *lse, const float *q, const float *kpan, const float *vh,
-                                       const int64_t *qpos, const titans__attn_runs *kr, size_t i0, size_t i1,
-                                       size_t P, size_t H, size_t h, size_t d_a, int64_t window, float scale) {
-  size_t ld = H * d_a;
+                                       const titans__attn_shape *sh, const titans__attn_runs *kr, size_t h,
+                                       size_t i0, size_t i1) {
+  const int64_t *qpos = sh->qpos;
+  size_t P = sh->P, H = sh->H, d_a = sh->d_a, ld = H * d_a;
+  int64_t window = sh->window;
+  float scale = titans__attn_scale(d_a);
   titans__attn_rows R;
   titans__attn_tile T;
   titans__attn_rows_init(&R, d_a, scale);
@@ -6023,13 +6063,28 @@ typedef struct titans__attn_bwd {
   titans__attn_runs kr, qr;
 } titans__attn_bwd;
 
+/* The arrays of an attention call that its backward reads: the forward's inputs and outputs. */
+typedef struct titans__attn_saved {
+  const float *q, *k, *v; /* [Tq, H d_a], [P + Tk, H d_a], [P + Tk, H d_a] */
+  const float *out, *lse; /* [Tq, H d_a], [Tq, H] */
+} titans__attn_saved;
+
+/* The gradients of an attention call: dq, dk, dv (laid out as q, k, v) are added into, from dout
+   [Tq, H d_a]. */
+typedef struct titans__attn_grads {
+  float *dq, *dk, *dv;
+  const float *dout;
+} titans__attn_grads;
+
 /* Everything of a backward call but the panels kt, vt (packed afterwards); ld = H d_a, checked by the
    caller. */
-static void titans__attn_bwd_init(titans__attn_bwd *c, float *dq, float *dk, float *dv, const float *dout,
-                                  const float *q, const float *k, const float *out, const float *lse,
-                                  const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk, size_t H,
-                                  size_t d_a, size_t ld, int64_t window) {
-  c->dq = dq, c->dk = dk, c->dv = dv, c->dout = dout, c->q = q, c->k = k, c->out = out, c->lse = lse;
+static void titans__attn_bwd_init(titans__attn_bwd *c, const titans__attn_grads *g, const titans__attn_saved *fw,
+                                  const titans__attn_shape *sh, size_t ld) {
+  const int64_t *qpos = sh->qpos, *kpos = sh->kpos;
+  size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, d_a = sh->d_a;
+  int64_t window = sh->window;
+  c->dq = g->dq, c->dk = g->dk, c->dv = g->dv, c->dout = g->dout;
+  c->q = fw->q, c->k = fw->k, c->out = fw->out, c->lse = fw->lse;
   c->kt = c->vt = NULL;
   c->qpos = qpos, c->kpos = kpos;
   c->Tq = Tq, c->P = P, c->Tk = Tk, c->H = H, c->d_a = d_a, c->ld = ld, c->window = window;
@@ -6065,31 +6120,40 @@ enum { TITANS__ATTN_DQ = 1, TITANS__ATTN_DKDV = 2 };
 
 #define TITANS__ATTN_SUBROWS 16 /* query rows of a partly visible group whose keys are narrowed together */
 
+/* One group of at most KGROUP keys of one head against a query tile (titans__attn_bwd_qtile_keys fills
+   it, titans__attn_bwd_block computes its blocks): the keys' rows and the pairs' work arrays. */
+typedef struct titans__attn_kgroup {
+  const size_t *rows;           /* [KG] the keys' rows of k, v (prefix first) */
+  const float *const *k;        /* [KG] the keys' head slices [d_a], which dq adds */
+  float *const *dk, *const *dv; /* [KG] the keys' gradient rows' head slices [d_a] */
+  const float *kpan, *vpan;     /* the head's slices of the keys' and the values' panel 0 */
+  float *P, *G;                 /* [rows of the tile, KG] q.k then p; dout.v then g */
+} titans__attn_kgroup;
+
 /* The pairs of one group of keys with one block of a query tile's rows, where the rows' keys
    kl[t0 .. t1-1] lie (t: the key's place in its group): p = exp(q.k scale - lse) (the forward's
    softmax weight) and g = scale * p * (dout.v - D), q.k and dout.v by the score kernel as the forward
    computes q.k, then, as `what` asks, dq_r += sum_t g k_t and dk_t += sum_r g q_r, dv_t += sum_r p dout_r
-   (vm: [rows, KG] the visible pairs, NULL when all are). P and G are [rows of the tile, KG]. */
-static void titans__attn_bwd_block(const titans__attn_bwd *c, const titans__attn_qtile *qt, size_t r0, size_t r1,
-                                   const size_t *rows, const float *const *kl, float *const *dkl, float *const *dvl,
-                                   size_t t0, size_t t1, const float *kpan, const float *vpan, float *P, float *G,
+   (vm: [rows, KG] the visible pairs, NULL when all are). */
+static void titans__attn_bwd_block(const titans__attn_bwd *c, const titans__attn_qtile *qt,
+                                   const titans__attn_kgroup *g, size_t r0, size_t r1, size_t t0, size_t t1,
                                    const unsigned char *vm, int what) {
   const size_t KG = TITANS__ATTN_KGROUP, pstride = c->ld * TITANS__ATTN_PW;
   size_t n = r1 - r0, nk = t1 - t0, d_a = c->d_a;
-  float *Pb = P + r0 * KG + t0, *Gb = G + r0 * KG + t0; /* [n, KG] the block's corner */
+  float *Pb = g->P + r0 * KG + t0, *Gb = g->G + r0 * KG + t0; /* [n, KG] the block's corner */
   const unsigned char *vb = vm ? vm + r0 * KG + t0 : NULL;
-  titans__attn_scores(Pb, KG, qt->q + r0, n, kpan, pstride, rows + t0, nk, d_a, c->scale); /* as the forward's */
-  titans__attn_scores(Gb, KG, qt->dout + r0, n, vpan, pstride, rows + t0, nk, d_a, 1.0f);   /* dout.v */
+  titans__attn_scores(Pb, KG, qt->q + r0, n, g->kpan, pstride, g->rows + t0, nk, d_a, c->scale); /* the forward's */
+  titans__attn_scores(Gb, KG, qt->dout + r0, n, g->vpan, pstride, g->rows + t0, nk, d_a, 1.0f);   /* dout.v */
   for (size_t r = 0; r < n; r++) {
     float *pr = Pb + r * KG, *gr = Gb + r * KG, D = qt->D[r0 + r];
     titans__attn_exp_row(pr, nk, qt->lse[r0 + r], 0); /* every t: invisible weights go unused */
     for (size_t t = 0; t < nk; t++) gr[t] = titans__attn_pair_g(pr[t], gr[t], D, c->scale);
   }
   if (what & TITANS__ATTN_DKDV) {
-    titans__attn_madd(dkl + t0, nk, Gb, 1, KG, vb, 1, KG, qt->q + r0, n, d_a);
-    titans__attn_madd(dvl + t0, nk, Pb, 1, KG, vb, 1, KG, qt->dout + r0, n, d_a);
+    titans__attn_madd(g->dk + t0, nk, Gb, 1, KG, vb, qt->q + r0, n, d_a);
+    titans__attn_madd(g->dv + t0, nk, Pb, 1, KG, vb, qt->dout + r0, n, d_a);
   }
-  if (what & TITANS__ATTN_DQ) titans__attn_madd(qt->dq + r0, n, Gb, KG, 1, vb, KG, 1, kl + t0, nk, d_a);
+  if (what & TITANS__ATTN_DQ) titans__attn_madd(qt->dq + r0, n, Gb, KG, 1, vb, g->k + t0, nk, d_a);
 }
 
 /* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time, each group's
@@ -6109,6 +6173,7 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
   size_t rows[TITANS__ATTN_KGROUP];
   const float *kl[TITANS__ATTN_KGROUP];
   float *dkl[TITANS__ATTN_KGROUP], *dvl[TITANS__ATTN_KGROUP];
+  const titans__attn_kgroup g = {rows, kl, dkl, dvl, kpan, vpan, P, G};
   int64_t lo_max = INT64_MIN, hi_min = INT64_MAX; /* every row sees the positions in [lo_max, hi_min] */
   for (size_t r = 0; r < n; r++) {
     lo_max = qt->lo[r] > lo_max ? qt->lo[r] : lo_max;
@@ -6124,7 +6189,7 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
       if (j >= c->P) all &= c->kpos[j - c->P] >= lo_max && c->kpos[j - c->P] <= hi_min;
     }
     if (all) {
-      titans__attn_bwd_block(c, qt, 0, n, rows, kl, dkl, dvl, 0, nk, kpan, vpan, P, G, NULL, what);
+      titans__attn_bwd_block(c, qt, &g, 0, n, 0, nk, NULL, what);
       continue;
     }
     for (size_t r0 = 0; r0 < n; r0 += SB) {
@@ -6137,8 +6202,7 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
           if (v) seen++, t0 = t < t0 ? t : t0, t1 = t + 1 > t1 ? t + 1 : t1;
         }
       if (seen == 0) continue;
-      titans__attn_bwd_block(c, qt, r0, r1, rows, kl, dkl, dvl, t0, t1, kpan, vpan, P, G,
-                             seen == (r1 - r0) * (t1 - t0) ? NULL : vis, what);
+      titans__attn_bwd_block(c, qt, &g, r0, r1, t0, t1, seen == (r1 - r0) * (t1 - t0) ? NULL : vis, what);
     }
   }
 }
@@ -6207,9 +6271,10 @@ static double titans__attn_work(size_t Tq, size_t P, size_t Tk, size_t ld) {
 /* titans_attention_forward with the keys' panels in ws (titans__attn_panel_floats(P + Tk, H d_a)
    floats), or in memory of its own when ws is NULL. */
 static int titans__attention_forward_ws(float *out, float *lse, const float *q, const float *k, const float *v,
-                                        const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                        size_t H, size_t d_a, int64_t window, float *ws) {
-  size_t ld;
+                                        const titans__attn_shape *sh, float *ws) {
+  const int64_t *qpos = sh->qpos, *kpos = sh->kpos;
+  size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, d_a = sh->d_a, ld;
+  int64_t window = sh->window;
   int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
   if (st != TITANS_OK) return st;
   if (Tq == 0) return TITANS_OK;
@@ -6224,7 +6289,6 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
   }
   titans__attn_runs kr;
   titans__attn_runs_init(&kr, kpos, Tk);
-  float scale = titans__attn_scale(d_a);
   size_t ntile = (Tq + TITANS__ATTN_QTILE - 1) / TITANS__ATTN_QTILE;
   size_t ntask = H * ntile;
 #ifdef _OPENMP
@@ -6236,8 +6300,8 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
     size_t i1 = i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq;
     const float *kpan = kt ? kt + h * d_a * TITANS__ATTN_PW : NULL, *vh = v ? v + h * d_a : NULL;
     for (size_t b = i0; b < i1; b += TITANS__ATTN_QB)
-      titans__attn_forward_block(out, lse, q, kpan, vh, qpos, &kr, b,
-                                 b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1, P, H, h, d_a, window, scale);
+      titans__attn_forward_block(out, lse, q, kpan, vh, sh, &kr, h, b,
+                                 b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1);
   }
   titans_free(own);
   return TITANS_OK;
@@ -6246,7 +6310,8 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
 TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                                        const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
                                        size_t H, size_t d_a, int64_t window) {
-  return titans__attention_forward_ws(out, lse, q, k, v, qpos, kpos, Tq, P, Tk, H, d_a, window, NULL);
+  const titans__attn_shape sh = {qpos, kpos, Tq, P, Tk, H, d_a, window};
+  return titans__attention_forward_ws(out, lse, q, k, v, &sh, NULL);
 }
 
 enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_TWO_PASS = 2 };
@@ -6257,18 +6322,18 @@ enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_T
    Both add every gradient element's terms in the same order with the same arithmetic. The keys' and
    the values' panels go in ws (2 titans__attn_panel_floats(P + Tk, H d_a) floats), or in memory of its
    own when ws is NULL. */
-static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                         const float *k, const float *v, const float *out, const float *lse,
-                                         const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                         size_t H, size_t d_a, int64_t window, int mode, float *ws) {
+static int titans__attention_backward_ws(const titans__attn_grads *g, const titans__attn_saved *fw,
+                                         const titans__attn_shape *sh, int mode, float *ws) {
   titans__attn_bwd c;
-  size_t ld;
-  int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
+  size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, ld;
+  const float *k = fw->k, *v = fw->v;
+  int st = titans__attn_check(Tq, P, Tk, H, sh->d_a, sh->window, &ld);
   if (st != TITANS_OK) return st;
   if (Tq == 0 || P + Tk == 0) return TITANS_OK;
-  if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse || !qpos || (Tk > 0 && !kpos))
+  if (!g->dq || !g->dk || !g->dv || !g->dout || !fw->q || !k || !v || !fw->out || !fw->lse || !sh->qpos ||
+      (Tk > 0 && !sh->kpos))
     return TITANS_ERR_ARG;
-  titans__attn_bwd_init(&c, dq, dk, dv, dout, q, k, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, ld, window);
+  titans__attn_bwd_init(&c, g, fw, sh, ld);
   int par = 0, nth = 1;
 #ifdef _OPENMP
   par = titans__attn_work(Tq, P, Tk, c.ld) >= TITANS__ATTN_PAR_WORK && titans__omp_can_split();
@@ -6333,20 +6398,20 @@ static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const 
 }
 
 /* The backward with a chosen scheme and memory of its own (tests compare the schemes). */
-static int titans__attention_backward_mode(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                           const float *k, const float *v, const float *out, const float *lse,
-                                           const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                           size_t H, size_t d_a, int64_t window, int mode) {
-  return titans__attention_backward_ws(dq, dk, dv, dout, q, k, v, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, window,
-                                       mode, NULL);
+static int titans__attention_backward_mode(const titans__attn_grads *g, const titans__attn_saved *fw,
+                                           const titans__attn_shape *sh, int mode) {
+  return titans__attention_backward_ws(g, fw, sh, mode, NULL);
 }
 
+/* The public signature spells the call out; the kernels take it as three structs. */
 TITANSDEF int titans_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                         const float *k, const float *v, const float *out, const float *lse,
                                         const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
                                         size_t H, size_t d_a, int64_t window) {
-  return titans__attention_backward_mode(dq, dk, dv, dout, q, k, v, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, window,
-                                         TITANS__ATTN_BWD_AUTO);
+  const titans__attn_grads g = {dq, dk, dv, dout};
+  const titans__attn_saved fw = {q, k, v, out, lse};
+  const titans__attn_shape sh = {qpos, kpos, Tq, P, Tk, H, d_a, window};
+  return titans__attention_backward_mode(&g, &fw, &sh, TITANS__ATTN_BWD_AUTO);
 }
 
 /* ---- KV cache --------------------------------------------------------------------------------- */
@@ -7842,7 +7907,10 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
   const titans__init_rule keep = {TITANS__INIT_CONST, titans__logit(0.9f)};
   const titans__init_rule head = {c->tied ? TITANS__INIT_NORMAL : TITANS__INIT_EARLIER, 0.02f};
 #define TITANS__PARAM(ptr, name, kind, nd, a, b_, rule)                                                  \
-  o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, 0);                  \
+  {                                                                                                    \
+    const size_t shape_[3] = {a, b_, 0};                                                               \
+    o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, shape_);                 \
+  }                                                                                                    \
   if (exact) *exact += (double)(a) * (nd == 2 ? (double)(b_) : 1.0);                                  \
   if (w && slab) (ptr) = slab + o;                                                                      \
   if (init) titans__param_fill(init, (ptr), (nd) == 2 ? (a) : 1, (nd) == 2 ? (b_) : (a), rule);
@@ -8204,7 +8272,8 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
       TITANS__TRY(titans_kv_cache_attend(cache, att, NULL, q, qp[0]));
       continue;
     }
-    TITANS__TRY(titans__attention_forward_ws(att, sv->lse + b * Tq * H, q, k, v, qp, kp, Tq, P, Tk, H, da, window, kt));
+    const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
+    TITANS__TRY(titans__attention_forward_ws(att, sv->lse + b * Tq * H, q, k, v, &sh, kt));
   }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
   return TITANS_OK;
@@ -8228,10 +8297,11 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
   titans_gemm(0, 0, B * Tq, d, d, 1.0f, dout, d, L->attn_wo, d, 0.0f, datt, d);
   for (size_t b = 0; b < B; b++) {
     const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] */
-    int rc = titans__attention_backward_ws(dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d,
-                                           sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d,
-                                           sv->att + b * Tq * d, sv->lse + b * Tq * H, qp, kp, Tq, P, Tk, H, da, window,
-                                           TITANS__ATTN_BWD_AUTO, kvt);
+    const titans__attn_grads g = {dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d};
+    const titans__attn_saved fw = {sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
+                                   sv->lse + b * Tq * H};
+    const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
+    int rc = titans__attention_backward_ws(&g, &fw, &sh, TITANS__ATTN_BWD_AUTO, kvt);
     if (rc) return rc;
     titans_rope_backward(dq + b * Tq * d, qp, Tq, H, da);
     titans_rope_backward(dk + (b * S + P) * d, kp, Tk, H, da);
@@ -8251,6 +8321,7 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
 typedef struct titans__gate_save {
   float *yn, *sg;        /* [rows, d] RMSNorm(y), sigmoid(RMSNorm(m)) */
   float *rstd_y, *rstd_m; /* [rows] */
+  const float *y, *m;     /* [rows, d] the inputs, which the backward reads (training: titans__gate_forward) */
 } titans__gate_save;
 
 /* out [rows, d] = Gate(y, m), keeping what the backward needs in sv's buffers (given). A session runs it
@@ -8270,14 +8341,17 @@ static int titans__gate_forward(titans__arena *ar, titans__gate_save *sv, float 
   sv->rstd_y = titans__arena_alloc(ar, rows);
   sv->rstd_m = titans__arena_alloc(ar, rows);
   if (!sv->yn || !sv->sg || !sv->rstd_y || !sv->rstd_m) return TITANS_ERR_NOMEM;
+  sv->y = y;
+  sv->m = m;
   titans__gate_rows(sv, out, y, m, norm_y, norm_m, rows, d);
   return TITANS_OK;
 }
 
-/* accumulates dy, dm [rows, d] and the gains' gradients */
-static int titans__gate_backward(titans__arena *ar, const titans__gate_save *sv, float *dy, float *dm, float *dnorm_y,
-                                 float *dnorm_m, const float *dout, const float *y, const float *m, const float *norm_y,
-                                 const float *norm_m, size_t rows, size_t d) {
+/* Backward of titans__gate_forward (which filled sv) with L's gains: from dout [rows, d] accumulates dy,
+   dm [rows, d] and the gains' gradients in G. */
+static int titans__gate_backward(titans__arena *ar, const titans__gate_save *sv, float *dy, float *dm,
+                                 const float *dout, const titans_layer *L, const titans_layer *G, size_t rows,
+                                 size_t d) {
   float *dyn = titans__arena_alloc(ar, rows * d), *dmn = titans__arena_alloc(ar, rows * d);
   if (!dyn || !dmn) return TITANS_ERR_NOMEM;
   for (size_t j = 0; j < rows * d; j++) {
@@ -8285,8 +8359,8 @@ static int titans__gate_backward(titans__arena *ar, const titans__gate_save *sv,
     dyn[j] = dout[j] * s;
     dmn[j] = dout[j] * sv->yn[j] * s * (1.0f - s);
   }
-  titans_rmsnorm_backward(dy, dnorm_y, dyn, y, norm_y, sv->rstd_y, rows, d);
-  titans_rmsnorm_backward(dm, dnorm_m, dmn, m, norm_m, sv->rstd_m, rows, d);
+  titans_rmsnorm_backward(dy, G->gate_norm_y, dyn, sv->y, L->gate_norm_y, sv->rstd_y, rows, d);
+  titans_rmsnorm_backward(dm, G->gate_norm_m, dmn, sv->m, L->gate_norm_m, sv->rstd_m, rows, d);
   return TITANS_OK;
 }
 
@@ -8803,8 +8877,7 @@ static int titans__mac_backward_rows(const titans_config *c, const titans_layer 
     float *dsrc = titans__arena_zalloc(ar, B * S * d), *dhm = titans__arena_zalloc(ar, B * n * d);
     TITANS__NEED(dout && dy && dmm && dxs && dsrc && dhm);
     titans__rows_slice(dout, dmix, B, T, sg->t0, n, d, 0);
-    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, G->gate_norm_y, G->gate_norm_m, dout, sg->y, sg->mm,
-                                      L->gate_norm_y, L->gate_norm_m, B * n, d));
+    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, dout, L, G, B * n, d));
     /* the update of segment s feeds every later segment through the state it leaves */
     if (dnext_state) {
       memcpy(cu->dstate_final, dnext_state, dstate * sizeof(float));
@@ -8991,8 +9064,7 @@ static int titans__mag_stream_backward(const titans_config *c, const titans_laye
   float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);
   float *dmi = titans__arena_zalloc(ar, B * (Pm + T) * d), *dmo = titans__arena_zalloc(ar, B * (Pm + T) * d);
   TITANS__NEED(dy && dm && dmi && dmo);
-  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
-                                    L->gate_norm_y, L->gate_norm_m, B * T, d));
+  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, dmix, L, G, B * T, d));
   TITANS__TRY(titans__swa_stream_backward(c, L, G, lf, ar, dxn, dy, B, T));
   for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (Pm + T) + Pm) * d, dm + b * T * d, T * d * sizeof(float));
   TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
@@ -9030,8 +9102,7 @@ static int titans__mag_backward(const titans_config *c, const titans_layer *L, c
         *dmo = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
   TITANS__NEED(dy && dm && dsrc && dmo);
   /* mix = Gate(y, m) */
-  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
-                                    L->gate_norm_y, L->gate_norm_m, B * T, d));
+  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, dmix, L, G, B * T, d));
   /* y = SWA(xn; src) */
   TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
                                         titans__window(c)));
