@@ -36,6 +36,12 @@
        except where a kernel says otherwise.
      - Storage: parameters, gradients and optimizer moments each live in one float slab, sliced into
        structs of named pointers (as llm.c). A shape comment stands beside every buffer.
+     - Internal functions take at most 10 parameters: arrays that travel together go as one small
+       struct of named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk;
+       an attention call, titans__attn_shape; a product, titans__gemm_job). The public functions with
+       BLAS-like lists keep them (titans_gemm, titans_attention_forward / _backward, which pack the
+       structs for their kernels, and titans_adamw_update). The exceptions are the inlined SIMD tiles,
+       whose extra arguments are compile-time tile sizes.
 
    CONTENTS
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer
@@ -1816,6 +1822,16 @@ TITANS__GEMM_INLINE void titans__gemm_transpose16(float *dst, size_t lddst, cons
 
 #endif
 
+/* One product C [m, n] = alpha * op(A) op(B) + beta * C, titans_gemm's arguments and the method chosen
+   for it (or a piece of it, or of a method's step): the methods' drivers take it whole. */
+typedef struct titans__gemm_job {
+  int trans_a, trans_b, method;
+  size_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float *a, *b; /* [m, lda] or [k, lda] (trans_a); [k, ldb] or [n, ldb] (trans_b) */
+  float *c;           /* [m, ldc] */
+} titans__gemm_job;
+
 /* ---- direct method: op(B) rows read in place -------------------------------------------------- */
 
 /* One R x (NV * VW) tile: C = alpha * op(A) op(B) + beta * C with op(B)[p, j] = b[p * ldb + j] and
@@ -1911,8 +1927,11 @@ TITANS__GEMM_NOINLINE void titans__gemm_direct_block_t(size_t rows, float *c, si
 
 /* C [m, n] = alpha * op(A) op(B) + beta * C by direct tiles of up to 8 rows. Column blocks outside, so
    that the [k, cb] strip of B is read from memory once and from L2 by the following row tiles. */
-static void titans__gemm_direct(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
-                                const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+static void titans__gemm_direct(const titans__gemm_job *g) {
+  const int trans_a = g->trans_a;
+  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  const float alpha = g->alpha, beta = g->beta, *a = g->a, *b = g->b;
+  float *c = g->c;
   size_t cb = (size_t)131072 / (k ? k : 1); /* 512 KiB of B per column block */
   cb = cb < 128 ? 128 : cb - cb % 128;
   if (m <= TITANS__GEMM_DR) cb = n; /* one row tile: nothing to reuse */
@@ -1930,9 +1949,9 @@ static void titans__gemm_direct(int trans_a, size_t m, size_t n, size_t k, float
 /* The direct method after copying op(B) = B^T ([n, ldb] rows along k) into a contiguous [k, n] block:
    for trans_b == 1 with a small op(B) and many rows, where packing A (as the packed method does) would
    cost a large fraction of the FMAs. */
-TITANS__GEMM_NOINLINE void titans__gemm_bdirect(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
-                                                size_t lda, const float *b, size_t ldb, float beta, float *c,
-                                                size_t ldc) {
+TITANS__GEMM_NOINLINE void titans__gemm_bdirect(const titans__gemm_job *g) {
+  const size_t n = g->n, k = g->k, ldb = g->ldb;
+  const float *b = g->b;
   TITANS__GEMM_ALIGN float bt[TITANS__GEMM_BD_FLOATS]; /* [k, n] */
   size_t j = 0;
   TITANS_ASSERT((double)k * (double)n <= (double)TITANS__GEMM_BD_FLOATS);
@@ -1946,7 +1965,10 @@ TITANS__GEMM_NOINLINE void titans__gemm_bdirect(int trans_a, size_t m, size_t n,
 #endif
   for (; j < n; j++)
     for (size_t p = 0; p < k; p++) bt[p * n + j] = b[j * ldb + p];
-  titans__gemm_direct(trans_a, m, n, k, alpha, a, lda, bt, n, beta, c, ldc);
+  titans__gemm_job t = *g;
+  t.b = bt;
+  t.ldb = n;
+  titans__gemm_direct(&t);
 }
 
 /* ---- dot method: rows of op(A) and of B, both contiguous along k ------------------------------ */
@@ -2020,8 +2042,12 @@ TITANS__GEMM_INLINE void titans__gemm_dot_cols8(const size_t R, float *c, size_t
   }
 }
 
-static void titans__gemm_dot_block(size_t rows, float *c, size_t ldc, const float *a, size_t lda, const float *b,
-                                   size_t ldb, size_t ns, size_t k, float alpha, float beta) {
+/* The block of up to 4 rows from row i and 8 columns from column j of g's C. */
+static void titans__gemm_dot_block(const titans__gemm_job *g, size_t i, size_t j) {
+  const size_t rows = g->m - i < 4 ? g->m - i : 4, ns = g->n - j < 8 ? g->n - j : 8, k = g->k;
+  const size_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  const float alpha = g->alpha, beta = g->beta, *a = g->a + i * lda, *b = g->b + j * ldb;
+  float *c = g->c + i * ldc + j;
   switch (rows) {
     case 1: titans__gemm_dot_cols8(1, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
     case 2: titans__gemm_dot_cols8(2, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
@@ -2032,31 +2058,30 @@ static void titans__gemm_dot_block(size_t rows, float *c, size_t ldc, const floa
 
 /* C [m, n] = alpha * A B^T + beta * C with A [m, lda], B [n, ldb] (rows along k). The operand with
    fewer rows is walked by the inner loop so that it stays in cache. */
-static void titans__gemm_dot(size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
-                             size_t ldb, float beta, float *c, size_t ldc) {
+static void titans__gemm_dot(const titans__gemm_job *g) {
+  const size_t m = g->m, n = g->n;
   if (m <= n) {
     for (size_t j = 0; j < n; j += 8)
-      for (size_t i = 0; i < m; i += 4)
-        titans__gemm_dot_block(m - i < 4 ? m - i : 4, c + i * ldc + j, ldc, a + i * lda, lda, b + j * ldb, ldb,
-                               n - j < 8 ? n - j : 8, k, alpha, beta);
+      for (size_t i = 0; i < m; i += 4) titans__gemm_dot_block(g, i, j);
   } else {
     for (size_t i = 0; i < m; i += 4)
-      for (size_t j = 0; j < n; j += 8)
-        titans__gemm_dot_block(m - i < 4 ? m - i : 4, c + i * ldc + j, ldc, a + i * lda, lda, b + j * ldb, ldb,
-                               n - j < 8 ? n - j : 8, k, alpha, beta);
+      for (size_t j = 0; j < n; j += 8) titans__gemm_dot_block(g, i, j);
   }
 }
 
 /* The dot method for trans_a == 1 (op(A) = A^T, A [k, lda]) and m <= TITANS__GEMM_SMALL: op(A) is
    copied in k slices of KD into [m, KD] rows; slices after the first add to C. */
-TITANS__GEMM_NOINLINE void titans__gemm_dot_ta(size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
-                                               const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+TITANS__GEMM_NOINLINE void titans__gemm_dot_ta(const titans__gemm_job *g) {
+  const size_t m = g->m, k = g->k, lda = g->lda;
+  const float *a = g->a;
+  titans__gemm_job t = *g; /* each slice: A^T's copy times B's columns p0 .. p0 + kd */
   TITANS__GEMM_ALIGN float at[TITANS__GEMM_SMALL * TITANS__GEMM_KD]; /* [m, kd] */
   for (size_t p0 = 0; p0 < k; p0 += TITANS__GEMM_KD) {
     size_t kd = k - p0 < TITANS__GEMM_KD ? k - p0 : TITANS__GEMM_KD;
     for (size_t p = 0; p < kd; p++)
       for (size_t i = 0; i < m; i++) at[i * kd + p] = a[(p0 + p) * lda + i];
-    titans__gemm_dot(m, n, kd, alpha, at, kd, b + p0, ldb, p0 == 0 ? beta : 1.0f, c, ldc);
+    t.k = kd, t.a = at, t.lda = kd, t.b = g->b + p0, t.beta = p0 == 0 ? g->beta : 1.0f;
+    titans__gemm_dot(&t);
   }
 }
 
@@ -2196,8 +2221,11 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_slice(const size_t G, float *at, int 
     titans__gemm_tdot_tile(G, c + j, ldc, m, at, b + j * ldb + p0, ldb, n - j < 16 ? n - j : 16, kd, alpha, beta);
 }
 
-TITANS__GEMM_NOINLINE void titans__gemm_tdot(int trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
-                                             size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+TITANS__GEMM_NOINLINE void titans__gemm_tdot(const titans__gemm_job *g) {
+  const int trans_a = g->trans_a;
+  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  const float alpha = g->alpha, beta = g->beta, *a = g->a, *b = g->b;
+  float *c = g->c;
   TITANS__GEMM_ALIGN float at[TITANS__GEMM_KD * 16]; /* op(A) slice, lanes as above */
   for (size_t p0 = 0; p0 < k; p0 += TITANS__GEMM_KD) {
     size_t kd = k - p0 < TITANS__GEMM_KD ? k - p0 : TITANS__GEMM_KD;
@@ -2369,9 +2397,12 @@ TITANS__GEMM_INLINE void titans__gemm_pf_step(titans__gemm_pf *pf) {
   }
 }
 
-TITANS__GEMM_NOINLINE void titans__gemm_packed(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
-                                               const float *a, size_t lda, const float *b, size_t ldb, float beta,
-                                               float *c, size_t ldc) {
+TITANS__GEMM_NOINLINE void titans__gemm_packed(const titans__gemm_job *g) {
+  const int trans_a = g->trans_a;
+  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  const float alpha = g->alpha, beta = g->beta, *a = g->a, *b = g->b;
+  float *c = g->c;
+  const int trans_b = g->trans_b;
   TITANS__GEMM_ALIGN float bpack[TITANS__GEMM_KC * TITANS__GEMM_NC]; /* [NC / NR][kc][NR] */
   TITANS__GEMM_ALIGN float apack[TITANS__GEMM_KC * TITANS__GEMM_MC]; /* [MC / MR][kc][MR] */
   /* whole panels per block (the buffers hold KC * MC and KC * NC floats) */
@@ -2423,34 +2454,27 @@ TITANS__GEMM_NOINLINE void titans__gemm_packed(int trans_a, int trans_b, size_t 
 
 enum { TITANS__GEMM_DIRECT, TITANS__GEMM_DOT, TITANS__GEMM_TDOT, TITANS__GEMM_PACKED, TITANS__GEMM_BDIRECT };
 
-typedef struct titans__gemm_job {
-  int trans_a, trans_b, method;
-  size_t m, n, k, lda, ldb, ldc;
-  float alpha, beta;
-  const float *a, *b;
-  float *c;
-} titans__gemm_job;
-
 /* Rows [i0, i1) x columns [j0, j1) of the job's C, by its method. */
 static void titans__gemm_run(const titans__gemm_job *g, size_t i0, size_t i1, size_t j0, size_t j1) {
-  size_t m = i1 - i0, n = j1 - j0, k = g->k;
-  const float *a = g->a + (g->trans_a ? i0 : i0 * g->lda);
-  const float *b = g->b + (g->trans_b ? j0 * g->ldb : j0);
-  float *c = g->c + i0 * g->ldc + j0;
-  if (m == 0 || n == 0) return;
+  titans__gemm_job t = *g; /* the piece, a product of its own */
+  t.m = i1 - i0, t.n = j1 - j0;
+  t.a = g->a + (g->trans_a ? i0 : i0 * g->lda);
+  t.b = g->b + (g->trans_b ? j0 * g->ldb : j0);
+  t.c = g->c + i0 * g->ldc + j0;
+  if (t.m == 0 || t.n == 0) return;
   if (g->method == TITANS__GEMM_DIRECT) {
-    titans__gemm_direct(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    titans__gemm_direct(&t);
 #if defined(TITANS__GEMM_HAVE_TDOT)
   } else if (g->method == TITANS__GEMM_TDOT) {
-    titans__gemm_tdot(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    titans__gemm_tdot(&t);
 #endif
   } else if (g->method == TITANS__GEMM_BDIRECT) {
-    titans__gemm_bdirect(g->trans_a, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    titans__gemm_bdirect(&t);
   } else if (g->method == TITANS__GEMM_DOT) {
-    if (g->trans_a) titans__gemm_dot_ta(m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
-    else titans__gemm_dot(m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    if (g->trans_a) titans__gemm_dot_ta(&t);
+    else titans__gemm_dot(&t);
   } else {
-    titans__gemm_packed(g->trans_a, g->trans_b, m, n, k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    titans__gemm_packed(&t);
   }
 }
 
@@ -3543,10 +3567,11 @@ static void titans__param_fill(const titans__init *in, float *p, size_t rows, si
   }
 }
 
-/* Appends one parameter at *offset: records it in list (when there is room) and returns its offset. */
+/* Appends one parameter of shape [ndim] at *offset: records it in list (when there is room) and returns
+   its offset. */
 static size_t titans__param_push(titans_param *list, size_t max, size_t *count, size_t *offset, const char *prefix,
-                                 const char *name, int kind, int ndim, size_t s0, size_t s1, size_t s2) {
-  size_t shape[3] = {s0, s1, s2}, size = 1, at = *offset;
+                                 const char *name, int kind, int ndim, const size_t shape[3]) {
+  size_t size = 1, at = *offset;
   for (int i = 0; i < ndim; i++) size *= shape[i];
   if (list && *count < max) {
     titans_param *p = &list[*count];
@@ -3591,7 +3616,10 @@ static size_t titans__mem_walk(const titans_mem_config *cfg, titans_mem_weights 
   /* a parameter [a] (nd 1), [a, b_] (nd 2) or [a, b_, c_] (nd 3), filled as [rows, cols] with cols its
      last dimension */
 #define TITANS__MEM_PARAM(field, name, kind, nd, a, b_, c_, rule)                                             \
-  o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, c_);                   \
+  {                                                                                                       \
+    const size_t shape_[3] = {a, b_, c_};                                                                 \
+    o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, shape_);                    \
+  }                                                                                                       \
   if (w && slab) w->field = slab + o;                                                                     \
   if (init)                                                                                               \
     titans__param_fill(init, w->field, (nd) == 1 ? 1 : (nd) == 2 ? (a) : (a) * (b_),                      \
@@ -3682,12 +3710,20 @@ static void titans__mem_coeffs(float *A, float *B, float *E, float *C, float *D,
   }
 }
 
-/* Backward of titans__mem_coeffs. dA, dB, dE [n], dC, dD [n, n] hold the gradients of the outputs and
-   are used as the adjoint accumulators (overwritten). Accumulates dtheta, deta, dalpha [n]. */
-static void titans__mem_coeffs_backward(float *dtheta, float *deta, float *dalpha, float *dA, float *dB, float *dE,
-                                        float *dC, float *dD, const float *A, const float *B, const float *E,
-                                        const float *C, const float *D, const float *eta, const float *alpha,
+/* The chunk coefficients A, B, E [n], C, D [n, n] of titans__mem_coeffs, or their gradients: the five
+   arrays travel together through the backward. */
+typedef struct titans__mem_coeffs_view {
+  float *A, *B, *E; /* [n] */
+  float *C, *D;     /* [n, n] lower triangular */
+} titans__mem_coeffs_view;
+
+/* Backward of titans__mem_coeffs, whose outputs are c. d (dA, dB, dE, dC, dD) holds the gradients of the
+   outputs and is used as the adjoint accumulators (overwritten). Accumulates dtheta, deta, dalpha [n]. */
+static void titans__mem_coeffs_backward(float *dtheta, float *deta, float *dalpha, const titans__mem_coeffs_view *d,
+                                        const titans__mem_coeffs_view *c, const float *eta, const float *alpha,
                                         size_t n) {
+  float *dA = d->A, *dB = d->B, *dE = d->E, *dC = d->C, *dD = d->D;
+  const float *A = c->A, *B = c->B, *E = c->E, *C = c->C, *D = c->D;
   for (size_t t = n; t-- > 0;) {
     float keep = 1.0f - alpha[t];
     float Ap = t ? A[t - 1] : 1.0f, Bp = t ? B[t - 1] : 0.0f, Ep = t ? E[t - 1] : 1.0f;
@@ -3935,6 +3971,15 @@ typedef struct titans__mem_sink {
   int flush;
 } titans__mem_sink;
 
+/* One layer's step at a chunk's end, as titans__mem_state_update applies it to W and S [no, ni]: the
+   coefficients and arrays of the update travel together from the piece's forward to the kernel. */
+typedef struct titans__mem_layer_step {
+  float An, Bn, En;     /* the decays of the chunk's last token: A_n, B_n, E_n */
+  const float *delta;   /* [n, no] the chunk's inner-loss errors */
+  const float *tc, *td; /* [n, ni] diag(C_n,.) ak and diag(D_n,.) ak */
+  size_t n, no, ni;     /* tokens; the layer's output and input widths */
+} titans__mem_layer_step;
+
 /* One R x NV tile of titans__mem_state_update: rows o .. o + R of W and S [no, ni], vectors j .. j + NV. */
 TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV, float *wo, float *so, const float *w,
                                                  const float *s, float *wc, float *sc, int flush, int stream,
@@ -3993,10 +4038,13 @@ TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV
    (flush and copy, titans__mem_state_out). The values round as those did: each sum a chain of FMAs
    over the tokens from zero, then (A_n W + B_n S) - sum. wc, sc [no, ni] (NULL: none) take a copy,
    streamed when aligned. Needs ni % VW == 0. Returns whether it streamed (the caller fences). */
-static int titans__mem_state_update(float *wo, float *so, const float *w, const float *s, float *wc, float *sc,
-                                    int flush, float An, float Bn, float En, const float *delta, const float *tc,
-                                    const float *td, size_t n, size_t no, size_t ni) {
-  titans__vf vA = titans__vset1(An), vB = titans__vset1(Bn), vE = titans__vset1(En);
+static int titans__mem_state_update(float *wo, float *so, const float *w, const float *s, const titans__mem_sink *copy,
+                                    const titans__mem_layer_step *u) {
+  float *wc = copy->w_copy, *sc = copy->s_copy;
+  int flush = copy->flush;
+  const float *delta = u->delta, *tc = u->tc, *td = u->td;
+  size_t n = u->n, no = u->no, ni = u->ni;
+  titans__vf vA = titans__vset1(u->An), vB = titans__vset1(u->Bn), vE = titans__vset1(u->En);
 #if defined(TITANS__AVX512) || defined(TITANS__AVX2)
   const uintptr_t vbytes = TITANS__VW * sizeof(float);
   int stream = wc && (uintptr_t)wc % vbytes == 0 && (uintptr_t)sc % vbytes == 0;
@@ -4017,26 +4065,37 @@ static int titans__mem_state_update(float *wo, float *so, const float *w, const 
   return stream;
 }
 
-/* One piece of n <= b tokens of one head, from a running state (W, S) inside a chunk whose inner
-   gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a chunk start).
-   q, k, v [n, ld] (head slice at column 0), gates theta, eta, alpha [n] with stride gstride.
-   Writes y [n, ld] (unless y is NULL). When w_out / s_out are not NULL, writes the state after the
-   piece there (they may alias w / s: the update is done in place after every read of the old state),
-   and hands it to the sink (NULL: none). Leaves in wk everything the backward needs. */
-static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
-                                      const float *k, const float *v, size_t ld, const float *theta,
-                                      const float *eta, const float *alpha, size_t gstride, const float *wgrad,
-                                      const float *w, const float *s, float *w_out, float *s_out,
-                                      const titans__mem_sink *sink, size_t n, titans__mem_work *wk) {
-  const size_t L = m->L, dh = m->dh;
+/* A piece of one head's memory stream, read in place: n tokens of its q, k, v rows (the head's slice of
+   rows ld floats apart) and of its gates (gstride floats apart). The piece's forward and backward take
+   these arrays as one, as every caller hands them on together. */
+typedef struct titans__mem_chunk {
+  const float *q, *k, *v;           /* [n, ld] queries, keys, values (the head's slice at column 0) */
+  const float *theta, *eta, *alpha; /* [n] (stride gstride) the step, momentum and decay gates */
+  size_t ld, gstride;               /* row stride of q, k, v (and of y, dy, dq, dk, dv); stride of the gates */
+  size_t n;                         /* tokens, at most b */
+} titans__mem_chunk;
+
+/* The gradients a piece's backward accumulates into, laid out as its titans__mem_chunk. */
+typedef struct titans__mem_chunk_grad {
+  float *dq, *dk, *dv;           /* [n, ld] */
+  float *dtheta, *deta, *dalpha; /* [n] (stride gstride) */
+} titans__mem_chunk_grad;
+
+/* The outputs of one piece c of n <= b tokens of one head, from a running state (W, S) = (w, s) inside a
+   chunk whose inner gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a
+   chunk start). Writes y [n, ld] (unless y is NULL) and leaves in wk everything the backward and
+   titans__mem_chunk_end_state need. */
+static void titans__mem_chunk_forward(const titans__mem_dims *m, int residual, float *y, const titans__mem_chunk *c,
+                                      const float *wgrad, const float *w, const float *s, titans__mem_work *wk) {
+  const size_t L = m->L, dh = m->dh, n = c->n, ld = c->ld;
   for (size_t t = 0; t < n; t++) {
-    wk->th[t] = theta[t * gstride];
-    wk->et[t] = eta[t * gstride];
-    wk->al[t] = alpha[t * gstride];
+    wk->th[t] = c->theta[t * c->gstride];
+    wk->et[t] = c->eta[t * c->gstride];
+    wk->al[t] = c->alpha[t * c->gstride];
   }
-  titans__copy_rows(wk->ak[0], k, n, dh, ld);
-  titans__copy_rows(wk->aq[0], q, n, dh, ld);
-  titans__copy_rows(wk->vv, v, n, dh, ld);
+  titans__copy_rows(wk->ak[0], c->k, n, dh, ld);
+  titans__copy_rows(wk->aq[0], c->q, n, dh, ld);
+  titans__copy_rows(wk->vv, c->v, n, dh, ld);
 
   /* Key path through the chunk-start weights: zk[i] = ak[i] Wg_i^T, ak[i+1] = SiLU(zk[i]). */
   for (size_t i = 0; i < L; i++) {
@@ -4076,10 +4135,17 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
     for (size_t t = 0; t < n; t++)
       for (size_t j = 0; j < dh; j++)
         y[t * ld + j] = wk->zq[L - 1][t * dh + j] + (residual ? wk->aq[0][t * dh + j] : 0.0f);
+}
 
+/* The state after a piece of n tokens whose forward (titans__mem_chunk_forward from (w, s)) left wk:
+   writes it to w_out, s_out [head_size] (they may alias w / s: the update is done in place after every
+   read of the old state) and hands it to the sink (NULL: none). */
+static void titans__mem_chunk_end_state(const titans__mem_dims *m, float *w_out, float *s_out,
+                                        const titans__mem_sink *sink, const float *w, const float *s, size_t n,
+                                        titans__mem_work *wk) {
   /* State after the piece: W' = A_n W + B_n S - delta^T diag(C_n,.) ak, S' = E_n S - delta^T diag(D_n,.) ak,
      then the sink's flush and copies. W' first: it reads the old S, which the S update then overwrites. */
-  if (!w_out) return;
+  const size_t L = m->L;
   const float *crow = wk->cC + (n - 1) * n, *drow = wk->cD + (n - 1) * n;
   float An = wk->cA[n - 1], Bn = wk->cB[n - 1], En = wk->cE[n - 1];
   int flush = sink && sink->flush, streamed = 0;
@@ -4092,8 +4158,9 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
     if (ni % TITANS__VW == 0) {
       titans__scale_rows(wk->tmp, crow, wk->ak[i], n, ni);
       titans__scale_rows(wk->tmp2, drow, wk->ak[i], n, ni);
-      streamed |= titans__mem_state_update(wo, so, wi, si, wc, sc, flush, An, Bn, En, wk->delta[i], wk->tmp, wk->tmp2,
-                                           n, no, ni);
+      titans__mem_sink copy = {wc, sc, flush};
+      titans__mem_layer_step step = {An, Bn, En, wk->delta[i], wk->tmp, wk->tmp2, n, no, ni};
+      streamed |= titans__mem_state_update(wo, so, wi, si, &copy, &step);
       continue;
     }
     titans__ops_lincomb(wo, An, wi, Bn, si, sz);
@@ -4114,18 +4181,33 @@ static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, f
 #endif
 }
 
+/* One piece of n <= b tokens of one head, its arrays given one by one (as titans__mem_chunk's fields): its
+   outputs (titans__mem_chunk_forward), then, when w_out / s_out are not NULL, the state after it
+   (titans__mem_chunk_end_state). Kept for titans__mem_recur_one until the batched-session work on that
+   code merges; new code builds a titans__mem_chunk. */
+static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
+                                      const float *k, const float *v, size_t ld, const float *theta,
+                                      const float *eta, const float *alpha, size_t gstride, const float *wgrad,
+                                      const float *w, const float *s, float *w_out, float *s_out,
+                                      const titans__mem_sink *sink, size_t n, titans__mem_work *wk) {
+  titans__mem_chunk c = {q, k, v, theta, eta, alpha, ld, gstride, n};
+  titans__mem_chunk_forward(m, residual, y, &c, wgrad, w, s, wk);
+  if (w_out) titans__mem_chunk_end_state(m, w_out, s_out, sink, w, s, n, wk);
+}
+
 /* rowdot[t] = sum_j a[t, j] b[t, j] over [n, w], added into out[t] scaled by sign */
 static void titans__rowdot_acc(float *out, float sign, const float *a, const float *b, size_t n, size_t w) {
   for (size_t t = 0; t < n; t++) out[t] += sign * titans__dot(a + t * w, b + t * w, w);
 }
 
 /* The gradient through the decay terms of the chunk-end state W' = A_n W + B_n S (+ ...), S' = E_n S
-   (+ ...), from dWe = dL/dW', dSe = dL/dS' [sz]: dW = A_n dWe, dS = B_n dWe + E_n dSe, and
-   dots = (dWe . W, dWe . S, dSe . S) for dA_n, dB_n, dE_n. One pass over the six arrays (six passes
-   before, the backward's largest elementwise cost); every value rounds as titans__axpy_set,
-   titans__axpy and titans__dot round it. */
+   (+ ...), from dWe = dL/dW', dSe = dL/dS' [sz] and decay = (A_n, B_n, E_n): dW = A_n dWe,
+   dS = B_n dWe + E_n dSe, and dots = (dWe . W, dWe . S, dSe . S) for dA_n, dB_n, dE_n. One pass over
+   the six arrays (six passes before, the backward's largest elementwise cost); every value rounds as
+   titans__axpy_set, titans__axpy and titans__dot round it. */
 static void titans__mem_end_state_grad(float *dW, float *dS, float dots[3], const float *dWe, const float *dSe,
-                                       const float *w, const float *s, float An, float Bn, float En, size_t sz) {
+                                       const float *w, const float *s, const float decay[3], size_t sz) {
+  float An = decay[0], Bn = decay[1], En = decay[2];
   titans__vf vA = titans__vset1(An), vB = titans__vset1(Bn), vE = titans__vset1(En), vz = titans__vset1(0.0f);
   titans__vf accW = vz, accWS = vz, accS = vz;
   size_t i = 0;
@@ -4154,20 +4236,15 @@ static void titans__mem_end_state_grad(float *dW, float *dS, float dots[3], cons
   dots[2] = ds;
 }
 
-/* Backward of one whole chunk (piece starting at a chunk start, so the inner gradients are taken at w).
-   Inputs: the chunk's q, k, v, gates as in the forward; w, s [head_size] the state at the chunk start;
-   dy [n, ld] the gradient of y; wk->dWend, wk->dSend the gradient of the state after the chunk.
-   Outputs: wk->dW, wk->dS the gradient of the state at the chunk start; accumulates dq, dk, dv [n, ld]
-   and dtheta, deta, dalpha [n] (stride gstride). */
-static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, float *dq, float *dk, float *dv,
-                                       float *dtheta, float *deta, float *dalpha, const float *dy, const float *q,
-                                       const float *k, const float *v, size_t ld, const float *theta,
-                                       const float *eta, const float *alpha, size_t gstride, const float *w,
-                                       const float *s, size_t n, titans__mem_work *wk) {
-  const size_t L = m->L, dh = m->dh, hs = m->head_size;
-  titans__mem_piece_forward(m, residual, NULL, q, k, v, ld, theta, eta, alpha, gstride, w, w, s, NULL, NULL, NULL, n,
-                            wk);
-  (void)hs; /* wk->dW, wk->dS are set (not accumulated) by their first writes below */
+/* The backward of one whole chunk (a piece starting at a chunk start, so the inner gradients are taken at
+   w), in the stages below, each a function: the forward again (titans__mem_chunk_forward), then the
+   gradient through the chunk-end state, the query path, the coefficients and the surprise bound, the key
+   path, and last the sums into the caller's arrays. Between stages the gradients live in wk. */
+
+/* Zeroes wk's accumulators for a piece of n tokens (wk->dW, wk->dS are set, not accumulated, by their
+   first writes in titans__mem_end_state_backward). */
+static void titans__mem_work_zero_grads(const titans__mem_dims *m, titans__mem_work *wk, size_t n) {
+  const size_t L = m->L, dh = m->dh;
   memset(wk->dA, 0, n * sizeof(float));
   memset(wk->dB, 0, n * sizeof(float));
   memset(wk->dE, 0, n * sizeof(float));
@@ -4183,16 +4260,22 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
   }
   memset(wk->dq, 0, n * dh * sizeof(float));
   memset(wk->dv, 0, n * dh * sizeof(float));
+}
 
+/* From wk->dWend, wk->dSend (the gradient of the state after the chunk): sets wk->dW, wk->dS and adds
+   into the coefficients' gradients (dA, dB, dE, the last rows of dC, dD), dak and ddelta. */
+static void titans__mem_end_state_backward(const titans__mem_dims *m, titans__mem_work *wk, const float *w,
+                                           const float *s, size_t n) {
+  const size_t L = m->L;
   /* State after the chunk: W' = A_n W + B_n S - delta^T diag(c) ak; S' = E_n S - delta^T diag(dd) ak. */
   const float *crow = wk->cC + (n - 1) * n, *drow = wk->cD + (n - 1) * n;
   float *dcrow = wk->dC + (n - 1) * n, *ddrow = wk->dD + (n - 1) * n;
-  float An = wk->cA[n - 1], Bn = wk->cB[n - 1], En = wk->cE[n - 1];
+  const float decay[3] = {wk->cA[n - 1], wk->cB[n - 1], wk->cE[n - 1]};
   for (size_t i = 0; i < L; i++) {
     size_t ni = m->n[i], no = m->n[i + 1], sz = ni * no, o = m->wofs[i];
     const float *dWe = wk->dWend + o, *dSe = wk->dSend + o;
     float dots[3];
-    titans__mem_end_state_grad(wk->dW + o, wk->dS + o, dots, dWe, dSe, w + o, s + o, An, Bn, En, sz);
+    titans__mem_end_state_grad(wk->dW + o, wk->dS + o, dots, dWe, dSe, w + o, s + o, decay, sz);
     wk->dA[n - 1] += dots[0];
     wk->dB[n - 1] += dots[1];
     wk->dE[n - 1] += dots[2];
@@ -4211,8 +4294,14 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
       for (size_t j = 0; j < no; j++)
         wk->ddelta[i][t * no + j] -= crow[t] * wk->tmp[t * no + j] + drow[t] * wk->tmp2[t * no + j];
   }
+}
 
-  /* Query path, last layer first. dz = d zq[i]. */
+/* The query path, last layer first, from dy [n, ld] (the gradient of y): adds into wk->dq, dA, dB, dC,
+   ddelta, dak, dW and dS. */
+static void titans__mem_query_backward(const titans__mem_dims *m, int residual, titans__mem_work *wk, const float *dy,
+                                       size_t ld, const float *w, const float *s, size_t n) {
+  const size_t L = m->L, dh = m->dh;
+  /* dz = d zq[i] */
   titans__copy_rows(wk->dz, dy, n, dh, ld);
   if (residual) titans__add_rows(wk->dq, dh, wk->dz, n, dh);
   for (size_t i = L; i-- > 0;) {
@@ -4245,14 +4334,14 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
       for (size_t j = 0; j < n * dh; j++) wk->dq[j] += wk->daq[j];
     }
   }
+}
 
-  /* Gates through the coefficients (complete here: the key path below reads no coefficient), then the
-     surprise bound, whose scale depends on the key path's errors and activations. */
-  titans__mem_coeffs_backward(wk->dth, wk->det, wk->dal, wk->dA, wk->dB, wk->dE, wk->dC, wk->dD, wk->cA, wk->cB,
-                              wk->cE, wk->cC, wk->cD, wk->et, wk->al, n);
-  titans__mem_bound_steps_backward(m, wk, theta, gstride, n);
-
-  /* Key path, the error recursion first: delta[i] = gk[i] o SiLU'(zk[i]), gk[i] = delta[i+1] W_{i+1}. */
+/* The key path, the error recursion first, then the layers from the last: adds into wk->ddelta, dzk,
+   dak, dv and dW. Reads no coefficient (titans__mem_coeffs_backward may run before it). */
+static void titans__mem_key_backward(const titans__mem_dims *m, int residual, titans__mem_work *wk, const float *w,
+                                     size_t n) {
+  const size_t L = m->L, dh = m->dh;
+  /* The error recursion: delta[i] = gk[i] o SiLU'(zk[i]), gk[i] = delta[i+1] W_{i+1}. */
   for (size_t i = 0; i + 1 < L; i++) {
     size_t no = m->n[i + 1], nn = m->n[i + 2], o1 = m->wofs[i + 1];
     float *dg = wk->tmp;
@@ -4281,15 +4370,54 @@ static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, 
       for (size_t j = 0; j < n * ni; j++)
         wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j], wk->sk[i - 1][j]);
   }
+}
 
+/* Adds the piece's gradients, gathered in wk, into the caller's arrays g (laid out as the chunk c). */
+static void titans__mem_chunk_grad_add(const titans__mem_dims *m, const titans__mem_chunk_grad *g,
+                                       const titans__mem_chunk *c, const titans__mem_work *wk) {
+  const size_t n = c->n, dh = m->dh;
   for (size_t t = 0; t < n; t++) {
-    dtheta[t * gstride] += wk->dth[t];
-    deta[t * gstride] += wk->det[t];
-    dalpha[t * gstride] += wk->dal[t];
+    g->dtheta[t * c->gstride] += wk->dth[t];
+    g->deta[t * c->gstride] += wk->det[t];
+    g->dalpha[t * c->gstride] += wk->dal[t];
   }
-  titans__add_rows(dq, ld, wk->dq, n, dh);
-  titans__add_rows(dk, ld, wk->dak[0], n, dh);
-  titans__add_rows(dv, ld, wk->dv, n, dh);
+  titans__add_rows(g->dq, c->ld, wk->dq, n, dh);
+  titans__add_rows(g->dk, c->ld, wk->dak[0], n, dh);
+  titans__add_rows(g->dv, c->ld, wk->dv, n, dh);
+}
+
+/* Backward of one whole chunk c. Inputs: w, s [head_size] the state at the chunk start; dy [n, ld] the
+   gradient of y; wk->dWend, wk->dSend the gradient of the state after the chunk. Outputs: wk->dW, wk->dS
+   the gradient of the state at the chunk start; accumulates into g. */
+static void titans__mem_chunk_backward(const titans__mem_dims *m, int residual, const titans__mem_chunk_grad *g,
+                                       const float *dy, const titans__mem_chunk *c, const float *w, const float *s,
+                                       titans__mem_work *wk) {
+  const size_t n = c->n;
+  titans__mem_chunk_forward(m, residual, NULL, c, w, w, s, wk);
+  titans__mem_work_zero_grads(m, wk, n);
+  titans__mem_end_state_backward(m, wk, w, s, n);
+  titans__mem_query_backward(m, residual, wk, dy, c->ld, w, s, n);
+  /* The gates through the coefficients (complete here: the key path reads no coefficient), then the
+     surprise bound, whose scale depends on the key path's errors and activations. */
+  const titans__mem_coeffs_view coeffs = {wk->cA, wk->cB, wk->cE, wk->cC, wk->cD};
+  const titans__mem_coeffs_view dcoeffs = {wk->dA, wk->dB, wk->dE, wk->dC, wk->dD};
+  titans__mem_coeffs_backward(wk->dth, wk->det, wk->dal, &dcoeffs, &coeffs, wk->et, wk->al, n);
+  titans__mem_bound_steps_backward(m, wk, c->theta, c->gstride, n);
+  titans__mem_key_backward(m, residual, wk, w, n);
+  titans__mem_chunk_grad_add(m, g, c, wk);
+}
+
+/* titans__mem_chunk_backward with the chunk's arrays given one by one (as the fields of titans__mem_chunk
+   and titans__mem_chunk_grad). Kept for titans__mem_recur_backward_one until the batched-session work on
+   that code merges; new code builds the two structs. */
+static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, float *dq, float *dk, float *dv,
+                                       float *dtheta, float *deta, float *dalpha, const float *dy, const float *q,
+                                       const float *k, const float *v, size_t ld, const float *theta,
+                                       const float *eta, const float *alpha, size_t gstride, const float *w,
+                                       const float *s, size_t n, titans__mem_work *wk) {
+  const titans__mem_chunk c = {q, k, v, theta, eta, alpha, ld, gstride, n};
+  const titans__mem_chunk_grad g = {dq, dk, dv, dtheta, deta, dalpha};
+  titans__mem_chunk_backward(m, residual, &g, dy, &c, w, s, wk);
 }
 
 /* ---- streaming state -------------------------------------------------------------------------- */
@@ -4569,7 +4697,6 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
   }
 }
 
-/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3). */
 /* The conv of one row reads concat = [tail (K-1 rows); proj (T rows)] and its final tail is the last
    K-1 rows of concat. From dfinal (gradient of the final tail) and dconv (gradient of the conv
    outputs) this adds the gradient of the initial tail into dinit and dfinal's share into dproj
@@ -4588,12 +4715,30 @@ static void titans__mem_tail_backward(float *dinit, float *dproj, const float *d
       for (size_t c = 0; c < dm; c++) dinit[q * dm + c] += dconv[t * dm + c] * weight[c * K + (q - t)];
 }
 
-static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
-                                        const titans_mem_weights *w, const titans_mem_weights *grad,
-                                        titans__mem_bufs *bf, titans__mem_grads *gr, const float *saved_tails,
-                                        const float *dtails_final, float *dtails_init, float *dx, const float *x,
-                                        size_t B, size_t T, int nstreams) {
-  size_t bt = B * T, n = bt * m->dm, K1 = m->K > 0 ? m->K - 1 : 0, tsz = B * K1 * m->dm;
+/* The layer's input rows x [B*T, d] and their gradient dx, which every input's backward adds into. */
+typedef struct titans__mem_input {
+  const float *x; /* [B*T, d] */
+  float *dx;      /* [B*T, d] */
+  size_t B, T;    /* rows, tokens per row */
+} titans__mem_input;
+
+/* The conv tails of the q, k, v streams, one after the other (stream si's at si * B * (K-1) * dm), each
+   [B, K-1, dm]: saved the ones the forward started from, dfinal the gradient of the ones it ended with,
+   dinit the gradient of the starting ones (added into). */
+typedef struct titans__mem_tails_grad {
+  const float *saved, *dfinal;
+  float *dinit;
+} titans__mem_tails_grad;
+
+/* The first nstreams of the q, k, v streams (L2Norm for q and k, SiLU, the conv, the projection) from
+   gr->dvec: adds into the projection and conv weights' gradients, the tails' and in->dx. */
+static void titans__mem_streams_backward(const titans__mem_dims *m, const titans_mem_weights *w,
+                                         const titans_mem_weights *grad, titans__mem_bufs *bf, titans__mem_grads *gr,
+                                         const titans__mem_input *in, const titans__mem_tails_grad *tails,
+                                         int nstreams) {
+  size_t B = in->B, T = in->T, bt = B * T, n = bt * m->dm, K1 = m->K > 0 ? m->K - 1 : 0, tsz = B * K1 * m->dm;
+  const float *x = in->x, *saved_tails = tails->saved, *dtails_final = tails->dfinal;
+  float *dx = in->dx, *dtails_init = tails->dinit;
   const float *proj_w[3] = {w->wq, w->wk, w->wv};
   float *proj_g[3] = {grad->wq, grad->wk, grad->wv};
   const float *conv_w[3] = {w->conv_q, w->conv_k, w->conv_v};
@@ -4622,7 +4767,17 @@ static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_
     titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dproj, m->dm, x, m->d, 1.0f, proj_g[si], m->d);
     titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dproj, m->dm, proj_w[si], m->d, 1.0f, dx, m->d);
   }
-  if (nstreams < 3) return;
+}
+
+/* The three gates (theta, eta, alpha = sigmoids of linear maps of x) from gr->dgates: adds into their
+   weights' and biases' gradients and in->dx. */
+static void titans__mem_gates_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
+                                              const titans_mem_weights *w, const titans_mem_weights *grad,
+                                              titans__mem_bufs *bf, titans__mem_grads *gr,
+                                              const titans__mem_input *in) {
+  size_t bt = in->B * in->T;
+  const float *x = in->x;
+  float *dx = in->dx;
   const float *gate_w[3] = {w->lr_w, w->mom_w, w->decay_w};
   float *gate_gw[3] = {grad->lr_w, grad->mom_w, grad->decay_w}, *gate_gb[3] = {grad->lr_b, grad->mom_b, grad->decay_b};
   for (int gi = 0; gi < 3; gi++) {
@@ -4636,6 +4791,16 @@ static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_
       for (size_t h = 0; h < m->H; h++) gate_gb[gi][h] += dg[t * m->H + h];
     titans_gemm(0, 0, bt, m->d, m->H, 1.0f, dg, m->H, gate_w[gi], m->d, 1.0f, dx, m->d);
   }
+}
+
+/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3): its streams,
+   then its gates. */
+static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
+                                        const titans_mem_weights *w, const titans_mem_weights *grad,
+                                        titans__mem_bufs *bf, titans__mem_grads *gr, const titans__mem_input *in,
+                                        const titans__mem_tails_grad *tails, int nstreams) {
+  titans__mem_streams_backward(m, w, grad, bf, gr, in, tails, nstreams);
+  if (nstreams >= 3) titans__mem_gates_inputs_backward(m, cfg, w, grad, bf, gr, in);
 }
 
 /* out [B*T, d] = wo (RMSNorm(y) * SiLU(wg x)) from bf->y */
@@ -5030,8 +5195,9 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   if (init_from_w0) titans__mem_w0_grad(cfg, grad, ctx, NULL);
   size_t K1 = m.K > 0 ? m.K - 1 : 0, slot = ctx->retrieval ? 3 * B * K1 * m.dm : 0;
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
-  titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, ctx->tails + slot, ctx->dtails_final + slot,
-                              ctx->dtails_init + slot, dx, x, B, T, ctx->retrieval ? 1 : 3);
+  const titans__mem_input in = {x, dx, B, T};
+  const titans__mem_tails_grad tails = {ctx->tails + slot, ctx->dtails_final + slot, ctx->dtails_init + slot};
+  titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, &in, &tails, ctx->retrieval ? 1 : 3);
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS_BACKWARD, &since);
   return TITANS_OK;
 }
@@ -5058,9 +5224,10 @@ TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, co
      in-place update); w_chunk, s_chunk are set once, below. */
   for (size_t t = 0; t < n; t += m.b) {
     size_t len = n - t < m.b ? n - t : m.b;
-    titans__mem_piece_forward(&m, st->cfg.residual, NULL, keys + t * m.dh, keys + t * m.dh, values + t * m.dh, m.dh,
-                              theta + t, eta ? eta + t : zeros, alpha ? alpha + t : zeros, 1, w, w, s, w, s, NULL,
-                              len, &wk);
+    const titans__mem_chunk c = {keys + t * m.dh, keys + t * m.dh, values + t * m.dh, theta + t,
+                                 eta ? eta + t : zeros, alpha ? alpha + t : zeros, m.dh, 1, len};
+    titans__mem_chunk_forward(&m, st->cfg.residual, NULL, &c, w, w, s, &wk);
+    titans__mem_chunk_end_state(&m, w, s, NULL, w, s, len, &wk);
   }
   memcpy(wc, w, m.head_size * sizeof(float));
   memcpy(sc, s, m.head_size * sizeof(float));
@@ -5279,14 +5446,14 @@ static void titans__attn_scores(float *S, size_t lds, const float *const *a, siz
 }
 
 /* y_r += sum_t coef(r, t) x_t over the visible terms t < nt, for NR <= 4 rows and the NC <= 4 vector
-   chunks from offset i, where coef(r, t) = coef[r cy + t ct] and visible means vis[r vy + t vt] != 0
-   (masked == 0: every term). Each element of a row is a chain of fmas over t in order (a multiply-add
-   in the scalar tail), so any split of the terms or the rows into calls gives the same bits; the
-   NR x NC accumulators stay in registers and every x_t chunk is loaded once for the NR rows. */
+   chunks from offset i, where coef(r, t) = coef[r cy + t ct] and visible means vis[r cy + t ct] != 0
+   (vis is laid out as coef; masked == 0: every term). Each element of a row is a chain of fmas over t
+   in order (a multiply-add in the scalar tail), so any split of the terms or the rows into calls gives
+   the same bits; the NR x NC accumulators stay in registers and every x_t chunk is loaded once for the
+   NR rows. */
 TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *coef, size_t cy, size_t ct,
-                                                  const unsigned char *vis, size_t vy, size_t vt,
-                                                  const float *const *x, size_t nt, size_t i, int NR, int NC,
-                                                  int masked) {
+                                                  const unsigned char *vis, const float *const *x, size_t nt, size_t i,
+                                                  int NR, int NC, int masked) {
   titans__vf acc[4][4];
   TITANS__GEMM_UNROLL
   for (int r = 0; r < NR; r++)
@@ -5298,7 +5465,7 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
     for (int u = 0; u < NC; u++) xv[u] = titans__vload(x[t] + i + (size_t)u * TITANS__VW);
     TITANS__GEMM_UNROLL
     for (int r = 0; r < NR; r++) {
-      if (masked && !vis[(size_t)r * vy + t * vt]) continue;
+      if (masked && !vis[(size_t)r * cy + t * ct]) continue;
       titans__vf a = titans__vset1(coef[(size_t)r * cy + t * ct]);
       TITANS__GEMM_UNROLL
       for (int u = 0; u < NC; u++) acc[r][u] = titans__attn_vfma(a, xv[u], acc[r][u]);
@@ -5312,19 +5479,19 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
 
 #define TITANS__ATTN_MADD_CASE(NR, NC)                                                                      \
   do {                                                                                                      \
-    if (vis) titans__attn_madd_kernel(y + r, cr, cy, ct, vr, vy, vt, x, nt, i, NR, NC, 1);                  \
-    else titans__attn_madd_kernel(y + r, cr, cy, ct, NULL, 0, 0, x, nt, i, NR, NC, 0);                     \
+    if (vis) titans__attn_madd_kernel(y + r, cr, cy, ct, vr, x, nt, i, NR, NC, 1);                          \
+    else titans__attn_madd_kernel(y + r, cr, cy, ct, NULL, x, nt, i, NR, NC, 0);                            \
   } while (0)
 
-/* y_r += sum_t coef(r, t) x_t (titans__attn_madd_kernel's terms and bits) for r < ny over n floats. */
+/* y_r += sum_t coef(r, t) x_t (titans__attn_madd_kernel's terms and bits) for r < ny over n floats; vis
+   (NULL: every term) is laid out as coef. */
 static void titans__attn_madd(float *const *y, size_t ny, const float *coef, size_t cy, size_t ct,
-                              const unsigned char *vis, size_t vy, size_t vt, const float *const *x, size_t nt,
-                              size_t n) {
+                              const unsigned char *vis, const float *const *x, size_t nt, size_t n) {
   size_t nv = n - n % TITANS__VW;
   for (size_t r = 0; r < ny; r += 4) {
     size_t nr = ny - r < 4 ? ny - r : 4;
     const float *cr = coef + r * cy;
-    const unsigned char *vr = vis ? vis + r * vy : NULL;
+    const unsigned char *vr = vis ? vis + r * cy : NULL;
     size_t i = 0;
     for (; i + 4 * TITANS__VW <= nv; i += 4 * TITANS__VW) {
       if (nr == 4) TITANS__ATTN_MADD_CASE(4, 4);
@@ -5342,7 +5509,7 @@ static void titans__attn_madd(float *const *y, size_t ny, const float *coef, siz
       for (size_t e = nv; e < n; e++) {
         float acc = y[r + g][e];
         for (size_t t = 0; t < nt; t++)
-          if (!vr || vr[g * vy + t * vt]) acc = titans__attn_fma(cr[g * cy + t * ct], x[t][e], acc);
+          if (!vr || vr[g * cy + t * ct]) acc = titans__attn_fma(cr[g * cy + t * ct], x[t][e], acc);
         y[r + g][e] = acc;
       }
   }
@@ -5721,7 +5888,7 @@ static void titans__attn_fold(titans__attn_rows *R, titans__attn_tile *T) {
     titans__attn_scores(S + tb, W, R->q, n, T->kpan, T->pstride, T->row + tb, te - tb, R->d_a, R->scale);
     titans__attn_tile_softmax(R, S, vis, a, b, ranges, tb, te);
     /* o += p v over the visible terms, in key order */
-    titans__attn_madd(R->o, n, S + tb, W, 1, vis ? vis + tb : NULL, W, 1, T->v + tb, te - tb, R->d_a);
+    titans__attn_madd(R->o, n, S + tb, W, 1, vis ? vis + tb : NULL, T->v + tb, te - tb, R->d_a);
   }
   T->n = 0;
 }
@@ -5841,13 +6008,25 @@ TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size
 #define TITANS__ATTN_KTILE 16 /* key rows per task (two-pass backward) */
 #define TITANS__ATTN_PAR_WORK 65536 /* multiply-adds below which a call runs on one thread */
 
-/* Head h, query rows [i0, i1) (at most TITANS__ATTN_QB): the prefix, then every key that some row may
-   see (the rows' visibility filters the pairs). kpan is the head's slice of the keys' panel 0, vh of
-   the values' row 0. */
+/* The shape of one attention call (titans_attention_forward's): Tq query rows at positions qpos, attending
+   over P prefix rows (every query sees them) then Tk key rows at positions kpos, in H heads of d_a, within
+   window positions (0: no window). The kernels take it whole, as every one of them needs most of it. */
+typedef struct titans__attn_shape {
+  const int64_t *qpos, *kpos; /* [Tq], [Tk] */
+  size_t Tq, P, Tk, H, d_a;
+  int64_t window;
+} titans__attn_shape;
+
+/* Head h, query rows [i0, i1) (at most TITANS__ATTN_QB) of the call sh: the prefix, then every key that
+   some row may see (the rows' visibility filters the pairs). kpan is the head's slice of the keys'
+   panel 0, vh of the values' row 0, kr the keys' runs of positions. */
 static void titans__attn_forward_block(float *out, float *lse, const float *q, const float *kpan, const float *vh,
-                                       const int64_t *qpos, const titans__attn_runs *kr, size_t i0, size_t i1,
-                                       size_t P, size_t H, size_t h, size_t d_a, int64_t window, float scale) {
-  size_t ld = H * d_a;
+                                       const titans__attn_shape *sh, const titans__attn_runs *kr, size_t h,
+                                       size_t i0, size_t i1) {
+  const int64_t *qpos = sh->qpos;
+  size_t P = sh->P, H = sh->H, d_a = sh->d_a, ld = H * d_a;
+  int64_t window = sh->window;
+  float scale = titans__attn_scale(d_a);
   titans__attn_rows R;
   titans__attn_tile T;
   titans__attn_rows_init(&R, d_a, scale);
@@ -5884,13 +6063,28 @@ typedef struct titans__attn_bwd {
   titans__attn_runs kr, qr;
 } titans__attn_bwd;
 
+/* The arrays of an attention call that its backward reads: the forward's inputs and outputs. */
+typedef struct titans__attn_saved {
+  const float *q, *k, *v; /* [Tq, H d_a], [P + Tk, H d_a], [P + Tk, H d_a] */
+  const float *out, *lse; /* [Tq, H d_a], [Tq, H] */
+} titans__attn_saved;
+
+/* The gradients of an attention call: dq, dk, dv (laid out as q, k, v) are added into, from dout
+   [Tq, H d_a]. */
+typedef struct titans__attn_grads {
+  float *dq, *dk, *dv;
+  const float *dout;
+} titans__attn_grads;
+
 /* Everything of a backward call but the panels kt, vt (packed afterwards); ld = H d_a, checked by the
    caller. */
-static void titans__attn_bwd_init(titans__attn_bwd *c, float *dq, float *dk, float *dv, const float *dout,
-                                  const float *q, const float *k, const float *out, const float *lse,
-                                  const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk, size_t H,
-                                  size_t d_a, size_t ld, int64_t window) {
-  c->dq = dq, c->dk = dk, c->dv = dv, c->dout = dout, c->q = q, c->k = k, c->out = out, c->lse = lse;
+static void titans__attn_bwd_init(titans__attn_bwd *c, const titans__attn_grads *g, const titans__attn_saved *fw,
+                                  const titans__attn_shape *sh, size_t ld) {
+  const int64_t *qpos = sh->qpos, *kpos = sh->kpos;
+  size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, d_a = sh->d_a;
+  int64_t window = sh->window;
+  c->dq = g->dq, c->dk = g->dk, c->dv = g->dv, c->dout = g->dout;
+  c->q = fw->q, c->k = fw->k, c->out = fw->out, c->lse = fw->lse;
   c->kt = c->vt = NULL;
   c->qpos = qpos, c->kpos = kpos;
   c->Tq = Tq, c->P = P, c->Tk = Tk, c->H = H, c->d_a = d_a, c->ld = ld, c->window = window;
@@ -5926,31 +6120,40 @@ enum { TITANS__ATTN_DQ = 1, TITANS__ATTN_DKDV = 2 };
 
 #define TITANS__ATTN_SUBROWS 16 /* query rows of a partly visible group whose keys are narrowed together */
 
+/* One group of at most KGROUP keys of one head against a query tile (titans__attn_bwd_qtile_keys fills
+   it, titans__attn_bwd_block computes its blocks): the keys' rows and the pairs' work arrays. */
+typedef struct titans__attn_kgroup {
+  const size_t *rows;           /* [KG] the keys' rows of k, v (prefix first) */
+  const float *const *k;        /* [KG] the keys' head slices [d_a], which dq adds */
+  float *const *dk, *const *dv; /* [KG] the keys' gradient rows' head slices [d_a] */
+  const float *kpan, *vpan;     /* the head's slices of the keys' and the values' panel 0 */
+  float *P, *G;                 /* [rows of the tile, KG] q.k then p; dout.v then g */
+} titans__attn_kgroup;
+
 /* The pairs of one group of keys with one block of a query tile's rows, where the rows' keys
    kl[t0 .. t1-1] lie (t: the key's place in its group): p = exp(q.k scale - lse) (the forward's
    softmax weight) and g = scale * p * (dout.v - D), q.k and dout.v by the score kernel as the forward
    computes q.k, then, as `what` asks, dq_r += sum_t g k_t and dk_t += sum_r g q_r, dv_t += sum_r p dout_r
-   (vm: [rows, KG] the visible pairs, NULL when all are). P and G are [rows of the tile, KG]. */
-static void titans__attn_bwd_block(const titans__attn_bwd *c, const titans__attn_qtile *qt, size_t r0, size_t r1,
-                                   const size_t *rows, const float *const *kl, float *const *dkl, float *const *dvl,
-                                   size_t t0, size_t t1, const float *kpan, const float *vpan, float *P, float *G,
+   (vm: [rows, KG] the visible pairs, NULL when all are). */
+static void titans__attn_bwd_block(const titans__attn_bwd *c, const titans__attn_qtile *qt,
+                                   const titans__attn_kgroup *g, size_t r0, size_t r1, size_t t0, size_t t1,
                                    const unsigned char *vm, int what) {
   const size_t KG = TITANS__ATTN_KGROUP, pstride = c->ld * TITANS__ATTN_PW;
   size_t n = r1 - r0, nk = t1 - t0, d_a = c->d_a;
-  float *Pb = P + r0 * KG + t0, *Gb = G + r0 * KG + t0; /* [n, KG] the block's corner */
+  float *Pb = g->P + r0 * KG + t0, *Gb = g->G + r0 * KG + t0; /* [n, KG] the block's corner */
   const unsigned char *vb = vm ? vm + r0 * KG + t0 : NULL;
-  titans__attn_scores(Pb, KG, qt->q + r0, n, kpan, pstride, rows + t0, nk, d_a, c->scale); /* as the forward's */
-  titans__attn_scores(Gb, KG, qt->dout + r0, n, vpan, pstride, rows + t0, nk, d_a, 1.0f);   /* dout.v */
+  titans__attn_scores(Pb, KG, qt->q + r0, n, g->kpan, pstride, g->rows + t0, nk, d_a, c->scale); /* the forward's */
+  titans__attn_scores(Gb, KG, qt->dout + r0, n, g->vpan, pstride, g->rows + t0, nk, d_a, 1.0f);   /* dout.v */
   for (size_t r = 0; r < n; r++) {
     float *pr = Pb + r * KG, *gr = Gb + r * KG, D = qt->D[r0 + r];
     titans__attn_exp_row(pr, nk, qt->lse[r0 + r], 0); /* every t: invisible weights go unused */
     for (size_t t = 0; t < nk; t++) gr[t] = titans__attn_pair_g(pr[t], gr[t], D, c->scale);
   }
   if (what & TITANS__ATTN_DKDV) {
-    titans__attn_madd(dkl + t0, nk, Gb, 1, KG, vb, 1, KG, qt->q + r0, n, d_a);
-    titans__attn_madd(dvl + t0, nk, Pb, 1, KG, vb, 1, KG, qt->dout + r0, n, d_a);
+    titans__attn_madd(g->dk + t0, nk, Gb, 1, KG, vb, qt->q + r0, n, d_a);
+    titans__attn_madd(g->dv + t0, nk, Pb, 1, KG, vb, qt->dout + r0, n, d_a);
   }
-  if (what & TITANS__ATTN_DQ) titans__attn_madd(qt->dq + r0, n, Gb, KG, 1, vb, KG, 1, kl + t0, nk, d_a);
+  if (what & TITANS__ATTN_DQ) titans__attn_madd(qt->dq + r0, n, Gb, KG, 1, vb, g->k + t0, nk, d_a);
 }
 
 /* Keys b..e-1 (rows of k, v) against the rows of a query tile, KGROUP keys at a time, each group's
@@ -5970,6 +6173,7 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
   size_t rows[TITANS__ATTN_KGROUP];
   const float *kl[TITANS__ATTN_KGROUP];
   float *dkl[TITANS__ATTN_KGROUP], *dvl[TITANS__ATTN_KGROUP];
+  const titans__attn_kgroup g = {rows, kl, dkl, dvl, kpan, vpan, P, G};
   int64_t lo_max = INT64_MIN, hi_min = INT64_MAX; /* every row sees the positions in [lo_max, hi_min] */
   for (size_t r = 0; r < n; r++) {
     lo_max = qt->lo[r] > lo_max ? qt->lo[r] : lo_max;
@@ -5985,7 +6189,7 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
       if (j >= c->P) all &= c->kpos[j - c->P] >= lo_max && c->kpos[j - c->P] <= hi_min;
     }
     if (all) {
-      titans__attn_bwd_block(c, qt, 0, n, rows, kl, dkl, dvl, 0, nk, kpan, vpan, P, G, NULL, what);
+      titans__attn_bwd_block(c, qt, &g, 0, n, 0, nk, NULL, what);
       continue;
     }
     for (size_t r0 = 0; r0 < n; r0 += SB) {
@@ -5998,8 +6202,7 @@ static void titans__attn_bwd_qtile_keys(const titans__attn_bwd *c, const titans_
           if (v) seen++, t0 = t < t0 ? t : t0, t1 = t + 1 > t1 ? t + 1 : t1;
         }
       if (seen == 0) continue;
-      titans__attn_bwd_block(c, qt, r0, r1, rows, kl, dkl, dvl, t0, t1, kpan, vpan, P, G,
-                             seen == (r1 - r0) * (t1 - t0) ? NULL : vis, what);
+      titans__attn_bwd_block(c, qt, &g, r0, r1, t0, t1, seen == (r1 - r0) * (t1 - t0) ? NULL : vis, what);
     }
   }
 }
@@ -6068,9 +6271,10 @@ static double titans__attn_work(size_t Tq, size_t P, size_t Tk, size_t ld) {
 /* titans_attention_forward with the keys' panels in ws (titans__attn_panel_floats(P + Tk, H d_a)
    floats), or in memory of its own when ws is NULL. */
 static int titans__attention_forward_ws(float *out, float *lse, const float *q, const float *k, const float *v,
-                                        const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                        size_t H, size_t d_a, int64_t window, float *ws) {
-  size_t ld;
+                                        const titans__attn_shape *sh, float *ws) {
+  const int64_t *qpos = sh->qpos, *kpos = sh->kpos;
+  size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, d_a = sh->d_a, ld;
+  int64_t window = sh->window;
   int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
   if (st != TITANS_OK) return st;
   if (Tq == 0) return TITANS_OK;
@@ -6085,7 +6289,6 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
   }
   titans__attn_runs kr;
   titans__attn_runs_init(&kr, kpos, Tk);
-  float scale = titans__attn_scale(d_a);
   size_t ntile = (Tq + TITANS__ATTN_QTILE - 1) / TITANS__ATTN_QTILE;
   size_t ntask = H * ntile;
 #ifdef _OPENMP
@@ -6097,8 +6300,8 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
     size_t i1 = i0 + TITANS__ATTN_QTILE < Tq ? i0 + TITANS__ATTN_QTILE : Tq;
     const float *kpan = kt ? kt + h * d_a * TITANS__ATTN_PW : NULL, *vh = v ? v + h * d_a : NULL;
     for (size_t b = i0; b < i1; b += TITANS__ATTN_QB)
-      titans__attn_forward_block(out, lse, q, kpan, vh, qpos, &kr, b,
-                                 b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1, P, H, h, d_a, window, scale);
+      titans__attn_forward_block(out, lse, q, kpan, vh, sh, &kr, h, b,
+                                 b + TITANS__ATTN_QB < i1 ? b + TITANS__ATTN_QB : i1);
   }
   titans_free(own);
   return TITANS_OK;
@@ -6107,7 +6310,8 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
 TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                                        const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
                                        size_t H, size_t d_a, int64_t window) {
-  return titans__attention_forward_ws(out, lse, q, k, v, qpos, kpos, Tq, P, Tk, H, d_a, window, NULL);
+  const titans__attn_shape sh = {qpos, kpos, Tq, P, Tk, H, d_a, window};
+  return titans__attention_forward_ws(out, lse, q, k, v, &sh, NULL);
 }
 
 enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_TWO_PASS = 2 };
@@ -6118,18 +6322,18 @@ enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_T
    Both add every gradient element's terms in the same order with the same arithmetic. The keys' and
    the values' panels go in ws (2 titans__attn_panel_floats(P + Tk, H d_a) floats), or in memory of its
    own when ws is NULL. */
-static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                         const float *k, const float *v, const float *out, const float *lse,
-                                         const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                         size_t H, size_t d_a, int64_t window, int mode, float *ws) {
+static int titans__attention_backward_ws(const titans__attn_grads *g, const titans__attn_saved *fw,
+                                         const titans__attn_shape *sh, int mode, float *ws) {
   titans__attn_bwd c;
-  size_t ld;
-  int st = titans__attn_check(Tq, P, Tk, H, d_a, window, &ld);
+  size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, ld;
+  const float *k = fw->k, *v = fw->v;
+  int st = titans__attn_check(Tq, P, Tk, H, sh->d_a, sh->window, &ld);
   if (st != TITANS_OK) return st;
   if (Tq == 0 || P + Tk == 0) return TITANS_OK;
-  if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse || !qpos || (Tk > 0 && !kpos))
+  if (!g->dq || !g->dk || !g->dv || !g->dout || !fw->q || !k || !v || !fw->out || !fw->lse || !sh->qpos ||
+      (Tk > 0 && !sh->kpos))
     return TITANS_ERR_ARG;
-  titans__attn_bwd_init(&c, dq, dk, dv, dout, q, k, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, ld, window);
+  titans__attn_bwd_init(&c, g, fw, sh, ld);
   int par = 0, nth = 1;
 #ifdef _OPENMP
   par = titans__attn_work(Tq, P, Tk, c.ld) >= TITANS__ATTN_PAR_WORK && titans__omp_can_split();
@@ -6194,20 +6398,20 @@ static int titans__attention_backward_ws(float *dq, float *dk, float *dv, const 
 }
 
 /* The backward with a chosen scheme and memory of its own (tests compare the schemes). */
-static int titans__attention_backward_mode(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                           const float *k, const float *v, const float *out, const float *lse,
-                                           const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                           size_t H, size_t d_a, int64_t window, int mode) {
-  return titans__attention_backward_ws(dq, dk, dv, dout, q, k, v, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, window,
-                                       mode, NULL);
+static int titans__attention_backward_mode(const titans__attn_grads *g, const titans__attn_saved *fw,
+                                           const titans__attn_shape *sh, int mode) {
+  return titans__attention_backward_ws(g, fw, sh, mode, NULL);
 }
 
+/* The public signature spells the call out; the kernels take it as three structs. */
 TITANSDEF int titans_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                         const float *k, const float *v, const float *out, const float *lse,
                                         const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
                                         size_t H, size_t d_a, int64_t window) {
-  return titans__attention_backward_mode(dq, dk, dv, dout, q, k, v, out, lse, qpos, kpos, Tq, P, Tk, H, d_a, window,
-                                         TITANS__ATTN_BWD_AUTO);
+  const titans__attn_grads g = {dq, dk, dv, dout};
+  const titans__attn_saved fw = {q, k, v, out, lse};
+  const titans__attn_shape sh = {qpos, kpos, Tq, P, Tk, H, d_a, window};
+  return titans__attention_backward_mode(&g, &fw, &sh, TITANS__ATTN_BWD_AUTO);
 }
 
 /* ---- KV cache --------------------------------------------------------------------------------- */
@@ -7703,7 +7907,10 @@ static size_t titans__model_walk(const titans_config *c, titans_weights *w, floa
   const titans__init_rule keep = {TITANS__INIT_CONST, titans__logit(0.9f)};
   const titans__init_rule head = {c->tied ? TITANS__INIT_NORMAL : TITANS__INIT_EARLIER, 0.02f};
 #define TITANS__PARAM(ptr, name, kind, nd, a, b_, rule)                                                  \
-  o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, a, b_, 0);                  \
+  {                                                                                                    \
+    const size_t shape_[3] = {a, b_, 0};                                                               \
+    o = titans__param_push(list, max, &count, offset, prefix, name, kind, nd, shape_);                 \
+  }                                                                                                    \
   if (exact) *exact += (double)(a) * (nd == 2 ? (double)(b_) : 1.0);                                  \
   if (w && slab) (ptr) = slab + o;                                                                      \
   if (init) titans__param_fill(init, (ptr), (nd) == 2 ? (a) : 1, (nd) == 2 ? (b_) : (a), rule);
@@ -8069,7 +8276,8 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
       TITANS__TRY(titans_kv_cache_attend(cache, att, NULL, q, qp[0]));
       continue;
     }
-    TITANS__TRY(titans__attention_forward_ws(att, sv->lse + b * Tq * H, q, k, v, qp, kp, Tq, P, Tk, H, da, window, kt));
+    const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
+    TITANS__TRY(titans__attention_forward_ws(att, sv->lse + b * Tq * H, q, k, v, &sh, kt));
   }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
   return TITANS_OK;
@@ -8093,10 +8301,11 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
   titans_gemm(0, 0, B * Tq, d, d, 1.0f, dout, d, L->attn_wo, d, 0.0f, datt, d);
   for (size_t b = 0; b < B; b++) {
     const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] */
-    int rc = titans__attention_backward_ws(dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d,
-                                           sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d,
-                                           sv->att + b * Tq * d, sv->lse + b * Tq * H, qp, kp, Tq, P, Tk, H, da, window,
-                                           TITANS__ATTN_BWD_AUTO, kvt);
+    const titans__attn_grads g = {dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d};
+    const titans__attn_saved fw = {sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
+                                   sv->lse + b * Tq * H};
+    const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
+    int rc = titans__attention_backward_ws(&g, &fw, &sh, TITANS__ATTN_BWD_AUTO, kvt);
     if (rc) return rc;
     titans_rope_backward(dq + b * Tq * d, qp, Tq, H, da);
     titans_rope_backward(dk + (b * S + P) * d, kp, Tk, H, da);
@@ -8116,6 +8325,7 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
 typedef struct titans__gate_save {
   float *yn, *sg;        /* [rows, d] RMSNorm(y), sigmoid(RMSNorm(m)) */
   float *rstd_y, *rstd_m; /* [rows] */
+  const float *y, *m;     /* [rows, d] the inputs, which the backward reads (training: titans__gate_forward) */
 } titans__gate_save;
 
 /* out [rows, d] = Gate(y, m), keeping what the backward needs in sv's buffers (given). A session runs it
@@ -8135,14 +8345,17 @@ static int titans__gate_forward(titans__arena *ar, titans__gate_save *sv, float 
   sv->rstd_y = titans__arena_alloc(ar, rows);
   sv->rstd_m = titans__arena_alloc(ar, rows);
   if (!sv->yn || !sv->sg || !sv->rstd_y || !sv->rstd_m) return TITANS_ERR_NOMEM;
+  sv->y = y;
+  sv->m = m;
   titans__gate_rows(sv, out, y, m, norm_y, norm_m, rows, d);
   return TITANS_OK;
 }
 
-/* accumulates dy, dm [rows, d] and the gains' gradients */
-static int titans__gate_backward(titans__arena *ar, const titans__gate_save *sv, float *dy, float *dm, float *dnorm_y,
-                                 float *dnorm_m, const float *dout, const float *y, const float *m, const float *norm_y,
-                                 const float *norm_m, size_t rows, size_t d) {
+/* Backward of titans__gate_forward (which filled sv) with L's gains: from dout [rows, d] accumulates dy,
+   dm [rows, d] and the gains' gradients in G. */
+static int titans__gate_backward(titans__arena *ar, const titans__gate_save *sv, float *dy, float *dm,
+                                 const float *dout, const titans_layer *L, const titans_layer *G, size_t rows,
+                                 size_t d) {
   float *dyn = titans__arena_alloc(ar, rows * d), *dmn = titans__arena_alloc(ar, rows * d);
   if (!dyn || !dmn) return TITANS_ERR_NOMEM;
   for (size_t j = 0; j < rows * d; j++) {
@@ -8150,8 +8363,8 @@ static int titans__gate_backward(titans__arena *ar, const titans__gate_save *sv,
     dyn[j] = dout[j] * s;
     dmn[j] = dout[j] * sv->yn[j] * s * (1.0f - s);
   }
-  titans_rmsnorm_backward(dy, dnorm_y, dyn, y, norm_y, sv->rstd_y, rows, d);
-  titans_rmsnorm_backward(dm, dnorm_m, dmn, m, norm_m, sv->rstd_m, rows, d);
+  titans_rmsnorm_backward(dy, G->gate_norm_y, dyn, sv->y, L->gate_norm_y, sv->rstd_y, rows, d);
+  titans_rmsnorm_backward(dm, G->gate_norm_m, dmn, sv->m, L->gate_norm_m, sv->rstd_m, rows, d);
   return TITANS_OK;
 }
 
@@ -8668,8 +8881,7 @@ static int titans__mac_backward_rows(const titans_config *c, const titans_layer 
     float *dsrc = titans__arena_zalloc(ar, B * S * d), *dhm = titans__arena_zalloc(ar, B * n * d);
     TITANS__NEED(dout && dy && dmm && dxs && dsrc && dhm);
     titans__rows_slice(dout, dmix, B, T, sg->t0, n, d, 0);
-    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, G->gate_norm_y, G->gate_norm_m, dout, sg->y, sg->mm,
-                                      L->gate_norm_y, L->gate_norm_m, B * n, d));
+    TITANS__TRY(titans__gate_backward(ar, &sg->gate, dy, dmm, dout, L, G, B * n, d));
     /* the update of segment s feeds every later segment through the state it leaves */
     if (dnext_state) {
       memcpy(cu->dstate_final, dnext_state, dstate * sizeof(float));
@@ -8856,8 +9068,7 @@ static int titans__mag_stream_backward(const titans_config *c, const titans_laye
   float *dy = titans__arena_zalloc(ar, B * T * d), *dm = titans__arena_zalloc(ar, B * T * d);
   float *dmi = titans__arena_zalloc(ar, B * (Pm + T) * d), *dmo = titans__arena_zalloc(ar, B * (Pm + T) * d);
   TITANS__NEED(dy && dm && dmi && dmo);
-  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
-                                    L->gate_norm_y, L->gate_norm_m, B * T, d));
+  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, dmix, L, G, B * T, d));
   TITANS__TRY(titans__swa_stream_backward(c, L, G, lf, ar, dxn, dy, B, T));
   for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (Pm + T) + Pm) * d, dm + b * T * d, T * d * sizeof(float));
   TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
@@ -8895,8 +9106,7 @@ static int titans__mag_backward(const titans_config *c, const titans_layer *L, c
         *dmo = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
   TITANS__NEED(dy && dm && dsrc && dmo);
   /* mix = Gate(y, m) */
-  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, G->gate_norm_y, G->gate_norm_m, dmix, lf->y, lf->m,
-                                    L->gate_norm_y, L->gate_norm_m, B * T, d));
+  TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, dmix, L, G, B * T, d));
   /* y = SWA(xn; src) */
   TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
                                         titans__window(c)));
@@ -9065,18 +9275,32 @@ static void titans__lm2_update(const titans_lm2_weights *W, float *bank_out, flo
   for (size_t j = 0; j < Ns * d; j++) bank_out[j] = gi[j] * tu[j] + gf[j] * bank_in[j];
 }
 
+/* One segment's write for one batch row in training: the segment's write keys and values and the
+   products the write keeps for its backward. The forward fills them and the backward reads them, so
+   they travel as one (titans__lm2_write_at finds a write's in titans__lm2_save). */
+typedef struct titans__lm2_write_view {
+  float *qu;            /* [N_s, d] bank_in uq^T */
+  float *aw;            /* [N_s, n] softmax(qu ku^T / sqrt(d)) over the segment's tokens */
+  float *u;             /* [N_s, d] aw vu */
+  float *gi, *tu, *gf;  /* [N_s, d] sigma(u w_in^T), tanh(u), sigma(u w_f^T + b_f) */
+  const float *ku, *vu; /* [n, d] E uk^T, E uv^T of the segment's tokens (given) */
+  size_t n, Ns, d;      /* the segment's tokens, slots, width */
+} titans__lm2_write_view;
+
 /* One segment's write for one batch row in training: qu [N_s, d] = bank_in uq^T, aw [N_s, n] =
    softmax(qu ku^T / sqrt(d)) over the segment's n tokens (ku, vu [n, d] = E uk^T, E uv^T given),
-   u [N_s, d] = aw vu, then the gated update. (A session accumulates the same softmax token by token:
-   titans__lm2_step.) */
-static void titans__lm2_write(const titans_lm2_weights *W, float *bank_out, float *qu, float *aw, float *u, float *gi,
-                              float *tu, float *gf, const float *bank_in, const float *ku, const float *vu, size_t n,
-                              size_t Ns, size_t d) {
+   u [N_s, d] = aw vu, then the gated update, into bank_out [N_s, d] and v's products. (A session
+   accumulates the same softmax token by token: titans__lm2_step.) */
+static void titans__lm2_write(const titans_lm2_weights *W, float *bank_out, const float *bank_in,
+                              const titans__lm2_write_view *v) {
+  float *qu = v->qu, *aw = v->aw, *u = v->u;
+  const float *ku = v->ku, *vu = v->vu;
+  size_t n = v->n, Ns = v->Ns, d = v->d;
   titans__linear(qu, bank_in, W->uq, Ns, d, d);
   titans_gemm(0, 1, Ns, n, d, 1.0f / sqrtf((float)d), qu, d, ku, d, 0.0f, aw, n);
   titans_softmax_forward(aw, aw, Ns, n); /* each slot attends over the segment's tokens */
   titans_gemm(0, 0, Ns, d, n, 1.0f, aw, n, vu, d, 0.0f, u, d);
-  titans__lm2_update(W, bank_out, gi, tu, gf, u, bank_in, Ns, d);
+  titans__lm2_update(W, bank_out, v->gi, v->tu, v->gf, u, bank_in, Ns, d);
 }
 
 /* Training's read task i (titans__lm2_forward, _backward): segment s = i / B of batch row b = i % B, with
@@ -9090,6 +9314,16 @@ static titans__lm2_read_task titans__lm2_read_task_of(size_t i, size_t B, size_t
   size_t s = i / B, b = i % B;
   titans__lm2_read_task k = {s + 1 < S ? C : T - s * C, (s * B + b) * Ns * d, b * T + s * C};
   return k;
+}
+
+/* The write of segment s for batch row b (of B rows of T tokens, segments of C tokens) in sv: its bank
+   before is sv->bank + o, after sv->bank + o + B N_s d, o = (s B + b) N_s d. */
+static titans__lm2_write_view titans__lm2_write_at(const titans__lm2_save *sv, size_t s, size_t b, size_t B, size_t T,
+                                                   size_t C, size_t Ns, size_t d) {
+  size_t o = (s * B + b) * Ns * d, r = (b * T + s * C) * d; /* row b's bank; its segment's first row */
+  titans__lm2_write_view v = {sv->qu + o, sv->aw + (s * B + b) * Ns * C, sv->u + o, sv->gi + o, sv->tu + o,
+                              sv->gf + o, sv->ku + r, sv->vu + r, C, Ns, d};
+  return v;
 }
 
 static int titans__lm2_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
@@ -9133,10 +9367,9 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
 #endif
   for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++)
     for (size_t s = 0; s < NW; s++) {
-      size_t o = s * slab + (size_t)b * Ns * d,
-             r = ((size_t)b * T + s * C) * d; /* row b's bank; its segment's first row */
-      titans__lm2_write(W, sv->bank + o + slab, sv->qu + o, sv->aw + (s * B + (size_t)b) * Ns * C, sv->u + o,
-                        sv->gi + o, sv->tu + o, sv->gf + o, sv->bank + o, sv->ku + r, sv->vu + r, C, Ns, d);
+      size_t o = s * slab + (size_t)b * Ns * d; /* row b's bank */
+      titans__lm2_write_view v = titans__lm2_write_at(sv, s, (size_t)b, B, T, C, Ns, d);
+      titans__lm2_write(W, sv->bank + o + slab, sv->bank + o, &v);
     }
   /* the read keys and values of every segment's starting bank (banks 0..S-1 are contiguous), in one product */
   titans__lm2_bank_kv(W, sv->kb, sv->vb, sv->bank, S * B * Ns, d);
@@ -9153,10 +9386,20 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
   return TITANS_OK;
 }
 
-/* Backward of one segment's read (one batch row): from demem [n, d] accumulates dq [n, d], and writes
-   dkb, dvb [N_s, d] (the gradients of the bank's read keys and values). da [n, N_s] is scratch. */
-static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *da, const float *demem, const float *a,
-                                      const float *q, const float *kb, const float *vb, size_t n, size_t Ns, size_t d) {
+/* One segment's read for one batch row, as training keeps it for the backward. */
+typedef struct titans__lm2_read_view {
+  const float *a;       /* [n, N_s] the attention over the slots */
+  const float *q;       /* [n, d] the read queries E wq^T */
+  const float *kb, *vb; /* [N_s, d] the bank's read keys and values */
+  size_t n, Ns, d;      /* the segment's tokens, slots, width */
+} titans__lm2_read_view;
+
+/* Backward of one segment's read r (one batch row): from demem [n, d] accumulates dq [n, d], and writes
+   dkb, dvb [N_s, d] (the gradients of the bank's read keys and values). da [2 n N_s] is scratch. */
+static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *da, const float *demem,
+                                      const titans__lm2_read_view *r) {
+  const float *a = r->a, *q = r->q, *kb = r->kb, *vb = r->vb;
+  size_t n = r->n, Ns = r->Ns, d = r->d;
   float scale = 1.0f / sqrtf((float)d);
   float *ds = da + n * Ns; /* [n, N_s] the scores' gradient */
   titans_gemm(0, 1, n, Ns, d, 1.0f, demem, d, vb, d, 0.0f, da, Ns); /* emem = a vb */
@@ -9167,16 +9410,23 @@ static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *
   titans_gemm(1, 0, Ns, d, n, scale, ds, Ns, q, d, 0.0f, dkb, d);
 }
 
-/* Backward of one segment's write (one batch row): from carry [N_s, d] = dL/d bank_out, accumulates
+/* The gradients of one segment's write (one batch row), as titans__lm2_write_backward forms them. */
+typedef struct titans__lm2_write_grad {
+  float *dbank;           /* [N_s, d] dL/d bank_in, added into */
+  float *dku, *dvu;       /* [n, d] added into */
+  float *dzi, *dzf, *dqu; /* [N_s, d] written */
+} titans__lm2_write_grad;
+
+/* Backward of one segment's write v (one batch row): from carry [N_s, d] = dL/d bank_out, accumulates
    dbank [N_s, d] (dL/d bank_in), dku, dvu [n, d], and writes dzi, dzf, dqu [N_s, d]: the gradients of
    the write's three products by weights, zi = u w_in^T, zf = u w_f^T + b_f, qu = bank_in uq^T. Those
    weights' gradients are sums over every segment and row, which titans__lm2_backward forms in one product
    each once the chains are done. scratch: N_s d + 2 N_s n floats. */
-static void titans__lm2_write_backward(const titans_lm2_weights *W, float *dbank, float *dku, float *dvu, float *dzi,
-                                       float *dzf, float *dqu, float *scratch, const float *carry, const float *bank_in,
-                                       const float *qu, const float *aw, const float *gi, const float *tu,
-                                       const float *gf, const float *ku, const float *vu, size_t n, size_t Ns,
-                                       size_t d) {
+static void titans__lm2_write_backward(const titans_lm2_weights *W, const titans__lm2_write_grad *g, float *scratch,
+                                       const float *carry, const float *bank_in, const titans__lm2_write_view *v) {
+  float *dbank = g->dbank, *dku = g->dku, *dvu = g->dvu, *dzi = g->dzi, *dzf = g->dzf, *dqu = g->dqu;
+  const float *qu = v->qu, *aw = v->aw, *gi = v->gi, *tu = v->tu, *gf = v->gf, *ku = v->ku, *vu = v->vu;
+  size_t n = v->n, Ns = v->Ns, d = v->d;
   float scale = 1.0f / sqrtf((float)d);
   float *du = scratch;                          /* [N_s, d] */
   float *daw = du + Ns * d, *ds = daw + Ns * n; /* [N_s, n] each */
@@ -9240,9 +9490,9 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
 #endif
   for (ptrdiff_t i = 0; i < (ptrdiff_t)(S * B); i++) {
     titans__lm2_read_task k = titans__lm2_read_task_of((size_t)i, B, T, C, S, Ns, d);
+    const titans__lm2_read_view r = {sv->a + k.t * Ns, sv->q + k.t * d, sv->kb + k.o, sv->vb + k.o, k.n, Ns, d};
     titans__lm2_read_backward(dq + k.t * d, dkb + k.o, dvb + k.o, read_scratch + (size_t)i * read_work,
-                              demem + k.t * d, sv->a + k.t * Ns, sv->q + k.t * d, sv->kb + k.o, sv->vb + k.o, k.n,
-                              Ns, d);
+                              demem + k.t * d, &r);
   }
   titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dkb, d, sv->bank, d, 1.0f, GW->wk, d);
   titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dvb, d, sv->bank, d, 1.0f, GW->wv, d);
@@ -9257,10 +9507,9 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   for (ptrdiff_t b = 0; b < (ptrdiff_t)B; b++)
     for (size_t s = NB; s-- > 0;) {
       size_t o = s * slab + (size_t)b * Ns * d, r = ((size_t)b * T + s * C) * d;
-      titans__lm2_write_backward(W, dbank + o, dku + r, dvu + r, dzi + o, dzf + o, dqu + o,
-                                 write_scratch + (size_t)b * write_work, dbank + o + slab, sv->bank + o, sv->qu + o,
-                                 sv->aw + (s * B + (size_t)b) * Ns * C, sv->gi + o, sv->tu + o, sv->gf + o, sv->ku + r,
-                                 sv->vu + r, C, Ns, d);
+      const titans__lm2_write_grad g = {dbank + o, dku + r, dvu + r, dzi + o, dzf + o, dqu + o};
+      const titans__lm2_write_view v = titans__lm2_write_at(sv, s, (size_t)b, B, T, C, Ns, d);
+      titans__lm2_write_backward(W, &g, write_scratch + (size_t)b * write_work, dbank + o + slab, sv->bank + o, &v);
     }
   /* the write weights' gradients over every back-propagated write at once: zi = u w_in^T, zf = u w_f^T + b_f,
      qu = bank_in uq^T (u, bank_in: the first NB writes' rows, contiguous) */

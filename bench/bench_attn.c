@@ -162,8 +162,10 @@ static void tile_ceiling(attn_problem *p, int reps, double *gf5, double *frac5) 
   titans__attn_panel_pack(kvt, p->k, TQ, ld);
   titans__attn_panel_pack(kvt + nf, p->v, TQ, ld);
   titans__attn_bwd c;
-  titans__attn_bwd_init(&c, grads, grads + TQ * ld, grads + 2 * TQ * ld, p->dout, p->q, p->k, out, lse, p->pos, p->pos,
-                        TQ, 0, TQ, p->H, p->d_a, ld, 0);
+  const titans__attn_grads gr = {grads, grads + TQ * ld, grads + 2 * TQ * ld, p->dout};
+  const titans__attn_saved fw = {p->q, p->k, p->v, out, lse};
+  const titans__attn_shape sh = {p->pos, p->pos, TQ, 0, TQ, p->H, p->d_a, 0};
+  titans__attn_bwd_init(&c, &gr, &fw, &sh, ld);
   c.kt = kvt, c.vt = kvt + nf;
   titans__attn_qtile qt;
   qt.n = 0;

@@ -183,8 +183,10 @@ static int fwd(const prob *p, float *out, float *lse) {
 
 static int bwd(const prob *p, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                int mode) {
-  return titans__attention_backward_mode(dq, dk, dv, dout, p->q, p->k, p->v, out, lse, p->qpos, p->kpos, p->Tq, p->P,
-                                         p->Tk, p->H, p->d, p->window, mode);
+  const titans__attn_grads g = {dq, dk, dv, dout};
+  const titans__attn_saved fw = {p->q, p->k, p->v, out, lse};
+  const titans__attn_shape sh = {p->qpos, p->kpos, p->Tq, p->P, p->Tk, p->H, p->d, p->window};
+  return titans__attention_backward_mode(&g, &fw, &sh, mode);
 }
 
 /* ---- forward and backward against the double references --------------------------------------- */
