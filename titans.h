@@ -1160,6 +1160,50 @@ TITANSDEF int titans_session_state_prepare(titans_session *s, long long position
    prepared position) and makes the session usable. */
 TITANSDEF int titans_session_state_loaded(titans_session *s);
 
+/* ---- session batches: many streams at once ----
+   n independent sessions (streams) of one model, fed one token each per call: every stream has its own
+   memory, position, caches and error, and the products with the shared weights (FFN, output head, the
+   attention's projections for ATTN and SWA) run over the n rows at once instead of n times one row.
+   Each stream is an ordinary titans_session (b->streams[i], or titans_session_batch_stream): fork it,
+   save or load it, read its state with the titans_session_* functions, or copy a session in and out
+   (titans_session_batch_get / _put). Every block kind works; a stream's logits equal those of a
+   titans_session fed the same tokens within float rounding (the products' sums run in another order).
+   Errors (b->error says which stream and why):
+   - titans_session_batch_init: TITANS_ERR_ARG (n_streams 0, NULL), TITANS_ERR_NOMEM.
+   - titans_session_batch_feed: TITANS_ERR_ARG (tokens NULL, or a token outside the vocabulary that is
+     not TITANS_SESSION_BATCH_IDLE) and TITANS_ERR_STATE (a stream fed is broken or at the position
+     limit): nothing was changed. TITANS_ERR_NOMEM, TITANS_ERR_NONFINITE: as titans_session_feed, for the
+     streams they hit (those are broken, their logits rows left as they were); the other streams took
+     their token. A broken stream is fed again after titans_session_batch_reset, _put, or
+     titans_session_load into titans_session_batch_stream; until then feed it TITANS_SESSION_BATCH_IDLE. */
+#define TITANS_SESSION_BATCH_IDLE (-1) /* a token that leaves its stream as it is in this call */
+
+typedef struct titans_session_batch {
+  const titans_model *model;
+  size_t n;                  /* streams */
+  titans_session *streams;   /* [n] the streams */
+  float *work;               /* [work_size] one token's rows of every stream (private layout) */
+  size_t work_size;
+  unsigned char *index;      /* the streams, positions and caches of a call (private layout) */
+  char error[TITANS_ERR_MSG_SIZE];
+} titans_session_batch;
+
+/* n_streams sessions of m, each at position 0. */
+TITANSDEF int titans_session_batch_init(titans_session_batch *b, const titans_model *m, size_t n_streams);
+TITANSDEF void titans_session_batch_free(titans_session_batch *b);
+/* One token per stream: tokens [n] (TITANS_SESSION_BATCH_IDLE: that stream sits this call out); logits
+   [n, V] (may be NULL) receives each fed stream's logits after its token in its row. */
+TITANSDEF int titans_session_batch_feed(titans_session_batch *b, const int *tokens, float *logits);
+/* Stream i as an ordinary session (borrowed: valid until titans_session_batch_free); NULL if i >= n. */
+TITANSDEF titans_session *titans_session_batch_stream(titans_session_batch *b, size_t i);
+/* dst (a session of the same model) becomes a copy of stream i / stream i becomes a copy of src: a fork
+   out of the batch, or a session (a fork, a loaded state) into it. As titans_session_copy; TITANS_ERR_ARG
+   for i >= n. */
+TITANSDEF int titans_session_batch_get(titans_session_batch *b, size_t i, titans_session *dst);
+TITANSDEF int titans_session_batch_put(titans_session_batch *b, size_t i, const titans_session *src);
+/* Stream i back to position 0 (titans_session_reset). */
+TITANSDEF int titans_session_batch_reset(titans_session_batch *b, size_t i);
+
 /* ---- sampling --------------------------------------------------------------------------------- */
 /* A token from logits [V]: temperature <= 0 is greedy (argmax, the first on ties); otherwise
    softmax(logits / T), then keep the top_k most likely (0 = all), then the smallest set whose
@@ -7710,6 +7754,7 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
 struct titans__arena;
 struct titans__layer_fwd;
 struct titans__step_work;
+struct titans__rows_work;
 
 /* Which keys a kind's attention sees; it also fixes the size of its KV cache in a session. */
 enum {
@@ -7730,6 +7775,10 @@ typedef int titans__backward_fn(const titans_config *c, const titans_layer *L, c
 /* The mixer of one token at position p of a session: mix [d] from xn [d] (scratch in w). */
 typedef int titans__step_fn(titans_session *s, int l, float *mix, const float *xn, long long p,
                             struct titans__step_work *w);
+/* The mixer of one token in each of n streams of a session batch, with the shared weights' products over
+   the n rows: w->mix [n, d] from w->xn [n, d] for the sessions w->s [n]. A kind without it runs its step
+   on each stream in turn. */
+typedef int titans__step_rows_fn(struct titans__rows_work *w, size_t n, int l);
 /* Streams: windows must be multiples of this; 0 (or no function): the kind cannot stream with c. */
 typedef size_t titans__stream_unit_fn(const titans_config *c);
 
@@ -7745,6 +7794,7 @@ typedef struct titans__kind {
   titans__backward_fn *backward;
   titans__step_fn *step;
   titans__stream_unit_fn *stream_unit;
+  titans__step_rows_fn *step_rows; /* NULL: a session batch runs step stream by stream */
 } titans__kind;
 
 /* ATTN and SWA share the baseline's code: ATTN is SWA with an unbounded window. */
@@ -7754,6 +7804,7 @@ static titans__backward_fn titans__baseline_backward, titans__mac_backward, tita
     titans__lmm_backward, titans__lm2_backward;
 static titans__step_fn titans__baseline_step, titans__mac_step, titans__mag_step, titans__mal_step, titans__lmm_step,
     titans__lm2_step;
+static titans__step_rows_fn titans__baseline_step_rows;
 static titans__stream_unit_fn titans__swa_stream_unit, titans__mac_stream_unit, titans__mag_stream_unit,
     titans__lmm_stream_unit, titans__lm2_stream_unit;
 
@@ -7761,24 +7812,24 @@ static titans__stream_unit_fn titans__swa_stream_unit, titans__mac_stream_unit, 
 static const titans__kind titans__kinds[TITANS_BLOCK_COUNT] = {
   /* name  keys                  mem gate reads_persist prefix_from_mem bank */
   {"attn", TITANS__KEYS_ALL,     0,  0,   0,            0,              0, titans__baseline_forward,
-   titans__baseline_backward, titans__baseline_step, NULL},
+   titans__baseline_backward, titans__baseline_step, NULL, titans__baseline_step_rows},
   {"swa",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              0, titans__baseline_forward,
-   titans__baseline_backward, titans__baseline_step, titans__swa_stream_unit},
+   titans__baseline_backward, titans__baseline_step, titans__swa_stream_unit, titans__baseline_step_rows},
   {"mac",  TITANS__KEYS_SEGMENT, 1,  1,   0,            0,              0, titans__mac_forward, titans__mac_backward,
-   titans__mac_step, titans__mac_stream_unit},
+   titans__mac_step, titans__mac_stream_unit, NULL},
   {"mag",  TITANS__KEYS_WINDOW,  1,  1,   1,            0,              0, titans__mag_forward, titans__mag_backward,
-   titans__mag_step, titans__mag_stream_unit},
+   titans__mag_step, titans__mag_stream_unit, NULL},
   {"mal",  TITANS__KEYS_WINDOW,  1,  0,   1,            1,              0, titans__mal_forward, titans__mal_backward,
-   titans__mal_step, NULL},
+   titans__mal_step, NULL, NULL},
   {"lmm",  TITANS__KEYS_NONE,    1,  0,   0,            0,              0, titans__lmm_forward, titans__lmm_backward,
-   titans__lmm_step, titans__lmm_stream_unit},
+   titans__lmm_step, titans__lmm_stream_unit, NULL},
   {"lm2",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              1, titans__lm2_forward, titans__lm2_backward,
-   titans__lm2_step, titans__lm2_stream_unit},
+   titans__lm2_step, titans__lm2_stream_unit, NULL},
 };
 
 /* The row of a kind; an all-zero row (no sublayer, no function) for a number outside the enum. */
 static const titans__kind *titans__kind_of(int kind) {
-  static const titans__kind none = {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL};
+  static const titans__kind none = {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL};
   return kind >= 0 && kind < TITANS_BLOCK_COUNT ? &titans__kinds[kind] : &none;
 }
 
@@ -8243,12 +8294,13 @@ typedef struct titans__attn_save {
    (no RoPE) then the positioned rows; row b's queries at qpos + b * pos_stride [Tq] and keys at
    kpos + b * pos_stride [Tk] (pos_stride 0: every row has the same positions).
    Training passes the arena, which gives sv its buffers, and attends over src. A session's token is the
-   same call with B = Tq = 1, P = 0, sv's buffers its own (ar NULL) and its KV cache: the Tk new key and
-   value rows join the cache (which holds the prefix and the earlier rows) and the query attends over it. */
+   same call with Tq = 1, P = 0, sv's buffers its own (ar NULL) and its KV cache: the Tk new key and
+   value rows join the cache (which holds the prefix and the earlier rows) and the query attends over it.
+   B is 1 for a session, the number of streams for a session batch (caches [B]: row b's cache). */
 static int titans__attn_sub_forward(const titans_config *c, const titans_layer *L, titans__arena *ar,
                                     titans__attn_save *sv, float *out, const float *xq, const float *src,
                                     const int64_t *qpos, const int64_t *kpos, size_t pos_stride, size_t B, size_t Tq,
-                                    size_t P, size_t Tk, int64_t window, titans_kv_cache *cache) {
+                                    size_t P, size_t Tk, int64_t window, titans_kv_cache *const *caches) {
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
   if (ar) {
     sv->q = titans__arena_alloc(ar, B * Tq * d);
@@ -8259,7 +8311,7 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
     if (!sv->q || !sv->k || !sv->v || !sv->att || !sv->lse) return TITANS_ERR_NOMEM;
   }
   float *kt = NULL; /* [panels of S rows] the keys of one row in panels, for the kernel */
-  if (ar && !cache && S > 0) {
+  if (ar && !caches && S > 0) {
     size_t nf = titans__attn_panel_floats(S, d);
     if (nf == 0 || !(kt = titans__arena_alloc(ar, nf))) return TITANS_ERR_NOMEM;
   }
@@ -8271,9 +8323,9 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
     float *q = sv->q + b * Tq * d, *k = sv->k + b * S * d, *v = sv->v + b * S * d, *att = sv->att + b * Tq * d;
     titans_rope_forward(q, qp, Tq, H, da);
     titans_rope_forward(k + P * d, kp, Tk, H, da);
-    if (cache) {
-      TITANS__TRY(titans_kv_cache_append(cache, k, v, kp, Tk));
-      TITANS__TRY(titans_kv_cache_attend(cache, att, NULL, q, qp[0]));
+    if (caches) {
+      TITANS__TRY(titans_kv_cache_append(caches[b], k, v, kp, Tk));
+      TITANS__TRY(titans_kv_cache_attend(caches[b], att, NULL, q, qp[0]));
       continue;
     }
     const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
@@ -8688,24 +8740,94 @@ static size_t titans__step_work_carve(titans__step_work *w, float *base, const t
   return used;
 }
 
+/* One token of each of n streams in a session batch: named slices of b->work (titans__rows_work_carve) and
+   of b->index (the streams of the call in row order, their caches and positions). */
+typedef struct titans__rows_work {
+  float *x, *xn, *mix, *h; /* [n, d] the residual stream, the norms' outputs, the mixer's output, x + mix */
+  float *rstd;             /* [n] */
+  titans__ffn_save ffn;    /* u1, u3, act [n, d_ff] */
+  float *q, *att;          /* [n, d] the attention's queries and outputs */
+  float *k, *v;            /* [n, 2, d] the key and value rows appended to the caches */
+  float *xf;               /* [n, d] RMSNorm(x; norm_f) */
+  float *logits;           /* [n, V] */
+  titans_session **s;      /* [n] the streams fed in this call, row r's at s[r] */
+  size_t *slot;            /* [n] row r's stream number (its row in the caller's tokens and logits) */
+  titans_kv_cache **kv;    /* [n] one layer's caches of the rows (titans__session_attend_rows) */
+  int64_t *pos;            /* [n, 2] query and key positions */
+  int64_t *qk;             /* [2, n, 2] the positions as titans__attn_sub_forward reads them */
+} titans__rows_work;
+
+/* Carves the floats of w for n rows out of base (NULL: only counts); returns the floats. */
+static size_t titans__rows_work_carve(titans__rows_work *w, float *base, const titans_config *c, size_t n) {
+  size_t used = 0, d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  float **rows_d[] = {&w->x, &w->xn, &w->mix, &w->h, &w->q, &w->att, &w->xf};
+  for (size_t i = 0; i < sizeof rows_d / sizeof *rows_d; i++) *rows_d[i] = titans__take(base, &used, n * d);
+  w->rstd = titans__take(base, &used, n);
+  w->ffn.u1 = titans__take(base, &used, n * ff);
+  w->ffn.u3 = titans__take(base, &used, n * ff);
+  w->ffn.act = titans__take(base, &used, n * ff);
+  w->k = titans__take(base, &used, 2 * n * d);
+  w->v = titans__take(base, &used, 2 * n * d);
+  w->logits = titans__take(base, &used, n * (size_t)c->vocab);
+  return used;
+}
+
+/* Carves the index part of w (n rows) out of base (NULL: only counts); returns its bytes. */
+static size_t titans__rows_index_carve(titans__rows_work *w, unsigned char *base, size_t n) {
+  size_t used = 0; /* the int64 first, then pointers, then size_t: each part stays aligned */
+  w->pos = (int64_t *)(base ? base + used : NULL);
+  used += 6 * n * sizeof(int64_t);
+  w->qk = base ? w->pos + 2 * n : NULL;
+  w->s = (titans_session **)(base ? base + used : NULL);
+  used += n * sizeof(titans_session *);
+  w->kv = (titans_kv_cache **)(base ? base + used : NULL);
+  used += n * sizeof(titans_kv_cache *);
+  w->slot = (size_t *)(base ? base + used : NULL);
+  used += n * sizeof(size_t);
+  return used;
+}
+
 /* y [n, d_out] = x [n, d_in] W^T for W [d_out, d_in] */
 static void titans__linear(float *y, const float *x, const float *W, size_t n, size_t d_out, size_t d_in) {
   titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
 }
 
-/* A session's attention for one token: titans__attn_sub_forward at T = 1 on the layer's KV cache, the k_src
-   rows [nk, d] becoming keys and values at position kp, the query xq [d] at position qp; out [d]. */
-static int titans__session_attend(const titans_config *c, const titans_layer *L, struct titans__session_layer *sl,
-                                  float *out, const float *xq, const float *k_src, size_t nk, int64_t qp, int64_t kp,
-                                  titans__step_work *w) {
-  int64_t kpos[2] = {kp, kp};
-  titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
-  TITANS__TRY(titans__attn_sub_forward(c, L, NULL, &sv, out, xq, k_src, &qp, kpos, 0, 1, 1, 0, nk, 0, &sl->kv));
+/* The attention of one token in each of n sessions (streams) of one model: titans__attn_sub_forward at
+   Tq = 1 on each stream's KV cache of layer l. Row b: the k_src rows [nk, d] (nk <= 2) become keys and
+   values at position pos[b * 2 + 1], the query xq [d] sits at pos[b * 2]; out [n, d]. The projections
+   are products of [n, d] rows with the weights; sv holds q, att [n, d] and k, v [n nk, d] (given). */
+static int titans__session_attend_rows(const titans_config *c, const titans_layer *L, titans_session *const *s,
+                                       size_t n, int l, float *out, const float *xq, const float *k_src, size_t nk,
+                                       const int64_t *pos, titans__attn_save *sv, titans_kv_cache **kv,
+                                       int64_t *qk) {
+  /* kv [n]: the streams' caches; qk [n, 2 nk]: the query positions (nk per row, the first used), then the
+     key positions, so that one stride (nk) walks both */
+  for (size_t b = 0; b < n; b++) {
+    kv[b] = &s[b]->layers[l].kv;
+    for (size_t j = 0; j < nk; j++) {
+      qk[b * nk + j] = pos[b * 2];
+      qk[(n + b) * nk + j] = pos[b * 2 + 1];
+    }
+  }
+  TITANS__TRY(titans__attn_sub_forward(c, L, NULL, sv, out, xq, k_src, qk, qk + n * nk, nk, n, 1, 0, nk, 0, kv));
   /* the rows are checked as they enter (cheap), not the whole cache after every feed (a 4K-row ATTN
      cache is as many floats as the attention itself reads) */
   size_t d = (size_t)c->d;
-  if (!titans__all_finite(w->k, nk * d) || !titans__all_finite(w->v, nk * d)) sl->kv_nonfinite = 1;
+  for (size_t b = 0; b < n; b++)
+    if (!titans__all_finite(sv->k + b * nk * d, nk * d) || !titans__all_finite(sv->v + b * nk * d, nk * d))
+      s[b]->layers[l].kv_nonfinite = 1;
   return TITANS_OK;
+}
+
+/* A session's attention for one token: titans__session_attend_rows with one stream, the k_src rows [nk, d]
+   becoming keys and values at position kp, the query xq [d] at position qp; out [d]. */
+static int titans__session_attend(titans_session *s, int l, float *out, const float *xq, const float *k_src, size_t nk,
+                                  int64_t qp, int64_t kp, titans__step_work *w) {
+  int64_t pos[2] = {qp, kp}, qk[4]; /* [1, 2]; [2, nk] */
+  titans_kv_cache *kv[1];
+  titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
+  return titans__session_attend_rows(&s->model->cfg, &s->model->w.layers[l], &s, 1, l, out, xq, k_src, nk, pos, &sv,
+                                     kv, qk);
 }
 
 /* The training gate on one row: out [d] = RMSNorm(y) * sigmoid(RMSNorm(m)). */
@@ -8790,7 +8912,16 @@ static int titans__baseline_backward(const titans_config *c, const titans_layer 
 /* One token: its key and value join the cache (which holds the persistent rows as its prefix). */
 static int titans__baseline_step(titans_session *s, int l, float *mix, const float *xn, long long p,
                                  titans__step_work *w) {
-  return titans__session_attend(&s->model->cfg, &s->model->w.layers[l], &s->layers[l], mix, xn, xn, 1, p, p, w);
+  return titans__session_attend(s, l, mix, xn, xn, 1, p, p, w);
+}
+
+/* One token in each of n streams: the projections are [n, d] products (titans__session_attend_rows). */
+static int titans__baseline_step_rows(titans__rows_work *w, size_t n, int l) {
+  const titans_model *m = w->s[0]->model;
+  titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
+  for (size_t b = 0; b < n; b++) w->pos[2 * b] = w->pos[2 * b + 1] = (int64_t)w->s[b]->position;
+  return titans__session_attend_rows(&m->cfg, &m->w.layers[l], w->s, n, l, w->mix, w->xn, w->xn, 1, w->pos, &sv, w->kv,
+                                     w->qk);
 }
 
 /* SWA streams any window length: the carried rows make a window's keys what a session's would be. ATTN
@@ -9026,7 +9157,7 @@ static int titans__mac_step(titans_session *s, int l, float *mix, const float *x
   }
   TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, w->pair, xn, 1, NULL)); /* Hm_i */
   memcpy(w->pair + d, xn, d * sizeof(float));                                                 /* X_i */
-  TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, w->pair, 2, i, i, w));
+  TITANS__TRY(titans__session_attend(s, l, w->y, xn, w->pair, 2, i, i, w));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, titans__mac_learn_rows(c, w->y, xn), 1, NULL));
   titans__session_gate(L, mix, w->y, w->m, w, d);
   return TITANS_OK;
@@ -9123,7 +9254,7 @@ static int titans__mag_step(titans_session *s, int l, float *mix, const float *x
   const titans_config *c = &s->model->cfg;
   const titans_layer *L = &s->model->w.layers[l];
   struct titans__session_layer *sl = &s->layers[l];
-  TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, xn, 1, p, p, w));
+  TITANS__TRY(titans__session_attend(s, l, w->y, xn, xn, 1, p, p, w));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, xn, 1, NULL));
   titans__session_gate(L, mix, w->y, w->m, w, (size_t)c->d);
   return TITANS_OK;
@@ -9180,7 +9311,7 @@ static int titans__mal_step(titans_session *s, int l, float *mix, const float *x
   const titans_layer *L = &s->model->w.layers[l];
   struct titans__session_layer *sl = &s->layers[l];
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->y, xn, 1, NULL));
-  return titans__session_attend(c, L, sl, mix, w->y, w->y, 1, p, p, w);
+  return titans__session_attend(s, l, mix, w->y, w->y, 1, p, p, w);
 }
 
 /* ---- LMM: the memory alone ----------------------------------------------------------------------
@@ -9588,7 +9719,7 @@ static int titans__lm2_step(titans_session *s, int l, float *mix, const float *x
   size_t d = (size_t)c->d, C = (size_t)c->segment, Ns = (size_t)c->lm2_slots, i = (size_t)(p % (long long)C);
   titans__lm2_session ls;
   titans__lm2_session_carve(&ls, sl->lm2, Ns, d);
-  TITANS__TRY(titans__session_attend(c, L, sl, w->y, xn, xn, 1, p, p, w)); /* y = E [d] */
+  TITANS__TRY(titans__session_attend(s, l, w->y, xn, xn, 1, p, p, w)); /* y = E [d] */
   titans__linear(w->q, w->y, L->lm2.wq, 1, d, d);
   titans__lm2_read_attend(w->a, w->emem, ls.kb, ls.vb, w->q, 1, Ns, d);
   titans__lm2_read_gate(&L->lm2, mix, w->g, w->emem, w->y, 1, d);
@@ -10331,6 +10462,42 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
   return TITANS_OK;
 }
 
+/* TITANS_OK when s can take a token; otherwise TITANS_ERR_STATE and why (nothing is changed). */
+static int titans__session_ready(titans_session *s) {
+  if (s->broken)
+    return titans__error(s->error, TITANS_ERR_STATE, "session: broken by an earlier error; reset or load it first");
+  if (s->position >= TITANS_MAX_POSITION)
+    return titans__error(s->error, TITANS_ERR_STATE, "session: the position limit 2^62 is reached");
+  return TITANS_OK;
+}
+
+/* Layer l's mixer failed with rc: s is broken (earlier layers have taken the token). Returns rc. */
+static int titans__session_layer_failed(titans_session *s, int l, int rc) {
+  s->broken = 1;
+  return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position,
+                       titans_status_string(rc));
+}
+
+/* Layer l's output x [d] of the token: TITANS_OK when finite, else s is broken. A NaN or Inf in a memory
+   (W, S) reaches the layer's output at this very token (y_t reads W_t, and IEEE products and sums keep
+   NaN and Inf), as does one in any weight the token used. */
+static int titans__session_layer_check(titans_session *s, int l, const float *x) {
+  if (titans__all_finite(x, (size_t)s->model->cfg.d)) return TITANS_OK;
+  s->broken = 1;
+  return titans__error(s->error, TITANS_ERR_NONFINITE,
+                       "session: layer %d at position %lld produced NaN or Inf (reset or reload the session)", l,
+                       s->position);
+}
+
+/* The logits [V] of the token before s->position: TITANS_OK when finite, else s is broken (the same
+   weights would give NaN again: do not let the caller go on silently). */
+static int titans__session_logits_check(titans_session *s, const float *logits) {
+  if (titans__all_finite(logits, (size_t)s->model->cfg.vocab)) return TITANS_OK;
+  s->broken = 1;
+  return titans__error(s->error, TITANS_ERR_NONFINITE,
+                       "session: the output head produced NaN or Inf logits at position %lld", s->position - 1);
+}
+
 /* One token through every block: the residual stream w->x [d] ends as the last block's output. Each
    block is titans__block_forward on one row: the same norm, the same second half (residual, norm, FFN,
    residual: titans__block_ffn_rows), with the kind's one-token step as the mixer. */
@@ -10339,10 +10506,7 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
   const titans_config *c = &mo->cfg;
   size_t d = (size_t)c->d;
   float r;
-  if (s->broken)
-    return titans__error(s->error, TITANS_ERR_STATE, "session: broken by an earlier error; reset or load it first");
-  if (s->position >= TITANS_MAX_POSITION)
-    return titans__error(s->error, TITANS_ERR_STATE, "session: the position limit 2^62 is reached");
+  TITANS__TRY(titans__session_ready(s));
   if (titans_embedding_forward(w->x, &token, mo->w.tok_emb, 1, (size_t)c->vocab, d))
     return titans__error(s->error, TITANS_ERR_ARG, "session: token %d is outside the vocabulary [0, %d)", token,
                          c->vocab);
@@ -10351,21 +10515,10 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
     /* h = x + Mixer(RMSNorm(x; norm1)) */
     titans_rmsnorm_forward(w->xn, &r, w->x, L->norm1, 1, d);
     int rc = titans__kind_of(c->block)->step(s, l, w->mix, w->xn, s->position, w);
-    if (rc) {
-      s->broken = 1; /* earlier layers have taken the token */
-      return titans__error(s->error, rc, "session: layer %d at position %lld: %s", l, s->position,
-                           titans_status_string(rc));
-    }
+    if (rc) return titans__session_layer_failed(s, l, rc);
     /* h = x + mix, x = h + FFN(RMSNorm(h; norm2)): the training block's second half on one row */
     titans__block_ffn_rows(c, L, &w->ffn, w->x, w->h, w->xn, &r, w->x, w->mix, 1);
-    /* A NaN or Inf in a memory (W, S) reaches the layer's output at this very token (y_t reads W_t,
-       and IEEE products and sums keep NaN and Inf), as does one in any weight the token used. */
-    if (!titans__all_finite(w->x, d)) {
-      s->broken = 1;
-      return titans__error(s->error, TITANS_ERR_NONFINITE,
-                           "session: layer %d at position %lld produced NaN or Inf (reset or reload the session)", l,
-                           s->position);
-    }
+    TITANS__TRY(titans__session_layer_check(s, l, w->x));
   }
   s->position++;
   return TITANS_OK;
@@ -10410,13 +10563,189 @@ TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n
   if (logits && n > 0) {
     titans_rmsnorm_forward(w.xf, &r, w.x, mo->w.norm_f, 1, d);
     titans__linear(logits, w.xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, 1, (size_t)c->vocab, d);
-    if (!titans__all_finite(logits, (size_t)c->vocab)) {
-      s->broken = 1; /* the same weights would give NaN again: do not let the caller go on silently */
-      return titans__error(s->error, TITANS_ERR_NONFINITE,
-                           "session: the output head produced NaN or Inf logits at position %lld", s->position - 1);
-    }
+    TITANS__TRY(titans__session_logits_check(s, logits));
   }
   return TITANS_OK;
+}
+
+/* ---- session batches ------------------------------------------------------------------------------
+   A batch's feed is titans_session_feed of one token on n rows: the same embedding, norms, second half of
+   every block (titans__block_ffn_rows) and output head over [n, d], the kind's mixer over the n rows
+   (titans__step_rows) or its one-token step stream by stream, and the same checks per stream. */
+
+TITANSDEF void titans_session_batch_free(titans_session_batch *b) {
+  if (!b) return;
+  if (b->streams)
+    for (size_t i = 0; i < b->n; i++) titans_session_free(&b->streams[i]);
+  titans_free(b->streams);
+  titans_free(b->work);
+  titans_free(b->index);
+  b->streams = NULL;
+  b->work = NULL;
+  b->index = NULL;
+  b->n = 0;
+}
+
+TITANSDEF int titans_session_batch_init(titans_session_batch *b, const titans_model *m, size_t n_streams) {
+  if (!b) return TITANS_ERR_ARG;
+  memset(b, 0, sizeof *b);
+  b->model = m;
+  if (!m || n_streams == 0)
+    return titans__error(b->error, TITANS_ERR_ARG, "session batch: %s", m ? "no streams (n_streams is 0)" : "no model");
+  titans__rows_work w;
+  size_t floats, bytes; /* n times one row's (the carves are linear in n): checked before carving n rows */
+  if (!titans_size_mul(titans__rows_work_carve(&w, NULL, &m->cfg, 1), n_streams, &floats) ||
+      !titans_size_mul(titans__rows_index_carve(&w, NULL, 1), n_streams, &bytes))
+    return titans__error(b->error, TITANS_ERR_NOMEM, "session batch: %zu streams are too many", n_streams);
+  b->streams = (titans_session *)titans_alloc_bytes(n_streams, sizeof(titans_session)); /* zeroed: free is safe */
+  b->work = titans_alloc_floats(floats);
+  b->index = (unsigned char *)titans_alloc_bytes(bytes, 1);
+  b->work_size = floats;
+  b->n = n_streams;
+  int rc = b->streams && b->work && b->index ? TITANS_OK : TITANS_ERR_NOMEM;
+  if (rc) titans__error(b->error, rc, "session batch: out of memory");
+  for (size_t i = 0; i < n_streams && !rc; i++)
+    if ((rc = titans_session_init(&b->streams[i], m)))
+      titans__error(b->error, rc, "session batch: stream %zu: %s", i, b->streams[i].error);
+  if (rc) {
+    char msg[TITANS_ERR_MSG_SIZE];
+    memcpy(msg, b->error, sizeof msg);
+    titans_session_batch_free(b);
+    return titans__error(b->error, rc, "%s", msg);
+  }
+  return TITANS_OK;
+}
+
+TITANSDEF titans_session *titans_session_batch_stream(titans_session_batch *b, size_t i) {
+  return b && b->streams && i < b->n ? &b->streams[i] : NULL;
+}
+
+TITANSDEF int titans_session_batch_get(titans_session_batch *b, size_t i, titans_session *dst) {
+  titans_session *s = titans_session_batch_stream(b, i);
+  if (!b) return TITANS_ERR_ARG;
+  if (!s || !dst) return titans__error(b->error, TITANS_ERR_ARG, "session batch get: no stream %zu or no session", i);
+  int rc = titans_session_copy(dst, s);
+  return rc ? titans__error(b->error, rc, "session batch get: stream %zu: %s", i, dst->error) : TITANS_OK;
+}
+
+TITANSDEF int titans_session_batch_put(titans_session_batch *b, size_t i, const titans_session *src) {
+  titans_session *s = titans_session_batch_stream(b, i);
+  if (!b) return TITANS_ERR_ARG;
+  if (!s || !src) return titans__error(b->error, TITANS_ERR_ARG, "session batch put: no stream %zu or no session", i);
+  int rc = titans_session_copy(s, src);
+  return rc ? titans__error(b->error, rc, "session batch put: stream %zu: %s", i, s->error) : TITANS_OK;
+}
+
+TITANSDEF int titans_session_batch_reset(titans_session_batch *b, size_t i) {
+  titans_session *s = titans_session_batch_stream(b, i);
+  if (!b) return TITANS_ERR_ARG;
+  if (!s) return titans__error(b->error, TITANS_ERR_ARG, "session batch reset: no stream %zu", i);
+  int rc = titans_session_reset(s);
+  return rc ? titans__error(b->error, rc, "session batch reset: stream %zu: %s", i, s->error) : TITANS_OK;
+}
+
+/* Row r's stream failed with rc (its session is broken, its error set): the call's first error names it,
+   and the row is dropped (titans__rows_compact). Returns the call's first error. */
+static int titans__rows_failed(titans_session_batch *b, titans__rows_work *w, size_t r, int rc, int first) {
+  if (!first) titans__error(b->error, rc, "session batch feed: stream %zu: %s", w->slot[r], w->s[r]->error);
+  w->s[r] = NULL;
+  return first ? first : rc;
+}
+
+/* Removes the dropped rows of n, moving the later rows (x and mix) up; returns the rows left. */
+static size_t titans__rows_compact(titans__rows_work *w, size_t n, size_t d) {
+  size_t kept = 0;
+  for (size_t r = 0; r < n; r++) {
+    if (!w->s[r]) continue;
+    if (kept != r) {
+      w->s[kept] = w->s[r];
+      w->slot[kept] = w->slot[r];
+      memcpy(w->x + kept * d, w->x + r * d, d * sizeof(float));
+      memcpy(w->mix + kept * d, w->mix + r * d, d * sizeof(float));
+    }
+    kept++;
+  }
+  return kept;
+}
+
+/* The mixer of layer l on the n rows: the kind's step over the rows, or its one-token step stream by
+   stream (each with its session's scratch). A failed stream's row is dropped; returns the rows left. */
+static size_t titans__rows_mixer(titans_session_batch *b, titans__rows_work *w, size_t n, int l, int *first) {
+  const titans_config *c = &b->model->cfg;
+  const titans__kind *k = titans__kind_of(c->block);
+  size_t d = (size_t)c->d;
+  if (k->step_rows) {
+    int rc = k->step_rows(w, n, l);
+    for (size_t r = 0; r < n && rc; r++) { /* a shared step failed (a cache could not grow): every row */
+      titans__session_layer_failed(w->s[r], l, rc);
+      *first = titans__rows_failed(b, w, r, rc, *first);
+    }
+  } else {
+    for (size_t r = 0; r < n; r++) {
+      titans_session *s = w->s[r];
+      titans__step_work sw; /* named slices of the stream's own scratch */
+      titans__step_work_carve(&sw, s->work, c);
+      int rc = k->step(s, l, w->mix + r * d, w->xn + r * d, s->position, &sw);
+      if (rc) *first = titans__rows_failed(b, w, r, titans__session_layer_failed(s, l, rc), *first);
+    }
+  }
+  return titans__rows_compact(w, n, d);
+}
+
+TITANSDEF int titans_session_batch_feed(titans_session_batch *b, const int *tokens, float *logits) {
+  if (!b || !b->streams) return TITANS_ERR_ARG;
+  if (!tokens) return titans__error(b->error, TITANS_ERR_ARG, "session batch feed: tokens is NULL");
+  const titans_model *mo = b->model;
+  const titans_config *c = &mo->cfg;
+  size_t d = (size_t)c->d, V = (size_t)c->vocab, n = 0;
+  titans__rows_work w;
+  titans__rows_work_carve(&w, b->work, c, b->n);
+  titans__rows_index_carve(&w, b->index, b->n);
+  for (size_t i = 0; i < b->n; i++) { /* every check before any change */
+    int t = tokens[i];
+    if (t == TITANS_SESSION_BATCH_IDLE) continue;
+    if (t < 0 || t >= c->vocab)
+      return titans__error(b->error, TITANS_ERR_ARG, "session batch feed: stream %zu: token %d is outside [0, %d)", i,
+                           t, c->vocab);
+    if (titans__session_ready(&b->streams[i]))
+      return titans__error(b->error, TITANS_ERR_STATE, "session batch feed: stream %zu: %s", i, b->streams[i].error);
+  }
+  for (size_t i = 0; i < b->n; i++) {
+    if (tokens[i] == TITANS_SESSION_BATCH_IDLE) continue;
+    w.s[n] = &b->streams[i];
+    w.slot[n] = i;
+    titans_embedding_forward(w.x + n * d, &tokens[i], mo->w.tok_emb, 1, V, d);
+    n++;
+  }
+  int first = TITANS_OK;
+  for (int l = 0; l < c->n_layers && n > 0; l++) {
+    const titans_layer *L = &mo->w.layers[l];
+    /* h = x + Mixer(RMSNorm(x; norm1)), x = h + FFN(RMSNorm(h; norm2)), as titans__session_token on n rows */
+    titans_rmsnorm_forward(w.xn, w.rstd, w.x, L->norm1, n, d);
+    n = titans__rows_mixer(b, &w, n, l, &first);
+    titans__block_ffn_rows(c, L, &w.ffn, w.x, w.h, w.xn, w.rstd, w.x, w.mix, n);
+    for (size_t r = 0; r < n; r++) {
+      int rc = titans__session_layer_check(w.s[r], l, w.x + r * d);
+      if (rc) first = titans__rows_failed(b, &w, r, rc, first);
+    }
+    n = titans__rows_compact(&w, n, d);
+  }
+  for (size_t r = 0; r < n; r++) {
+    w.s[r]->position++;
+    int rc = titans__session_state_finite(w.s[r]);
+    if (rc) first = titans__rows_failed(b, &w, r, rc, first);
+  }
+  n = titans__rows_compact(&w, n, d);
+  if (logits && n > 0) {
+    titans_rmsnorm_forward(w.xf, w.rstd, w.x, mo->w.norm_f, n, d);
+    titans__linear(w.logits, w.xf, c->tied ? mo->w.tok_emb : mo->w.lm_head, n, V, d);
+    for (size_t r = 0; r < n; r++) {
+      int rc = titans__session_logits_check(w.s[r], w.logits + r * V);
+      if (rc) first = titans__rows_failed(b, &w, r, rc, first);
+      else memcpy(logits + w.slot[r] * V, w.logits + r * V, V * sizeof(float));
+    }
+  }
+  return first;
 }
 
 /* ---- session state as named tensors ----------------------------------------------------------- */

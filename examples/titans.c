@@ -744,6 +744,60 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
   free(logits);
 }
 
+/* --samples N: the prompt (or one newline) read once by s, then N continuations sampled at once by a
+   session batch whose streams start as copies of s (stream i's sampler seeded with seed + i), each token of
+   every stream fed back; printed one after another when all are done (or after the current token on a
+   stop signal). */
+static void generate_samples(titans_session *s, titans_tokenizer *tok, const char *prompt, const int *ids,
+                             size_t n_prompt, long n, size_t samples, float temperature, int top_k, float top_p,
+                             uint64_t seed) {
+  size_t V = (size_t)s->model->cfg.vocab;
+  float *logits = (float *)xmalloc(samples * V * sizeof(float));  /* [samples, V] */
+  int *next = (int *)xmalloc(samples * sizeof(int));               /* [samples] */
+  titans_rng *rng = (titans_rng *)xmalloc(samples * sizeof *rng);  /* [samples] */
+  char **text = (char **)xmalloc(samples * sizeof(char *));        /* [samples] each sample's bytes */
+  size_t *len = (size_t *)xmalloc(samples * sizeof(size_t)), cap = 256; /* [samples] */
+  int nl = '\n';
+  if (n_prompt == 0) ids = &nl, n_prompt = 1;
+  if (titans_session_feed(s, ids, n_prompt, logits) != TITANS_OK) fail("generate: %s", s->error);
+  titans_session_batch b;
+  if (titans_session_batch_init(&b, s->model, samples) != TITANS_OK) fail("generate: %s", b.error);
+  for (size_t i = 0; i < samples; i++) {
+    if (titans_session_batch_put(&b, i, s) != TITANS_OK) fail("generate: %s", b.error);
+    memcpy(logits + i * V, logits, V * sizeof(float));
+    titans_rng_seed(&rng[i], seed + i);
+    text[i] = (char *)xmalloc(cap);
+    len[i] = 0;
+  }
+  for (long t = 0; t < n && !stop_signal; t++) {
+    if (cap < 16 * ((size_t)t + 1)) { /* t + 1 tokens of at most 16 bytes each */
+      cap *= 2;
+      for (size_t i = 0; i < samples; i++)
+        if (!(text[i] = (char *)realloc(text[i], cap))) fail("out of memory (%zu bytes)", cap);
+    }
+    for (size_t i = 0; i < samples; i++) {
+      int rc = titans_sample_ex(logits + i * V, V, temperature, top_k, top_p, &rng[i], &next[i]);
+      if (rc != TITANS_OK) fail("generate: sample %zu: sampling: %s", i + 1, titans_status_string(rc));
+      size_t nb;
+      if (titans_tokenizer_decode(tok, text[i] + len[i], 16, &nb, &next[i], 1) != TITANS_OK)
+        fail("generate: %s", tok->error);
+      len[i] += nb;
+    }
+    if (titans_session_batch_feed(&b, next, logits) != TITANS_OK) fail("generate: %s", b.error);
+  }
+  for (size_t i = 0; i < samples; i++) {
+    printf("%s=== sample %zu of %zu\n%s", i ? "\n" : "", i + 1, samples, prompt);
+    fwrite(text[i], 1, len[i], stdout);
+    free(text[i]);
+  }
+  titans_session_batch_free(&b);
+  free(logits);
+  free(next);
+  free(rng);
+  free(text);
+  free(len);
+}
+
 /* ---- train ------------------------------------------------------------------------------------ */
 
 static const char *program_path = "./titans"; /* argv[0], for the --resume command we print */
@@ -1805,6 +1859,8 @@ static void help_generate(void) {
          "  --seed S            of the sampler (default: from the clock)\n"
          "  --state FILE        the model's memory: read from FILE when it exists, written back at the end,\n"
          "                      so the model remembers what it read across runs\n"
+         "  --samples N         N continuations of the prompt sampled at once (a session batch; sample i\n"
+         "                      seeded with S + i), printed one after another at the end (1; not with --state)\n"
          "  --threads N         OpenMP threads\n");
 }
 
@@ -1814,10 +1870,12 @@ static int cmd_generate(int argc, char **argv) {
   long n = 500;
   double temperature = 0.8, top_p = 0.95;
   int top_k = 40, threads = 0;
+  long samples = 1;
   uint64_t seed = (uint64_t)time(NULL);
   for (a.i = 0; a.i < argc; a.i++) {
     const char *s = argv[a.i];
     if (!strcmp(s, "--model")) model_path = arg_value(&a, s);
+    else if (!strcmp(s, "--samples")) samples = arg_long(&a, s, 1, 4096);
     else if (!strcmp(s, "--prompt")) prompt = arg_value(&a, s);
     else if (!strcmp(s, "--state")) state_path = arg_value(&a, s);
     else if (!strcmp(s, "-n")) n = arg_long(&a, s, 0, LONG_MAX);
@@ -1832,6 +1890,9 @@ static int cmd_generate(int argc, char **argv) {
     } else usage_fail("generate", "unknown option '%s'", s);
   }
   if (!model_path) usage_fail("generate", "--model FILE is required");
+  if (samples > 1 && state_path)
+    usage_fail("generate", "--state with --samples %ld: the continuations' memories differ, so which to save?",
+               samples);
 #ifdef _OPENMP
   if (threads) omp_set_num_threads(threads);
 #else
@@ -1850,11 +1911,14 @@ static int cmd_generate(int argc, char **argv) {
   size_t n_prompt, plen = strlen(prompt);
   int *ids = (int *)xmalloc((plen + 1) * sizeof(int));
   if (titans_tokenizer_encode(&tok, ids, plen, &n_prompt, prompt, plen) != TITANS_OK) fail("%s", tok.error);
-  fwrite(prompt, 1, plen, stdout);
+  if (samples == 1) fwrite(prompt, 1, plen, stdout);
   if (state_path) note_temp_file_of(state_path);
   catch_stop_signals(state_path ? "stopping after the current token, to save the memory state"
                                 : "stopping after the current token");
-  generate_text(&s, &tok, ids, n_prompt, n, (float)temperature, top_k, (float)top_p, seed, stdout);
+  if (samples > 1)
+    generate_samples(&s, &tok, prompt, ids, n_prompt, n, (size_t)samples, (float)temperature, top_k, (float)top_p,
+                     seed);
+  else generate_text(&s, &tok, ids, n_prompt, n, (float)temperature, top_k, (float)top_p, seed, stdout);
   printf("\n");
   fflush(stdout);
   if (stop_signal)

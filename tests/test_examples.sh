@@ -301,6 +301,18 @@ cp out.txt gen1.txt
 check "it prints the prompt and then the sample" grep -q "^The keeper" gen1.txt
 run "$bin" generate $gen --prompt "The keeper" >/dev/null
 check "the same --seed gives the same text" cmp -s out.txt gen1.txt
+rc=$(run "$bin" generate $gen --prompt "The keeper" --samples 3)
+check "generate --samples 3 (a session batch) exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "  and prints three samples, each the prompt and its continuation" \
+  sh -c '[ "$(grep -ac "^=== sample [123] of 3$" out.txt)" = 3 ] && [ "$(grep -a -A1 "^=== sample" out.txt | grep -ac "^The keeper")" = 3 ]'
+cp out.txt samples1.txt
+run "$bin" generate $gen --prompt "The keeper" --samples 3 >/dev/null
+check "  the same --seed gives the same samples" cmp -s out.txt samples1.txt
+rc=$(run "$bin" generate $gen --samples 2 --state never.safetensors)
+check "generate --samples 2 --state: exit 2, nothing written (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && [ ! -e never.safetensors ] && grep -q 'samples' err.txt"
+rc=$(run "$bin" generate $gen --samples 0)
+check "generate --samples 0: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" generate --model full/trainer.safetensors -n 10 --seed 1)
 check "a trainer checkpoint works as a model too (rc=$rc)" [ "$rc" = 0 ]
 
