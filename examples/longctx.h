@@ -255,14 +255,6 @@ static void longctx_layout_needles(longctx_example *ex, const char (*texts)[128]
   }
 }
 
-/* Sets up example ex of a kind, length (context + question) and depth in [0, 1] (a negative depth:
-   drawn uniformly) from seed, with opt's needles, key words and filler. Prose (and passkey or copy with
-   opt->filler_from_source) reads its filler from source [source_len] (token ids = bytes, at least 1).
-   opt NULL: one needle, the training words, the kind's own filler. Returns 0, or -1 with a message in
-   err [200] when the options or the length do not fit.
-   The draws, in order: the asked needle's answer, (prose) its word, (source filler) the offset, (random)
-   its depth; then per further needle its number, its word (redrawn until unlike the words before) and its
-   depth. So one needle with the training words draws exactly what it always drew. */
 /* One key word into out [16]: drawn from rng out of the word set, or (LONGCTX_WORDS_RANDOM) 4 to 8 letters
    from word_rng, a stream of their own; rng moves one draw either way, so the example's other draws (its
    number, filler, depths) are the same for every word set. */
@@ -282,6 +274,14 @@ static void longctx_key_word(int word_set, uint64_t *rng, uint64_t *word_rng, ch
   }
 }
 
+/* Sets up example ex of a kind, length (context + question) and depth in [0, 1] (a negative depth:
+   drawn uniformly) from seed, with opt's needles, key words and filler. Prose (and passkey or copy with
+   opt->filler_from_source) reads its filler from source [source_len] (token ids = bytes, at least 1).
+   opt NULL: one needle, the training words, the kind's own filler. Returns 0, or -1 with a message in
+   err [200] when the options or the length do not fit.
+   The draws, in order: the asked needle's answer, (prose) its word, (source filler) the offset, (random)
+   its depth; then per further needle its number, its word (redrawn until unlike the words before) and its
+   depth. So one needle with the training words draws exactly what it always drew. */
 static int longctx_example_init(longctx_example *ex, int kind, size_t length, double depth, uint64_t seed,
                                 const int *source, size_t source_len, const longctx_options *opt, char *err) {
   static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0};
