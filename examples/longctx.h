@@ -59,8 +59,25 @@ static const char *const longctx_heldout_words[16] = {"banana", "canyon", "ember
                                                       "island", "jasper", "kettle", "lemon",  "mirror", "nickel",
                                                       "ocean",  "parrot", "quartz", "rocket"};
 /* LONGCTX_WORDS_RANDOM: each key word is 4 to 8 random letters (never a held-out word), so a model
-   trained on them cannot lean on 16 words it knows by heart and must bind whatever word it reads. */
-enum { LONGCTX_WORDS_TRAIN = 0, LONGCTX_WORDS_HELDOUT = 1, LONGCTX_WORDS_RANDOM = 2 };
+   trained on them cannot lean on 16 words it knows by heart and must bind whatever word it reads.
+   LONGCTX_WORDS_TEXT: each key word is a word of the example's own source text (5 to 8 letters, lowered,
+   never a held-out word): thousands of real words instead of 16. */
+enum { LONGCTX_WORDS_TRAIN = 0, LONGCTX_WORDS_HELDOUT = 1, LONGCTX_WORDS_RANDOM = 2, LONGCTX_WORDS_TEXT = 3 };
+#define LONGCTX_TEXT_WORD_MIN 5
+#define LONGCTX_TEXT_WORD_MAX 8
+
+/* The option's name of a word set ("train", "heldout", "random", "text"). */
+static const char *longctx_word_set_name(int word_set) {
+  static const char *const names[] = {"train", "heldout", "random", "text"};
+  return word_set >= 0 && word_set <= LONGCTX_WORDS_TEXT ? names[word_set] : "?";
+}
+
+/* The word set a name names, or -1. */
+static int longctx_word_set_parse(const char *name) {
+  for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++)
+    if (!strcmp(name, longctx_word_set_name(set))) return set;
+  return -1;
+}
 
 /* The most needles one example holds (each with its own key word and number). */
 #define LONGCTX_MAX_NEEDLES 8
@@ -89,7 +106,7 @@ typedef struct longctx_options {
   int needles;         /* needles in the context, 1..LONGCTX_MAX_NEEDLES (above 1: prose only); the question
                           asks for the first one drawn, which sits at the asked depth, the others at uniform
                           depths, each with a key word of its own */
-  int word_set;        /* LONGCTX_WORDS_TRAIN, LONGCTX_WORDS_HELDOUT or LONGCTX_WORDS_RANDOM */
+  int word_set;        /* LONGCTX_WORDS_TRAIN, _HELDOUT, _RANDOM or _TEXT (words of the source) */
   int filler_from_source; /* passkey and copy: the filler is read from the source, as prose's is, not the
                              fixed sentence cycle */
   double number_words; /* the fraction of the filler's words (runs of letters) written as numbers, a random
@@ -255,23 +272,52 @@ static void longctx_layout_needles(longctx_example *ex, const char (*texts)[128]
   }
 }
 
+static int longctx_is_heldout_word(const char *word) {
+  for (int j = 0; j < 16; j++)
+    if (!strcmp(word, longctx_heldout_words[j])) return 1;
+  return 0;
+}
+
+/* A word of source [source_len] into out [16] (LONGCTX_WORDS_TEXT): from a place drawn from word_rng, the
+   first whole word (a run of letters with no letter either side, the source read cyclically) of
+   LONGCTX_TEXT_WORD_MIN..MAX letters that is no held-out word, lowered. A word's chance is its share of
+   the text's places, so frequent words come often. Returns -1 when the source has no such word. */
+static int longctx_text_word(const int *source, size_t source_len, uint64_t *word_rng, char *out) {
+  if (!source || source_len < 2) return -1;
+  size_t start = (size_t)(longctx_next(word_rng) % source_len);
+  for (size_t i = 0; i < source_len; i++) {
+    size_t at = (start + i) % source_len;
+    if (!longctx_is_letter(source[at]) || longctx_is_letter(source[(at + source_len - 1) % source_len])) continue;
+    size_t len = 0;
+    while (len <= LONGCTX_TEXT_WORD_MAX && len < source_len && longctx_is_letter(source[(at + len) % source_len])) {
+      if (len < LONGCTX_TEXT_WORD_MAX) out[len] = (char)(source[(at + len) % source_len] | 0x20); /* lowered */
+      len++;
+    }
+    if (len < LONGCTX_TEXT_WORD_MIN || len > LONGCTX_TEXT_WORD_MAX) continue;
+    out[len] = 0;
+    if (!longctx_is_heldout_word(out)) return 0;
+  }
+  return -1;
+}
+
 /* One key word into out [16]: drawn from rng out of the word set, or (LONGCTX_WORDS_RANDOM) 4 to 8 letters
-   from word_rng, a stream of their own; rng moves one draw either way, so the example's other draws (its
-   number, filler, depths) are the same for every word set. */
-static void longctx_key_word(int word_set, uint64_t *rng, uint64_t *word_rng, char *out) {
+   from word_rng, a stream of their own, or (LONGCTX_WORDS_TEXT) a word of source [source_len] placed by
+   word_rng (random letters if the source has none: longctx_text_word); rng moves one draw either way, so
+   the example's other draws (its number, filler, depths) are the same for every word set. */
+static void longctx_key_word(int word_set, const int *source, size_t source_len, uint64_t *rng, uint64_t *word_rng,
+                             char *out) {
   const char *const *words = word_set == LONGCTX_WORDS_HELDOUT ? longctx_heldout_words : longctx_words;
   uint64_t draw = longctx_next(rng);
-  if (word_set != LONGCTX_WORDS_RANDOM) {
+  if (word_set == LONGCTX_WORDS_TRAIN || word_set == LONGCTX_WORDS_HELDOUT) {
     snprintf(out, 16, "%s", words[draw % 16]);
     return;
   }
-  for (int heldout = 1; heldout;) {
+  if (word_set == LONGCTX_WORDS_TEXT && longctx_text_word(source, source_len, word_rng, out) == 0) return;
+  do {
     size_t len = 4 + (size_t)(longctx_next(word_rng) % 5);
     for (size_t i = 0; i < len; i++) out[i] = (char)('a' + (int)(longctx_next(word_rng) % 26));
     out[len] = 0;
-    heldout = 0;
-    for (int j = 0; j < 16; j++) heldout |= !strcmp(out, longctx_heldout_words[j]);
-  }
+  } while (longctx_is_heldout_word(out));
 }
 
 /* Sets up example ex of a kind, length (context + question) and depth in [0, 1] (a negative depth:
@@ -298,7 +344,7 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
     snprintf(err, 200, "%d needles: want 1 to %d, and more than one for the prose task only", n, LONGCTX_MAX_NEEDLES);
     return -1;
   }
-  uint64_t word_rng = longctx_mix64(seed, 0x4B4559574F5244ull); /* LONGCTX_WORDS_RANDOM's letters */
+  uint64_t word_rng = longctx_mix64(seed, 0x4B4559574F5244ull); /* random and text words' draws */
   for (size_t i = 0; i < ex->answer_len; i++)
     ex->answer[i] = (char)(longctx_first_symbol(kind) + (int)(longctx_next(&rng) % (uint64_t)longctx_alphabet(kind)));
   if (kind == LONGCTX_PROSE || opt->filler_from_source) {
@@ -315,7 +361,7 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
              ex->answer);
     snprintf(ex->question, sizeof ex->question, "What is the pass key? The pass key is ");
   } else {
-    longctx_key_word(opt->word_set, &rng, &word_rng, ex->words[0]);
+    longctx_key_word(opt->word_set, source, source_len, &rng, &word_rng, ex->words[0]);
     const char *word = ex->words[0];
     snprintf(ex->needle, sizeof ex->needle, "The special magic number for %s is %s. ", word, ex->answer);
     snprintf(ex->question, sizeof ex->question,
@@ -341,9 +387,10 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
     char number[24];
     for (size_t i = 0; i < ex->answer_len; i++) number[i] = (char)('0' + (int)(longctx_next(&rng) % 10));
     number[ex->answer_len] = 0;
-    int dup;
-    do { /* a word unlike the ones before (n <= 8 of 16 words) */
-      longctx_key_word(opt->word_set, &rng, &word_rng, ex->words[k]), dup = 0;
+    int dup, tries = 0;
+    do { /* a word unlike the ones before (n <= 8 of 16 words; a source of too few words: random letters) */
+      int set = tries++ < 64 ? opt->word_set : LONGCTX_WORDS_RANDOM;
+      longctx_key_word(set, source, source_len, &rng, &word_rng, ex->words[k]), dup = 0;
       for (int j = 0; j < k; j++) dup |= !strcmp(ex->words[j], ex->words[k]);
     } while (dup);
     snprintf(texts[k], sizeof texts[k], "The special magic number for %s is %s. ", ex->words[k], number);

@@ -859,7 +859,7 @@ typedef struct train_opts {
   size_t min_rows;               /* --min-rows: at least this many sequences a step at every length (1 with --task;
                                     0 = not given) */
   int needles;                   /* --needles: prose examples hold 1..needles needles (uniform per example) */
-  int key_words;                 /* --key-words: LONGCTX_WORDS_TRAIN (the 16 words) or LONGCTX_WORDS_RANDOM */
+  int key_words;                 /* --key-words: LONGCTX_WORDS_TRAIN (the 16 words), _RANDOM or _TEXT */
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
                                     words as numbers (longctx_options.number_words) */
@@ -942,8 +942,9 @@ static void help_train(void) {
          "                      --numbers 0.05 --min-rows 2 (prose); any option given wins\n"
          "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
-         "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle) or\n"
-         "                      'random' (4 to 8 random letters each, never a held-out word) (train)\n"
+         "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle),\n"
+         "                      'random' (4 to 8 random letters each) or 'text' (words of 5 to 8 letters of\n"
+         "                      the training text); never a held-out word (train)\n"
          "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order) or a file\n"
          "                      (default: the kind's own: prose the training split, passkey its fixed cycle)\n"
          "  --numbers F         each example writes a fraction, uniform in [0, F), of its filler's words as\n"
@@ -1106,9 +1107,9 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--key-words")) {
       const char *w = arg_value(&a, s);
-      if (!strcmp(w, "train")) o->key_words = LONGCTX_WORDS_TRAIN;
-      else if (!strcmp(w, "random")) o->key_words = LONGCTX_WORDS_RANDOM;
-      else usage_fail("train", "--key-words %s: want train or random", w);
+      o->key_words = longctx_word_set_parse(w);
+      if (o->key_words < 0 || o->key_words == LONGCTX_WORDS_HELDOUT)
+        usage_fail("train", "--key-words %s: want train, random or text", w);
     } else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
@@ -1343,7 +1344,8 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->end_jitter && n < size) n += (size_t)snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
   if (o->min_rows > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " min-rows=%zu", o->min_rows);
   if (o->needles > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " needles=%d", o->needles);
-  if (o->key_words && n < size) n += (size_t)snprintf(out + n, size - n, " key-words=random");
+  if (o->key_words && n < size)
+    n += (size_t)snprintf(out + n, size - n, " key-words=%s", longctx_word_set_name(o->key_words));
   if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
   if (o->numbers > 0 && n < size) snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
 }
@@ -2473,7 +2475,8 @@ static void help_needle(void) {
          "                      'sentences' (plain sentences in random order); any task\n"
          "  --needles N         prose: N needles of different key words, the question asks for one (1)\n"
          "  --key-words SET     prose: the key words asked, 'train' (the 16 training draws from), 'heldout'\n"
-         "                      (16 never trained on) or 'random' (4 to 8 random letters each) (train)\n"
+         "                      (16 never trained on), 'random' (4 to 8 random letters each) or 'text' (words\n"
+         "                      of 5 to 8 letters of the haystack, no held-out one) (train)\n"
          "  --numbers F         the filler writes this fraction of its words as numbers no question asks for,\n"
          "                      a random digit per letter (0)\n"
          "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
@@ -2528,10 +2531,8 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--key-words")) {
       const char *w = arg_value(&a, s);
-      if (!strcmp(w, "train")) o->word_set = LONGCTX_WORDS_TRAIN;
-      else if (!strcmp(w, "heldout")) o->word_set = LONGCTX_WORDS_HELDOUT;
-      else if (!strcmp(w, "random")) o->word_set = LONGCTX_WORDS_RANDOM;
-      else usage_fail("needle", "--key-words %s: want train, heldout or random", w);
+      o->word_set = longctx_word_set_parse(w);
+      if (o->word_set < 0) usage_fail("needle", "--key-words %s: want train, heldout, random or text", w);
     } else if (!strcmp(s, "--svg")) o->svg = arg_value(&a, s);
     else if (!strcmp(s, "--seed")) o->seed = arg_u64(&a, s);
     else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
@@ -2839,6 +2840,7 @@ static int cmd_needle(int argc, char **argv) {
     printf("prose: %d needle%s of different key words, the key asked drawn from the %s words\n", o.needles,
            o.needles > 1 ? "s" : "", o.word_set == LONGCTX_WORDS_HELDOUT ? "held-out"
            : o.word_set == LONGCTX_WORDS_RANDOM                                       ? "random"
+           : o.word_set == LONGCTX_WORDS_TEXT                                         ? "haystack's"
                                                                                       : "training");
   if (o.numbers > 0) printf("filler: %g of its words written as numbers\n", o.numbers);
   models_load(&o.models);

@@ -251,12 +251,22 @@ check "train --task prose --needles 3 exits 0 (rc=$rc)" [ "$rc" = 0 ]
 rc=$(run "$bin" train $tiny --task prose --recipe none --needles 2 --key-words random --lens 400 --steps 2 --out randkeys)
 check "train --task prose --key-words random exits 0 and keeps it in the resume line (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -a -q 'key-words=random' randkeys/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --recipe none --needles 2 --key-words text --lens 400 --steps 2 --out textkeys)
+check "train --task prose --key-words text exits 0 and keeps it in the resume line (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -a -q 'key-words=text' textkeys/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --recipe none --key-words heldout --lens 400 --steps 2 --out nope)
+check "train --key-words heldout (the words kept from training): exit 2 (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'want train, random or text' err.txt"
 rc=$(run "$bin" train $tiny --task passkey --recipe none --key-words random --lens 160 --steps 2 --out nope)
 check "--key-words with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'key-words' err.txt"
 rc=$(run "$bin" needle --model randkeys/model.safetensors --task prose --data tiny.txt --needles 2 --key-words random \
   --len 400 --depth 50 --trials 2 --svg n.svg)
 check "needle --key-words random exits 0 and says what it asks (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q 'the key asked drawn from the random words' out.txt"
+rc=$(run "$bin" needle --model textkeys/model.safetensors --task prose --data tiny.txt --needles 2 --key-words text \
+  --len 400 --depth 50 --trials 2 --svg n.svg)
+check "needle --key-words text exits 0 and says what it asks (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q \"the key asked drawn from the haystack's words\" out.txt"
 rc=$(run "$bin" train $tiny --task passkey --recipe none --haystack sentences --lens 160 --steps 3 --out hay)
 check "train --task passkey --haystack sentences exits 0 and says so (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q 'plain sentences in random order' out.txt"

@@ -138,8 +138,22 @@ static void test_digits_uniform(void) {
    for the first drawn (placed at the asked depth), its number the answer; held-out words from their own
    list, random words 4 to 8 letters and none held out; one needle with no options = the single-needle
    example byte for byte, and random words change nothing but the words. */
-/* Whether word belongs to word set `set` (LONGCTX_WORDS_RANDOM: 4 to 8 lowercase letters, no held-out word). */
-static int word_in_set(const char *word, int set) {
+/* Whether source [source_len] holds word as a whole word (a run of letters, either case). */
+static int source_has_word(const int *source, size_t source_len, const char *word) {
+  size_t len = strlen(word);
+  for (size_t at = 0; at + len <= source_len; at++) {
+    if (at > 0 && longctx_is_letter(source[at - 1])) continue;
+    if (at + len < source_len && longctx_is_letter(source[at + len])) continue;
+    size_t i = 0;
+    while (i < len && (source[at + i] | 0x20) == word[i]) i++;
+    if (i == len) return 1;
+  }
+  return 0;
+}
+
+/* Whether word belongs to word set `set` (LONGCTX_WORDS_RANDOM: 4 to 8 lowercase letters, no held-out word;
+   LONGCTX_WORDS_TEXT: a whole word of the source, 5 to 8 letters, lowered, no held-out word). */
+static int word_in_set(const char *word, int set, const int *source, size_t source_len) {
   int listed = 0, trained = 0;
   for (int j = 0; j < 16; j++) listed |= !strcmp(word, longctx_heldout_words[j]);
   for (int j = 0; j < 16; j++) trained |= !strcmp(word, longctx_words[j]);
@@ -147,13 +161,15 @@ static int word_in_set(const char *word, int set) {
   if (set == LONGCTX_WORDS_TRAIN) return trained;
   size_t len = strlen(word), letters = 0;
   for (size_t i = 0; i < len; i++) letters += word[i] >= 'a' && word[i] <= 'z';
+  if (set == LONGCTX_WORDS_TEXT)
+    return !listed && len >= 5 && len <= 8 && letters == len && source_has_word(source, source_len, word);
   return !listed && len >= 4 && len <= 8 && letters == len;
 }
 
 static void test_needles(const int *source, size_t source_len) {
   size_t cases = 0, bad_once = 0, bad_words = 0, bad_question = 0, bad_answer = 0, bad_pieces = 0, bad_set = 0;
   for (int n = 1; n <= LONGCTX_MAX_NEEDLES; n++)
-    for (int set = 0; set < 3; set++)
+    for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++)
       for (uint64_t seed = 1; seed <= 4; seed++) {
         longctx_example ex;
         longctx_options opt = {n, set, 0, 0.0};
@@ -167,7 +183,7 @@ static void test_needles(const int *source, size_t source_len) {
         cases++;
         for (size_t k = 0; k < ex.n_needles; k++) bad_once += count_in_example(&ex, ex.others[k]) != 1;
         for (int i = 0; i < n; i++) {
-          bad_set += !word_in_set(ex.words[i], set);
+          bad_set += !word_in_set(ex.words[i], set, source, source_len);
           for (int j = 0; j < i; j++) bad_words += !strcmp(ex.words[i], ex.words[j]);
         }
         snprintf(asked, sizeof asked, "The special magic number for %s is %s. ", ex.words[0], ex.answer);
@@ -181,7 +197,7 @@ static void test_needles(const int *source, size_t source_len) {
           for (size_t i = 0; i < m; i++) bad_pieces += piece[i] != longctx_token(&ex, from + i);
         }
       }
-  th_check(cases == 3 * 4 * LONGCTX_MAX_NEEDLES, "prose with 1-%d needles: every example set up (%zu)",
+  th_check(cases == 4 * 4 * LONGCTX_MAX_NEEDLES, "prose with 1-%d needles: every example set up (%zu)",
            LONGCTX_MAX_NEEDLES, cases);
   th_check(bad_once == 0, "every needle appears exactly once (%zu wrong)", bad_once);
   th_check(bad_words == 0 && bad_set == 0, "the needles' key words differ and come from the asked set (%zu, %zu wrong)",
@@ -202,6 +218,28 @@ static void test_needles(const int *source, size_t source_len) {
   th_check(a.source_offset == b.source_offset && !strcmp(a.answer, b.answer) && strcmp(a.words[0], b.words[0]),
            "random key words draw from a stream of their own: the filler's place and the number stay (%s, %s)",
            a.words[0], b.words[0]);
+  longctx_options text_one = {1, LONGCTX_WORDS_TEXT, 0, 0.0};
+  longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &text_one, err);
+  th_check(a.source_offset == b.source_offset && !strcmp(a.answer, b.answer) && strcmp(a.words[0], b.words[0]),
+           "words of the text draw from a stream of their own: the filler's place and the number stay (%s, %s)",
+           a.words[0], b.words[0]);
+  /* a source with one word of 5 to 8 letters: 8 needles need 8 words, so the others are random letters */
+  static const char few[] = "a bb ccc dddd eeeee ffffffffff ";
+  int few_ids[sizeof few - 1];
+  for (size_t i = 0; i < sizeof few - 1; i++) few_ids[i] = (unsigned char)few[i];
+  longctx_options text_eight = {8, LONGCTX_WORDS_TEXT, 0, 0.0};
+  int few_ok = longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 5, few_ids, sizeof few - 1, &text_eight, err) == 0;
+  size_t from_text = 0, random_ok = 0;
+  for (int k = 0; few_ok && k < 8; k++) {
+    from_text += !strcmp(b.words[k], "eeeee");
+    random_ok += word_in_set(b.words[k], LONGCTX_WORDS_RANDOM, NULL, 0);
+  }
+  th_check(few_ok && from_text == 1 && random_ok == 8,
+           "a text with too few words: one key word from it, the others random letters (%zu, %zu of 8)", from_text,
+           random_ok);
+  int names_ok = longctx_word_set_parse("bogus") == -1;
+  for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++) names_ok &= longctx_word_set_parse(longctx_word_set_name(set)) == set;
+  th_check(names_ok, "every word set's name parses back to it, and an unknown name to -1");
   longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0, 0.0};
   th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 4096, 0.5, 1, NULL, 0, &two, err) != 0,
            "several needles are refused for the passkey: %s", err);
