@@ -2484,6 +2484,9 @@ static void help_needle(void) {
          "  --trace FILE        write trace: the first model reads the first trial of the first (length, depth)\n"
          "                      one token at a time; FILE gets, per memory chunk and layer, how far the memory's\n"
          "                      state moved (L2 norm of its change) and where the needles are; FILE.svg plots it\n"
+         "  --answers FILE      one line per trial (TSV): model, length, depth, trial, the asked key word and\n"
+         "                      number, the answer, its right digits, and whose number the answer is (the\n"
+         "                      asked needle's, another needle's: a binding error, or none)\n"
          "  --threads N         OpenMP threads; cells (model, length, depth) run in parallel, one per thread\n"
          "A cell's passkey and copy trials read their common filler (up to the needle) once.\n", MAX_MODELS);
 }
@@ -2493,7 +2496,7 @@ typedef struct needle_opts {
   int kind, threads;
   int needles, word_set;     /* --needles, --key-words: longctx_options */
   double numbers;            /* --numbers: longctx_options.number_words */
-  const char *data, *svg, *haystack, *trace;
+  const char *data, *svg, *haystack, *trace, *answers; /* answers: --answers FILE, one line per trial */
   const int *source;         /* [source_len] the filler's text (token ids): the held-out split of --data for
                                 prose, or --haystack; NULL: the passkey's fixed cycle */
   size_t source_len;
@@ -2527,6 +2530,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
     else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
     else if (!strcmp(s, "--trace")) o->trace = arg_value(&a, s);
+    else if (!strcmp(s, "--answers")) o->answers = arg_value(&a, s);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--key-words")) {
@@ -2662,12 +2666,17 @@ static size_t needle_shared_prefix(const needle_opts *o, size_t length, double d
   return shared;
 }
 
-/* The trials of one cell (model, length, depth), adding their right symbols and exact matches to
-   *digits and *exact; the shared prefix (needle_shared_prefix) is read once. Returns 0, or -1 with the
-   reason in err. */
+/* What the trials of one cell (model, length, depth) scored: the right symbols and exact matches, and
+   (--answers) each trial's answer. */
+typedef struct needle_tally {
+  size_t digits, exact;
+  char (*answers)[24]; /* [trials] each trial's answer, NUL-ended; NULL: not kept */
+} needle_tally;
+
+/* The trials of one cell (model, length, depth), adding to *tally; the shared prefix
+   (needle_shared_prefix) is read once. Returns 0, or -1 with the reason in err. */
 static int needle_cell(const needle_opts *o, const titans_model *model, const char *model_path, size_t length,
-                       double depth, size_t *digits, size_t *exact, long long *done, progress *prog,
-                       job_error *err) {
+                       double depth, needle_tally *tally, long long *done, progress *prog, job_error *err) {
   size_t answer_len = longctx_answer_len(o->kind);
   longctx_example ex;
   char why[200];
@@ -2692,10 +2701,11 @@ static int needle_cell(const needle_opts *o, const titans_model *model, const ch
     size_t correct = 0;
     needle_example(o, length, depth, trial, &ex, why); /* succeeded in needle_shared_prefix */
     rc = titans_session_copy(&sess, &prefix);
-    if (rc == TITANS_OK) rc = needle_trial(&sess, &ex, shared, &correct, NULL, done, prog);
+    char *answer = tally->answers ? tally->answers[trial] : NULL;
+    if (rc == TITANS_OK) rc = needle_trial(&sess, &ex, shared, &correct, answer, done, prog);
     failed = sess.error;
-    *digits += correct;
-    *exact += correct == answer_len;
+    tally->digits += correct;
+    tally->exact += correct == answer_len;
   }
   if (rc != TITANS_OK) job_error_set(err, model_path, failed);
   titans_session_free(&sess);
@@ -2817,6 +2827,49 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
   titans_session_free(&s);
 }
 
+/* The number a prose needle's text states ("... is NNNNNNN. "), into out [24]; "" if none. */
+static void needle_number(const char *text, char *out) {
+  const char *at = strstr(text, " is ");
+  size_t n = 0;
+  for (at = at ? at + 4 : text + strlen(text); n + 1 < 24 && at[n] >= '0' && at[n] <= '9'; n++) out[n] = at[n];
+  out[n] = 0;
+}
+
+/* --answers: one TSV line per trial of every cell, answers [n_models, n_lens, n_depths, trials][24]. For
+   prose, "answer_is" says whose number the answer is: the asked needle's ("asked"), another needle's
+   ("other:WORD", the binding error an associative memory must not make), or no needle's ("none"). */
+static void needle_write_answers(const needle_opts *o, char (*answers)[24]) {
+  FILE *f = fopen(o->answers, "w");
+  if (!f) fail("cannot write %s: %s", o->answers, strerror(errno));
+  fprintf(f, "model\tlength\tdepth\ttrial\tkey_word\tnumber\tanswer\tright_symbols\tanswer_is\tother_needles\n");
+  for (size_t m = 0; m < o->models.n; m++)
+    for (size_t r = 0; r < o->n_lens; r++)
+      for (size_t c = 0; c < o->n_depths; c++)
+        for (size_t t = 0; t < o->trials; t++) {
+          longctx_example ex;
+          char why[200], others[LONGCTX_MAX_NEEDLES * 40] = "", answer_is[40] = "none";
+          double depth = (double)o->depth_pct[c] / 100.0;
+          if (needle_example(o, o->lens[r], depth, t, &ex, why) != 0) fail("needle: %s", why);
+          const char *answer = answers[((m * o->n_lens + r) * o->n_depths + c) * o->trials + t];
+          size_t right = 0, used = 0;
+          for (size_t i = 0; i < ex.answer_len; i++) right += answer[i] == ex.answer[i];
+          if (!strcmp(answer, ex.answer)) snprintf(answer_is, sizeof answer_is, "asked");
+          for (size_t k = 0; k < ex.n_needles && o->kind == LONGCTX_PROSE; k++) {
+            char number[24], word[16] = "";
+            if (!strcmp(ex.others[k], ex.needle)) continue;
+            needle_number(ex.others[k], number);
+            sscanf(ex.others[k], "The special magic number for %15s", word);
+            used += (size_t)snprintf(others + used, sizeof others - used, "%s%s=%s", used ? "," : "", word, number);
+            if (!strcmp(answer, number)) snprintf(answer_is, sizeof answer_is, "other:%s", word);
+          }
+          fprintf(f, "%s\t%zu\t%zu\t%zu\t%s\t%s\t%s\t%zu\t%s\t%s\n", o->models.label[m], o->lens[r],
+                  o->depth_pct[c], t, o->kind == LONGCTX_PROSE ? ex.words[0] : "-", ex.answer, answer, right,
+                  answer_is, used ? others : "-");
+        }
+  if (fclose(f) != 0) fail("cannot write %s: %s", o->answers, strerror(errno));
+  printf("wrote %s (one line per trial)\n", o->answers);
+}
+
 static int cmd_needle(int argc, char **argv) {
   needle_opts o;
   parse_needle(argc, argv, &o);
@@ -2850,6 +2903,8 @@ static int cmd_needle(int argc, char **argv) {
   size_t *exact = (size_t *)calloc(n_models * cells, sizeof(size_t));  /* [n_models, n_lens, n_depths] */
   size_t *digits = (size_t *)calloc(n_models * cells, sizeof(size_t)); /* [n_models, n_lens, n_depths] */
   if (!exact || !digits) fail("out of memory");
+  char(*answers)[24] = NULL; /* [n_models, n_lens, n_depths, trials] --answers */
+  if (o.answers && !(answers = (char(*)[24])calloc(n_models * cells * o.trials, 24))) fail("out of memory");
   long long total = 0, context_tokens = 0; /* tokens read (shared prefixes once); tokens of all the examples */
   for (size_t r = 0; r < o.n_lens; r++)
     for (size_t c = 0; c < o.n_depths; c++) {
@@ -2871,12 +2926,13 @@ static int cmd_needle(int argc, char **argv) {
     /* the longest lengths first, so no thread is left with a long cell at the end */
     size_t c = (size_t)j % o.n_depths, m = (size_t)j / o.n_depths % n_models;
     size_t r = o.n_lens - 1 - (size_t)j / (o.n_depths * n_models);
-    size_t cell = (m * o.n_lens + r) * o.n_depths + c, cell_digits = 0, cell_exact = 0;
+    size_t cell = (m * o.n_lens + r) * o.n_depths + c;
+    needle_tally tally = {0, 0, answers ? answers + cell * o.trials : NULL};
     if (err.set) continue;
-    needle_cell(&o, &o.models.model[m], o.models.path[m], o.lens[r], (double)o.depth_pct[c] / 100.0, &cell_digits,
-                &cell_exact, &done, &prog, &err);
-    digits[cell] = cell_digits; /* one job per cell: no other thread writes it */
-    exact[cell] = cell_exact;
+    needle_cell(&o, &o.models.model[m], o.models.path[m], o.lens[r], (double)o.depth_pct[c] / 100.0, &tally, &done,
+                &prog, &err);
+    digits[cell] = tally.digits; /* one job per cell: no other thread writes it */
+    exact[cell] = tally.exact;
   }
   if (err.set) fail("needle: %s", err.msg);
   double took = now_seconds() - prog.t_start;
@@ -2898,6 +2954,8 @@ static int cmd_needle(int argc, char **argv) {
   if (write_heatmap_svg(o.svg, title, n_models, names, o.n_lens, o.lens, o.n_depths, depths, frac) != 0)
     fail("cannot write %s: %s", o.svg, strerror(errno));
   printf("wrote %s\n", o.svg);
+  if (answers) needle_write_answers(&o, answers);
+  free(answers);
   free(frac);
   free(exact);
   free(digits);

@@ -276,6 +276,11 @@ rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data ti
   --len 400 --depth 50 --trials 2 --svg n.svg)
 check "needle --needles 4 --key-words heldout exits 0 and says what it asks (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q '4 needles of different key words, the key asked drawn from the held-out words' out.txt"
+rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --needles 3 --len 400,500 \
+  --depth 50 --trials 2 --svg n.svg --answers answers.tsv)
+check "needle --answers writes one line per trial, the others' numbers and whose number each answer is (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && [ \$(wc -l < answers.tsv) = 5 ] && head -1 answers.tsv | grep -q answer_is && \
+         awk -F'\t' 'NR > 1 && (\$9 !~ /^(asked|none|other:[a-z]+)\$/ || split(\$10, n, \",\") != 2) {bad = 1} END {exit bad}' answers.tsv"
 rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --haystack tiny.txt --len 400 --depth 50 --trials 2 --svg n.svg)
 check "needle --haystack FILE exits 0 and reads it (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q 'filler: tiny.txt' out.txt"
 rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --len 400 --depth 50 --trials 1 \
