@@ -939,12 +939,12 @@ static void help_train(void) {
          "                      --surprise-bound 6 --key-ngram 12 --emb-scale 10 --attn-identity 1.5 (mac, mal)\n"
          "                      --mac-learns-input (mac) --lens-mix --end-jitter 64 --answer-loss --steps 3000\n"
          "                      --lens 256,1024,4096,16384 (prose; passkey also 65536; copy to 4096), --needles 4\n"
-         "                      --numbers 0.05 --min-rows 2 (prose); any option given wins\n"
+         "                      --numbers 0.05 --min-rows 2 --key-words text (prose); any option given wins\n"
          "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
          "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle),\n"
          "                      'random' (4 to 8 random letters each) or 'text' (words of 5 to 8 letters of\n"
-         "                      the training text); never a held-out word (train)\n"
+         "                      the training text); never a held-out word (train; the prose recipe: text)\n"
          "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order) or a file\n"
          "                      (default: the kind's own: prose the training split, passkey its fixed cycle)\n"
          "  --numbers F         each example writes a fraction, uniform in [0, F), of its filler's words as\n"
@@ -968,8 +968,9 @@ static void help_train(void) {
    attention starting as the identity; embeddings x 10), writes in one shot (theta_max 1, momentum 0.02)
    and almost never forgets (1e-7 a token), learns from the block input, bounds each token's surprise at
    6, and trains 3,000 steps on a mixed length curriculum with the loss on the answers only (prose: 1 to 4
-   needles of different key words an example, keys of the 12 tokens before, which carry the word, and up
-   to 5% of the filler's words written as numbers no question asks for). It writes
+   needles of different key words an example, each a word of the training text, keys of the 12 tokens
+   before, which carry the word, and up to 5% of the filler's words written as numbers no question asks
+   for). It writes
    these into o before the command line is parsed, so every option given still wins; --recipe none
    keeps the plain defaults. `block` is the --block given, or -1. */
 static void retrieval_recipe(train_opts *o, int task, int block) {
@@ -994,6 +995,7 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
     o->needles = 4;    /* 1..4 keyed needles an example: binding, not "a number" */
     o->numbers = 0.05; /* numbers amid the text no question asks for: text with digits keeps its needle */
     o->min_rows = 2;   /* two examples a step at 4K and 16K: fewer steps whose one wrong answer is the gradient */
+    o->key_words = LONGCTX_WORDS_TEXT; /* thousands of real key words, not 16: unseen words bind as well */
   }
   o->steps = 3000;
 }

@@ -230,6 +230,8 @@ check "  a MAC of d 128 (prose) whose loss sees the answers (the recipe), and sa
 "$bin" info --model recipe/model.safetensors >info.txt 2>&1
 check "  its memory keys come from the 12 tokens before, held there (the library's key_ngram)" \
   grep -q 'memory keys: from the 12 tokens before' info.txt
+check "  its key words are words of the training text (the recipe's --key-words text, in the resume line)" \
+  grep -a -q 'key-words=text' recipe/trainer.safetensors
 rc=$(run "$bin" train --data tiny.txt --task prose --d 32 --lens 200 --steps 2 --val-every 0 --min-rows 3 --out rows)
 check "  --min-rows 3: three sequences of 200 a step; the run ends with a retrieval check, not a text sample (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q '200 (max(3, 16 x 200 / length) sequences)' out.txt && grep -q '^retrieval check' out.txt \
