@@ -4125,12 +4125,10 @@ typedef struct titans__mem_chunk_grad {
   float *dtheta, *deta, *dalpha; /* [n] (stride gstride) */
 } titans__mem_chunk_grad;
 
-/* The outputs of one piece c of n <= b tokens of one head, from a running state (W, S) = (w, s) inside a
-   chunk whose inner gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a
-   chunk start). Writes y [n, ld] (unless y is NULL) and leaves in wk everything the backward and
-   titans__mem_chunk_end_state need. */
-static void titans__mem_chunk_forward(const titans__mem_dims *m, int residual, float *y, const titans__mem_chunk *c,
-                                      const float *wgrad, const float *w, const float *s, titans__mem_work *wk) {
+/* The first half of titans__mem_chunk_forward, which reads only the chunk-start weights wgrad: the piece's
+   gates and rows into wk, the key path, the inner-loss errors, the surprise bound and the coefficients. */
+static void titans__mem_chunk_keys(const titans__mem_dims *m, int residual, const titans__mem_chunk *c,
+                                   const float *wgrad, titans__mem_work *wk) {
   const size_t L = m->L, dh = m->dh, n = c->n, ld = c->ld;
   for (size_t t = 0; t < n; t++) {
     wk->th[t] = c->theta[t * c->gstride];
@@ -4161,6 +4159,16 @@ static void titans__mem_chunk_forward(const titans__mem_dims *m, int residual, f
   }
   titans__mem_bound_steps(m, wk, n);
   titans__mem_coeffs(wk->cA, wk->cB, wk->cE, wk->cC, wk->cD, wk->th, wk->et, wk->al, n);
+}
+
+/* The outputs of one piece c of n <= b tokens of one head, from a running state (W, S) = (w, s) inside a
+   chunk whose inner gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a
+   chunk start). Writes y [n, ld] (unless y is NULL) and leaves in wk everything the backward and
+   titans__mem_chunk_end_state need. */
+static void titans__mem_chunk_forward(const titans__mem_dims *m, int residual, float *y, const titans__mem_chunk *c,
+                                      const float *wgrad, const float *w, const float *s, titans__mem_work *wk) {
+  const size_t L = m->L, dh = m->dh, n = c->n, ld = c->ld;
+  titans__mem_chunk_keys(m, residual, c, wgrad, wk);
 
   /* Query path through the per-token weights W_t = A_t W + B_t S - sum_i C_{t,i} u_i:
      zq[i] = diag(A) aq[i] W_i^T + diag(B) aq[i] S_i^T - (C o (aq[i] ak[i]^T)) delta[i]. */
@@ -4223,6 +4231,75 @@ static void titans__mem_chunk_end_state(const titans__mem_dims *m, float *w_out,
 #else
   (void)streamed;
 #endif
+}
+
+/* One layer of titans__mem_token_step in one pass over its W and S [no, ni], updated in place:
+     W' = A W + B S - delta tc^T,   S' = E S - delta td^T,   zq [no] = W' aq
+   (u: the one token's step, n = 1; aq [ni] the query path's input of the layer). W' and S' round as
+   titans__mem_state_update rounds them for a piece of one token, so the state is the same bits; zq is
+   read from W' as the update writes it instead of as A (W aq) + B (S aq) - C (aq . ak) delta, which is
+   the same sum rounded differently. Before, the query path read W and S, the update read and wrote
+   them, and the session's finite check read them again: six passes over the head's state a token,
+   now four. Returns, in each lane, the sum of (W' + S') * 0 over its values: finite (0) only when every
+   value written is finite (an overflow of W' + S' only makes it NaN: the caller then checks the slow way).
+   Needs ni % VW == 0. */
+static titans__vf titans__mem_token_layer(float *zq, float *w, float *s, const float *aq, int flush,
+                                          const titans__mem_layer_step *u) {
+  const titans__vf vA = titans__vset1(u->An), vB = titans__vset1(u->Bn), vE = titans__vset1(u->En);
+  const titans__vf zero = titans__vset1(0.0f);
+  titans__vf check = zero;
+  for (size_t o = 0; o < u->no; o++) {
+    titans__vf e = titans__vset1(u->delta[o]), dot = zero;
+    float *wr = w + o * u->ni, *sr = s + o * u->ni; /* [ni] row o of W and S */
+    for (size_t j = 0; j < u->ni; j += TITANS__VW) {
+      titans__vf wv = titans__vload(wr + j), sv = titans__vload(sr + j);
+      titans__vf aw = titans__vfma(e, titans__vload(u->tc + j), zero); /* as the update tile's sum of one token */
+      titans__vf as = titans__vfma(e, titans__vload(u->td + j), zero);
+      titans__vf nw = titans__vsub(titans__vadd(titans__vmul(vA, wv), titans__vmul(vB, sv)), aw);
+      titans__vf ns = titans__vsub(titans__vmul(vE, sv), as);
+      if (flush) {
+        nw = titans__vflush_subnormal(nw);
+        ns = titans__vflush_subnormal(ns);
+      }
+      titans__vstore(wr + j, nw);
+      titans__vstore(sr + j, ns);
+      dot = titans__vfma(nw, titans__vload(aq + j), dot);
+      check = titans__vfma(titans__vadd(nw, ns), zero, check);
+    }
+    zq[o] = titans__vsum(dot);
+  }
+  return check;
+}
+
+/* Whether titans__mem_token_step can take a head: every layer's input width a multiple of the vector width. */
+static int titans__mem_token_fusable(const titans__mem_dims *m) {
+  for (size_t i = 0; i < m->L; i++)
+    if (m->n[i] % TITANS__VW != 0) return 0;
+  return 1;
+}
+
+/* One token of one head (a piece c of n = 1) from the running state (w, s), which it updates in place;
+   the same computation as titans__mem_chunk_forward then titans__mem_chunk_end_state (and the same state
+   bits), with each layer's update, query read and finite check in one pass (titans__mem_token_layer).
+   wgrad (the chunk-start weights) may be w: the key path reads it before any write. flush: the token
+   ends a chunk. Writes y [dh] and returns 1 when every value of the new W and S is known to be finite
+   (0: unknown, check them). Needs titans__mem_token_fusable(m). */
+static int titans__mem_token_step(const titans__mem_dims *m, int residual, float *y, const titans__mem_chunk *c,
+                                  const float *wgrad, float *w, float *s, int flush, titans__mem_work *wk) {
+  const size_t L = m->L, dh = m->dh;
+  titans__mem_chunk_keys(m, residual, c, wgrad, wk);
+  titans__vf check = titans__vset1(0.0f);
+  for (size_t i = 0; i < L; i++) {
+    size_t ni = m->n[i], no = m->n[i + 1];
+    titans__ops_scale_to(wk->tmp, wk->ak[i], wk->cC[0], ni); /* [ni] C_11 ak, as titans__mem_chunk_end_state */
+    titans__ops_scale_to(wk->tmp2, wk->ak[i], wk->cD[0], ni); /* [ni] D_11 ak */
+    titans__mem_layer_step step = {wk->cA[0], wk->cB[0], wk->cE[0], wk->delta[i], wk->tmp, wk->tmp2, 1, no, ni};
+    check = titans__vadd(check, titans__mem_token_layer(wk->zq[i], w + m->wofs[i], s + m->wofs[i], wk->aq[i], flush,
+                                                        &step));
+    if (i + 1 < L) titans__silu_keep(wk->aq[i + 1], wk->sq[i], wk->zq[i], no);
+  }
+  for (size_t j = 0; j < dh; j++) y[j] = wk->zq[L - 1][j] + (residual ? wk->aq[0][j] : 0.0f);
+  return titans__vsum(check) == 0.0f;
 }
 
 /* One piece of n <= b tokens of one head, its arrays given one by one (as titans__mem_chunk's fields): its
@@ -4933,8 +5010,10 @@ static int titans__mem_ctx_reserve(titans_mem_ctx *ctx, const titans__mem_dims *
 }
 
 /* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
-   into states [nchunks + 1, 2, head_size] when not NULL. */
-static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
+   into states [nchunks + 1, 2, head_size] when not NULL. Returns 1 when the call's last piece was one
+   token taken by titans__mem_token_step, which rewrote every value of W and S and found them finite
+   (0: not known). */
+static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
                                   float *w, float *schunk, float *s, float *states, long long position, size_t r,
                                   size_t h, size_t T, titans__mem_work *wk) {
   size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size, c = 0;
@@ -4955,8 +5034,9 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
     }
     memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float)); /* c >= 1: T > 0 */
     memcpy(schunk, states + (c - 1) * 2 * hs + hs, hs * sizeof(float));
-    return;
+    return 0;
   }
+  int checked = 0, fusable = titans__mem_token_fusable(m);
   for (size_t t = 0; t < T; c++) {
     size_t off = (size_t)((unsigned long long)(position + (long long)t) % m->b), len = m->b - off;
     if (len > T - t) len = T - t;
@@ -4973,16 +5053,26 @@ static void titans__mem_recur_one(const titans__mem_dims *m, int residual, titan
       memcpy(states + c * 2 * hs + hs, s, hs * sizeof(float));
     }
     titans__mem_sink sink = {NULL, NULL, off + len == m->b}; /* a chunk's end: flush */
-    titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld, bf->qk[1] + base + t * ld,
-                              bf->act[2] + base + t * ld, ld, bf->gates[0] + gbase + t * m->H,
-                              bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H, m->H,
-                              whole_inner ? w : wchunk, w, s, w, s, &sink, len, wk);
+    const titans__mem_chunk piece = {bf->qk[0] + base + t * ld,       bf->qk[1] + base + t * ld,
+                                     bf->act[2] + base + t * ld,      bf->gates[0] + gbase + t * m->H,
+                                     bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H,
+                                     ld,                              m->H,
+                                     len};
+    const float *wgrad = whole_inner ? w : wchunk;
+    if (len == 1 && fusable) { /* a session's token: one pass per layer over W and S */
+      checked = titans__mem_token_step(m, residual, bf->y + base + t * ld, &piece, wgrad, w, s, sink.flush, wk);
+    } else {
+      titans__mem_chunk_forward(m, residual, bf->y + base + t * ld, &piece, wgrad, w, s, wk);
+      titans__mem_chunk_end_state(m, w, s, &sink, w, s, len, wk);
+      checked = 0;
+    }
     t += len;
   }
   if (states) {
     memcpy(states + c * 2 * hs, w, hs * sizeof(float));
     memcpy(states + c * 2 * hs + hs, s, hs * sizeof(float));
   }
+  return checked;
 }
 
 #ifdef _OPENMP
@@ -4996,20 +5086,24 @@ static int titans__mem_split(const titans__mem_dims *m, long long tasks, size_t 
 #endif
 
 /* Task `task` (row task / H, head task % H) of titans_mem_forward: the recurrence over the call's T tokens
-   with a work space of its thread's own. */
-static void titans__mem_forward_task(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
+   with a work space of its thread's own. Returns titans__mem_recur_one's answer. */
+static int titans__mem_forward_task(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
                                      titans_mem_state *st, titans_mem_ctx *ctx, float *work, size_t work_floats,
                                      long long task, size_t T) {
   size_t hs = m->head_size, r = (size_t)task / m->H, h = (size_t)task % m->H, at = (size_t)task * hs;
   titans__mem_work wk;
   titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, m, 0);
   float *states = ctx ? ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs : NULL;
-  titans__mem_recur_one(m, residual, bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
+  return titans__mem_recur_one(m, residual, bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
                         st->position, r, h, T, &wk);
 }
 
-TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
-                                 float *out, const float *x, size_t T, titans_mem_ctx *ctx) {
+/* titans_mem_forward, and *state_finite (when not NULL) := 1 when the call rewrote every value of the
+   state's W and S and found them all finite, else 0 (not known: check them). A session's one-token
+   call answers 1 (titans__mem_token_step), so its finite check need not read W and S again. */
+static int titans__mem_forward_checked(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
+                                       float *out, const float *x, size_t T, titans_mem_ctx *ctx, int *state_finite) {
+  if (state_finite) *state_finite = 0;
   if (memcmp(cfg, &st->cfg, sizeof *cfg) != 0)
     return titans__error(st->error, TITANS_ERR_ARG, "memory forward: the state was made for another configuration");
   if (T == 0) return TITANS_OK;
@@ -5037,20 +5131,27 @@ TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS, &since);
 
   long long tasks = (long long)(B * m.H);
+  int finite = 1; /* every task's W and S rewritten and finite */
 #ifdef _OPENMP
   if (titans__mem_split(&m, tasks, T)) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) reduction(&& : finite)
     for (long long task = 0; task < tasks; task++)
-      titans__mem_forward_task(&m, cfg->residual, &bf, st, ctx, work, work_floats, task, T);
+      finite = titans__mem_forward_task(&m, cfg->residual, &bf, st, ctx, work, work_floats, task, T) && finite;
   } else
 #endif
     for (long long task = 0; task < tasks; task++)
-      titans__mem_forward_task(&m, cfg->residual, &bf, st, ctx, work, work_floats, task, T);
+      finite = titans__mem_forward_task(&m, cfg->residual, &bf, st, ctx, work, work_floats, task, T) && finite;
+  if (state_finite) *state_finite = finite;
   st->position += (long long)T;
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_RECURRENCE, &since);
   titans__mem_output_forward(&m, w, &bf, out, x, B * T);
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_OUTPUT, &since);
   return TITANS_OK;
+}
+
+TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_weights *w, titans_mem_state *st,
+                                 float *out, const float *x, size_t T, titans_mem_ctx *ctx) {
+  return titans__mem_forward_checked(cfg, w, st, out, x, T, ctx, NULL);
 }
 
 /* y [n, ld] = M(q; W) for n <= b queries of one head; leaves activations in wk->aq, wk->zq. */
@@ -8687,6 +8788,8 @@ struct titans__session_layer {
   int has_mem, has_committed;
   float *lm2;                  /* LM2: the bank and its write in progress (titans__lm2_session) */
   int kv_nonfinite;            /* a key or value row with NaN or Inf entered the cache since the last reset */
+  int mem_finite;              /* 1: this feed's last memory step rewrote all of mem's W and S and found them finite
+                                  (titans__session_state_finite then skips reading them); cleared by that check */
 };
 
 /* One token's scratch in a session, named slices of s->work (titans__step_work_carve). */
@@ -9158,7 +9261,8 @@ static int titans__mac_step(titans_session *s, int l, float *mix, const float *x
   TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, w->pair, xn, 1, NULL)); /* Hm_i */
   memcpy(w->pair + d, xn, d * sizeof(float));                                                 /* X_i */
   TITANS__TRY(titans__session_attend(s, l, w->y, xn, w->pair, 2, i, i, w));
-  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, titans__mac_learn_rows(c, w->y, xn), 1, NULL));
+  TITANS__TRY(titans__mem_forward_checked(&c->mem, &L->mem, &sl->mem, w->m, titans__mac_learn_rows(c, w->y, xn), 1,
+                                          NULL, &sl->mem_finite));
   titans__session_gate(L, mix, w->y, w->m, w, d);
   return TITANS_OK;
 }
@@ -9255,7 +9359,7 @@ static int titans__mag_step(titans_session *s, int l, float *mix, const float *x
   const titans_layer *L = &s->model->w.layers[l];
   struct titans__session_layer *sl = &s->layers[l];
   TITANS__TRY(titans__session_attend(s, l, w->y, xn, xn, 1, p, p, w));
-  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->m, xn, 1, NULL));
+  TITANS__TRY(titans__mem_forward_checked(&c->mem, &L->mem, &sl->mem, w->m, xn, 1, NULL, &sl->mem_finite));
   titans__session_gate(L, mix, w->y, w->m, w, (size_t)c->d);
   return TITANS_OK;
 }
@@ -9310,7 +9414,7 @@ static int titans__mal_step(titans_session *s, int l, float *mix, const float *x
   const titans_config *c = &s->model->cfg;
   const titans_layer *L = &s->model->w.layers[l];
   struct titans__session_layer *sl = &s->layers[l];
-  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &sl->mem, w->y, xn, 1, NULL));
+  TITANS__TRY(titans__mem_forward_checked(&c->mem, &L->mem, &sl->mem, w->y, xn, 1, NULL, &sl->mem_finite));
   return titans__session_attend(s, l, mix, w->y, w->y, 1, p, p, w);
 }
 
@@ -9341,7 +9445,8 @@ static int titans__lmm_step(titans_session *s, int l, float *mix, const float *x
   const titans_config *c = &s->model->cfg;
   (void)p;
   (void)w;
-  return titans_mem_forward(&c->mem, &s->model->w.layers[l].mem, &s->layers[l].mem, mix, xn, 1, NULL);
+  struct titans__session_layer *sl = &s->layers[l];
+  return titans__mem_forward_checked(&c->mem, &s->model->w.layers[l].mem, &sl->mem, mix, xn, 1, NULL, &sl->mem_finite);
 }
 
 /* Whole chunks keep the memory's chunks where a session has them. */
@@ -10524,21 +10629,29 @@ static int titans__session_token(titans_session *s, int token, titans__step_work
   return TITANS_OK;
 }
 
+/* Clears every layer's mem_finite at a feed's start: only a memory step of the feed under way vouches
+   for the state the feed's check reads (a state loaded, forked or left by a failed feed is read). */
+static void titans__session_forget_checks(titans_session *s) {
+  for (int l = 0; l < s->model->cfg.n_layers; l++) s->layers[l].mem_finite = 0;
+}
+
 /* A state value can be NaN or Inf while every output stays finite: a memory (W or S) that overflowed
    at a token whose output the gate shuts, or a KV row whose key is -Inf (its softmax weight is 0;
    both found by fuzzing). Checked once per feed call, so that a state feed accepted is one
    titans_session_write saves: the running W and S (the chunk-start copies and MAC's committed memory
    are copies of them, so checking them too would double the cost per generated token), the KV rows
-   in use and LM2's bank and sums. */
+   in use and LM2's bank and sums. A memory layer whose last step of the feed was one token through
+   titans__mem_token_step (mem_finite) had its W and S checked as they were written, and is not read again. */
 static int titans__session_state_finite(titans_session *s) {
   const titans_config *c = &s->model->cfg;
   for (int l = 0; l < c->n_layers; l++) {
     const struct titans__session_layer *sl = &s->layers[l];
     int ok = 1;
-    if (sl->has_mem) {
+    if (sl->has_mem && !sl->mem_finite) {
       size_t n = sl->mem.batch * (size_t)sl->mem.cfg.heads * sl->mem.head_size; /* floats of W, and of S */
       ok = titans__state_finite(sl->mem.w, n) && titans__state_finite(sl->mem.s, n);
     }
+    s->layers[l].mem_finite = 0;
     if (ok && sl->has_kv) ok = !sl->kv_nonfinite; /* every row was checked as it entered the cache */
     if (ok && sl->lm2) ok = titans__state_finite(sl->lm2, titans__lm2_session_saved(c));
     if (!ok) {
@@ -10558,6 +10671,7 @@ TITANSDEF int titans_session_feed(titans_session *s, const int *tokens, size_t n
   titans__step_work w; /* named slices of s->work, sized by the same carve at titans_session_init */
   float r;
   titans__step_work_carve(&w, s->work, c);
+  titans__session_forget_checks(s);
   for (size_t i = 0; i < n; i++) TITANS__TRY(titans__session_token(s, tokens[i], &w));
   TITANS__TRY(titans__session_state_finite(s));
   if (logits && n > 0) {
@@ -10714,6 +10828,7 @@ TITANSDEF int titans_session_batch_feed(titans_session_batch *b, const int *toke
     if (tokens[i] == TITANS_SESSION_BATCH_IDLE) continue;
     w.s[n] = &b->streams[i];
     w.slot[n] = i;
+    titans__session_forget_checks(w.s[n]);
     titans_embedding_forward(w.x + n * d, &tokens[i], mo->w.tok_emb, 1, V, d);
     n++;
   }
