@@ -135,6 +135,7 @@ typedef struct longctx_example {
   size_t others_len[LONGCTX_MAX_NEEDLES]; /* [n_needles] each needle's length */
   char others[LONGCTX_MAX_NEEDLES][128];  /* [n_needles][others_len] each needle's text */
   char words[LONGCTX_MAX_NEEDLES][16];    /* prose: the key word of each (in drawing order: words[0] asked) */
+  char numbers[LONGCTX_MAX_NEEDLES][24];  /* prose: the number of each, in the same order (numbers[0]: answer) */
 } longctx_example;
 
 /* splitmix64's finaliser over a pair: one independent stream per (a, b). Also ./titans train's sampler. */
@@ -364,6 +365,7 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
     longctx_key_word(opt->word_set, source, source_len, &rng, &word_rng, ex->words[0]);
     const char *word = ex->words[0];
     snprintf(ex->needle, sizeof ex->needle, "The special magic number for %s is %s. ", word, ex->answer);
+    memcpy(ex->numbers[0], ex->answer, sizeof ex->numbers[0]);
     snprintf(ex->question, sizeof ex->question,
              "What is the special magic number for %s? The special magic number for %s is ", word, word);
   }
@@ -384,7 +386,7 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
   memcpy(texts[0], ex->needle, sizeof texts[0]);
   depths[0] = depth;
   for (int k = 1; k < n; k++) {
-    char number[24];
+    char *number = ex->numbers[k];
     for (size_t i = 0; i < ex->answer_len; i++) number[i] = (char)('0' + (int)(longctx_next(&rng) % 10));
     number[ex->answer_len] = 0;
     int dup, tries = 0;

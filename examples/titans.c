@@ -2829,14 +2829,6 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
   titans_session_free(&s);
 }
 
-/* The number a prose needle's text states ("... is NNNNNNN. "), into out [24]; "" if none. */
-static void needle_number(const char *text, char *out) {
-  const char *at = strstr(text, " is ");
-  size_t n = 0;
-  for (at = at ? at + 4 : text + strlen(text); n + 1 < 24 && at[n] >= '0' && at[n] <= '9'; n++) out[n] = at[n];
-  out[n] = 0;
-}
-
 /* --answers: one TSV line per trial of every cell, answers [n_models, n_lens, n_depths, trials][24]. For
    prose, "answer_is" says whose number the answer is: the asked needle's ("asked"), another needle's
    ("other:WORD", the binding error an associative memory must not make), or no needle's ("none"). */
@@ -2856,13 +2848,10 @@ static void needle_write_answers(const needle_opts *o, char (*answers)[24]) {
           size_t right = 0, used = 0;
           for (size_t i = 0; i < ex.answer_len; i++) right += answer[i] == ex.answer[i];
           if (!strcmp(answer, ex.answer)) snprintf(answer_is, sizeof answer_is, "asked");
-          for (size_t k = 0; k < ex.n_needles && o->kind == LONGCTX_PROSE; k++) {
-            char number[24], word[16] = "";
-            if (!strcmp(ex.others[k], ex.needle)) continue;
-            needle_number(ex.others[k], number);
-            sscanf(ex.others[k], "The special magic number for %15s", word);
-            used += (size_t)snprintf(others + used, sizeof others - used, "%s%s=%s", used ? "," : "", word, number);
-            if (!strcmp(answer, number)) snprintf(answer_is, sizeof answer_is, "other:%s", word);
+          for (size_t k = 1; k < ex.n_needles && o->kind == LONGCTX_PROSE; k++) { /* 0: the asked needle */
+            used += (size_t)snprintf(others + used, sizeof others - used, "%s%s=%s", used ? "," : "", ex.words[k],
+                                     ex.numbers[k]);
+            if (!strcmp(answer, ex.numbers[k])) snprintf(answer_is, sizeof answer_is, "other:%s", ex.words[k]);
           }
           fprintf(f, "%s\t%zu\t%zu\t%zu\t%s\t%s\t%s\t%zu\t%s\t%s\n", o->models.label[m], o->lens[r],
                   o->depth_pct[c], t, o->kind == LONGCTX_PROSE ? ex.words[0] : "-", ex.answer, answer, right,
