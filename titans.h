@@ -288,6 +288,10 @@ typedef struct titans_mem_config {
                       Needs conv_width >= n + 1. 0: every tap learns, the paper's conv. docs/model.md 5.1 */
   int no_momentum; /* 1: eta_t = 0 for every token (S_t = -theta_t u_t: no past surprise; mom_w, mom_b are
                       unused and get no gradient); 0: the momentum gate of docs/model.md 1.3 */
+  int gate_key;    /* 1: the write gate theta_t also reads the key: theta_t = theta_max sigma(lr_w x_t +
+                      lr_k . k_t + lr_b), lr_k [H, d_h] starting at 0, so the memory can write a token or not
+                      by the tokens its key holds, not by the token alone (not in the paper; docs/model.md
+                      1.3). 0: the paper's gate of x_t alone */
 } titans_mem_config;
 
 /* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
@@ -312,6 +316,7 @@ typedef struct titans_mem_weights {
   float *conv_q, *conv_k, *conv_v; /* [d_m, K_c] causal depthwise convs (NULL when K_c = 0) */
   float *lr_w, *mom_w, *decay_w;   /* [H, d] gates: inner learning rate, momentum, forgetting */
   float *lr_b, *mom_b, *decay_b;   /* [H] */
+  float *lr_k;                     /* [H, d_h] the write gate's weights on the key (gate_key; NULL otherwise) */
   float *w0[TITANS_MEM_MAX_DEPTH]; /* w0[i]: [H, n_{i+1}, n_i] each head's initial memory weights */
   float *out_norm;                 /* [d_h] RMSNorm gain on retrieved vectors (shared by heads) */
   float *wg;                       /* [d_m, d] output gate */
@@ -3523,6 +3528,7 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.surprise_bound = 1.0f;
   c.key_ngram = 0;
   c.no_momentum = 0;
+  c.gate_key = 0;
   return c;
 }
 
@@ -3555,6 +3561,8 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG, "memory: residual must be 0 or 1");
   if (c->no_momentum != 0 && c->no_momentum != 1)
     return titans__error(err, TITANS_ERR_ARG, "memory: no_momentum must be 0 or 1");
+  if (c->gate_key != 0 && c->gate_key != 1)
+    return titans__error(err, TITANS_ERR_ARG, "memory: gate_key must be 0 or 1");
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
   if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
@@ -3680,6 +3688,11 @@ static size_t titans__mem_walk(const titans_mem_config *cfg, titans_mem_weights 
   }
   TITANS__MEM_PARAM(lr_w, "lr_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0, small)
   TITANS__MEM_PARAM(lr_b, "lr_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0, lr)
+  if (cfg->gate_key) {
+    TITANS__MEM_PARAM(lr_k, "lr_k", TITANS_PARAM_MATRIX, 2, m.H, m.dh, 0, lr) /* 0: the paper's gate at first */
+  } else if (w && slab) {
+    w->lr_k = NULL;
+  }
   TITANS__MEM_PARAM(mom_w, "mom_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0, small)
   TITANS__MEM_PARAM(mom_b, "mom_b", TITANS_PARAM_BIAS, 1, m.H, 0, 0, mom)
   TITANS__MEM_PARAM(decay_w, "decay_w", TITANS_PARAM_MATRIX, 2, m.H, m.d, 0, small)
@@ -4780,6 +4793,24 @@ static size_t titans__mem_grads_carve(titans__mem_grads *gr, float *base, const 
   return used;
 }
 
+/* gate_key: the write gate's logits z [bt, H] += lr_k[h] . k_t^h, k [bt, d_m] the L2-normalised keys. */
+static void titans__mem_gate_key_forward(const titans__mem_dims *m, const float *lr_k, const float *k, float *z,
+                                         size_t bt) {
+  for (size_t t = 0; t < bt; t++)
+    for (size_t h = 0; h < m->H; h++) z[t * m->H + h] += titans__dot(lr_k + h * m->dh, k + t * m->dm + h * m->dh, m->dh);
+}
+
+/* Its backward from dz [bt, H], the gradient of the logits: d k [bt, d_m] and d lr_k [H, d_h] added into. */
+static void titans__mem_gate_key_backward(const titans__mem_dims *m, const float *lr_k, const float *k, const float *dz,
+                                          float *dk, float *dlr_k, size_t bt) {
+  for (size_t t = 0; t < bt; t++)
+    for (size_t h = 0; h < m->H; h++) {
+      float g = dz[t * m->H + h];
+      titans__axpy(dk + t * m->dm + h * m->dh, g, lr_k + h * m->dh, m->dh);
+      titans__axpy(dlr_k + h * m->dh, g, k + t * m->dm + h * m->dh, m->dh);
+    }
+}
+
 /* q (nstreams = 1) or q, k, v and the gates (nstreams = 3) of B x T tokens x [B, T, d].
    tails[s] [B, K-1, d_m] are the conv histories (advanced here); saved[s] (may be NULL) receives a copy of
    them before they advance. */
@@ -4810,6 +4841,7 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
     titans_gemm(0, 1, bt, m->H, m->d, 1.0f, x, m->d, gate_w[gi], m->d, 0.0f, g, m->H);
     for (size_t t = 0; t < bt; t++)
       for (size_t h = 0; h < m->H; h++) g[t * m->H + h] += gate_b[gi][h];
+    if (gi == 0 && w->lr_k) titans__mem_gate_key_forward(m, w->lr_k, bf->qk[1], g, bt);
     titans_sigmoid_forward(g, g, bt * m->H);
     if (gi == 0)
       for (size_t j = 0; j < bt * m->H; j++) g[j] *= cfg->theta_max;
@@ -4890,11 +4922,22 @@ static void titans__mem_streams_backward(const titans__mem_dims *m, const titans
   }
 }
 
-/* The three gates (theta, eta, alpha = sigmoids of linear maps of x) from gr->dgates: adds into their
-   weights' and biases' gradients and in->dx. */
-static void titans__mem_gates_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
-                                              const titans_mem_weights *w, const titans_mem_weights *grad,
-                                              titans__mem_bufs *bf, titans__mem_grads *gr,
+/* gr->dgates, the gradients of theta, eta and alpha [bt, H], become those of their logits z (in place):
+   theta = theta_max sigmoid(z): d z = d theta * theta (1 - theta / theta_max); eta, alpha: s (1 - s). */
+static void titans__mem_gates_logits_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
+                                              const titans__mem_bufs *bf, titans__mem_grads *gr, size_t bt) {
+  for (int gi = 0; gi < 3; gi++) {
+    float *dg = gr->dgates[gi];
+    const float *gv = bf->gates[gi];
+    float scale = gi == 0 ? 1.0f / cfg->theta_max : 1.0f;
+    for (size_t j = 0; j < bt * m->H; j++) dg[j] *= gv[j] * (1.0f - gv[j] * scale);
+  }
+}
+
+/* The three gates' linear maps of x from the gradients of their logits (gr->dgates after
+   titans__mem_gates_logits_backward): adds into their weights' and biases' gradients and in->dx. */
+static void titans__mem_gates_inputs_backward(const titans__mem_dims *m, const titans_mem_weights *w,
+                                              const titans_mem_weights *grad, titans__mem_grads *gr,
                                               const titans__mem_input *in) {
   size_t bt = in->B * in->T;
   const float *x = in->x;
@@ -4903,10 +4946,6 @@ static void titans__mem_gates_inputs_backward(const titans__mem_dims *m, const t
   float *gate_gw[3] = {grad->lr_w, grad->mom_w, grad->decay_w}, *gate_gb[3] = {grad->lr_b, grad->mom_b, grad->decay_b};
   for (int gi = 0; gi < 3; gi++) {
     float *dg = gr->dgates[gi];
-    const float *gv = bf->gates[gi];
-    /* theta = theta_max sigmoid(z): d z = d theta * theta (1 - theta / theta_max); eta, alpha: s (1 - s) */
-    float scale = gi == 0 ? 1.0f / cfg->theta_max : 1.0f;
-    for (size_t j = 0; j < bt * m->H; j++) dg[j] *= gv[j] * (1.0f - gv[j] * scale);
     titans_gemm(1, 0, m->H, m->d, bt, 1.0f, dg, m->H, x, m->d, 1.0f, gate_gw[gi], m->d);
     for (size_t t = 0; t < bt; t++)
       for (size_t h = 0; h < m->H; h++) gate_gb[gi][h] += dg[t * m->H + h];
@@ -4914,14 +4953,18 @@ static void titans__mem_gates_inputs_backward(const titans__mem_dims *m, const t
   }
 }
 
-/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3): its streams,
-   then its gates. */
+/* Backward of titans__mem_inputs_forward from gr->dvec (and gr->dgates when nstreams = 3): the gates'
+   logits, the write gate's share of d k (gate_key), the streams, then the gates' maps of x. */
 static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_mem_config *cfg,
                                         const titans_mem_weights *w, const titans_mem_weights *grad,
                                         titans__mem_bufs *bf, titans__mem_grads *gr, const titans__mem_input *in,
                                         const titans__mem_tails_grad *tails, int nstreams) {
+  size_t bt = in->B * in->T;
+  if (nstreams >= 3) titans__mem_gates_logits_backward(m, cfg, bf, gr, bt);
+  if (nstreams >= 3 && w->lr_k)
+    titans__mem_gate_key_backward(m, w->lr_k, bf->qk[1], gr->dgates[0], gr->dvec[1], grad->lr_k, bt);
   titans__mem_streams_backward(m, w, grad, bf, gr, in, tails, nstreams);
-  if (nstreams >= 3) titans__mem_gates_inputs_backward(m, cfg, w, grad, bf, gr, in);
+  if (nstreams >= 3) titans__mem_gates_inputs_backward(m, w, grad, gr, in);
 }
 
 /* out [B*T, d] = wo (RMSNorm(y) * SiLU(wg x)) from bf->y */
@@ -11356,6 +11399,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add_optional(mem, "surprise_bound", TITANS__CK_FLOAT, &c->mem.surprise_bound); /* 0: unbounded */
   titans__ck_add_when_set(mem, "key_ngram", &c->mem.key_ngram);
   titans__ck_add_when_set(mem, "no_momentum", &c->mem.no_momentum);
+  titans__ck_add_when_set(mem, "gate_key", &c->mem.gate_key);
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {

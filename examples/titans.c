@@ -871,6 +871,7 @@ typedef struct train_opts {
   int key_shift;                           /* 1: the memory's key conv starts on the previous token */
   int key_ngram;                           /* >= 1: ... and stays there (--key-shift-fixed: 1; --key-ngram N: on the
                                               N tokens before): its other taps are zeroed after every step */
+  int gate_key;                            /* 1: the memory's write gate also reads its key (cfg.mem.gate_key) */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
   double attn_identity; /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
 } train_opts;
@@ -929,6 +930,8 @@ static void help_train(void) {
       "                      other taps are set to 0 after every step (keys that cannot drift, docs/long_context.md)\n"
       "  --key-ngram N       --key-shift-fixed on the N tokens before: the key's channels in N groups, group g\n"
       "                      reading token t-1-g, the query's the same groups one token later (conv width N+1)\n"
+      "  --gate-key          the memory's write gate (theta) also reads the key, so it can write a token or not\n"
+      "                      by the tokens before it, not by the token alone (not in the paper; docs/model.md 1.3)\n"
       "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
       "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n");
   printf("Retrieval training (docs/long_context.md):\n"
@@ -1128,6 +1131,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
       o->key_ngram = (int)arg_long(&a, s, 1, 64);
       o->key_shift = 1;
     }
+    else if (!strcmp(s, "--gate-key")) o->gate_key = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
@@ -1235,6 +1239,7 @@ static titans_config train_config_of(const train_opts *o) {
   if (o->mac_learns_input) c.mac_learns_from = TITANS_MAC_LEARNS_INPUT; /* refused by the check for other kinds */
   if (o->key_ngram > 1 && c.mem.conv_width < o->key_ngram + 1) c.mem.conv_width = o->key_ngram + 1;
   if (o->key_ngram && c.mem.conv_width >= 2) c.mem.key_ngram = o->key_ngram; /* the trainer holds the key there */
+  c.mem.gate_key = o->gate_key;
   return c;
 }
 
@@ -1437,6 +1442,7 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--mac-learns-input", want.mac_learns_from, had->mac_learns_from},
            {"--theta-max", want.mem.theta_max, had->mem.theta_max},
            {"--surprise-bound", want.mem.surprise_bound, had->mem.surprise_bound},
+           {"--gate-key", want.mem.gate_key, had->mem.gate_key},
            {"--lr", (float)o->lr, tr->tc.lr},
            {"--warmup", (double)o->warmup, (double)tr->tc.warmup_steps}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
@@ -2747,23 +2753,45 @@ static void needle_print(const needle_opts *o, const size_t *exact, const size_t
          answer_len, o->kind == LONGCTX_COPY ? "letter" : "digit", 1.0 / alphabet);
 }
 
-/* The L2 norm of each layer's memory state (its "mem.state" tensor: weights and momentum) in norms
-   [n_layers] (0 for a layer without a memory), and a copy of the states in keep [total floats]. Returns
-   the floats the states hold. */
-static size_t trace_states(titans_session *s, float *keep, size_t cap) {
+/* The running memory weights W_t of each memory layer of a one-row session, one layer after the other,
+   into keep [total floats] (may be NULL); returns total. A layer's "mem.state" tensor is the layout of
+   titans_mem_state_save: 3 position floats, then W at the chunk's start, W_t, S at the chunk's start and
+   S_t (each [H, head_size]), then the four conv tails ([K_c - 1, d_m] each). The trace measures W_t
+   alone: the tails change with every token read, whether the memory writes or not. */
+static size_t trace_weights(titans_session *s, const titans_config *c, float *keep, size_t cap) {
   titans_tensor_ref refs[256];
   size_t n = titans_session_state(s, refs, 256), at = 0;
-  for (size_t i = 0; i < n && i < 256; i++)
-    if (strstr(refs[i].name, "mem.state") && at + refs[i].count <= cap) {
-      if (keep) memcpy(keep + at, refs[i].data, refs[i].count * sizeof(float));
-      at += refs[i].count;
-    }
+  size_t tails = 4 * (c->mem.conv_width > 0 ? (size_t)(c->mem.conv_width - 1) : 0) * (size_t)c->mem.heads *
+                 (size_t)c->mem.head_dim;
+  for (size_t i = 0; i < n && i < 256; i++) {
+    if (!strstr(refs[i].name, "mem.state") || refs[i].count < 3 + tails) continue;
+    size_t w_floats = (refs[i].count - 3 - tails) / 4; /* H x head_size */
+    if (at + w_floats > cap) break;
+    if (keep) memcpy(keep + at, refs[i].data + 3 + w_floats, w_floats * sizeof(float));
+    at += w_floats;
+  }
   return at;
+}
+
+/* Per memory layer, from log10 changes y [layers, n_chunks]: the largest write of a chunk that holds a
+   needle token, and how many chunks without one wrote at least a tenth of it (writes that share the
+   memory with the needles'). */
+static void trace_summary(const double *y, const char *has_needle, size_t layers, size_t n_chunks) {
+  for (size_t l = 0; l < layers; l++) {
+    double needle_max = -1e300;
+    size_t others = 0, strong = 0;
+    for (size_t ch = 0; ch < n_chunks; ch++)
+      if (has_needle[ch] && y[l * n_chunks + ch] > needle_max) needle_max = y[l * n_chunks + ch];
+    for (size_t ch = 0; ch < n_chunks; ch++)
+      if (!has_needle[ch]) others++, strong += y[l * n_chunks + ch] >= needle_max - 1.0;
+    printf("layer %zu: the needles' chunks moved the memory's weights by up to %.3g; %zu of the %zu other chunks "
+           "moved them by a tenth of that or more\n", l, pow(10.0, needle_max), strong, others);
+  }
 }
 
 /* --trace: the example of the first trial of the first (length, depth) cell, read by a fresh session of
    the first model one token at a time. Per memory chunk (mem.chunk tokens) and layer: the L2 norm of the
-   change of the layer's memory state over the chunk, the state's norm, and how many needle tokens the
+   change of the layer's memory weights W_t over the chunk, their norm, and how many needle tokens the
    chunk holds; a TSV to path and a plot (log scale of the change against the position) to path.svg. */
 static void needle_trace(const needle_opts *o, const titans_model *model) {
   longctx_example ex;
@@ -2773,19 +2801,20 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
   titans_session s;
   if (titans_session_init(&s, model) != TITANS_OK) fail("%s", s.error);
   const titans_config *c = &model->cfg;
-  size_t L = (size_t)c->n_layers, chunk = (size_t)c->mem.chunk, total = trace_states(&s, NULL, SIZE_MAX);
+  size_t L = (size_t)c->n_layers, chunk = (size_t)c->mem.chunk, total = trace_weights(&s, c, NULL, SIZE_MAX);
   if (total == 0) fail("needle --trace: %s has no memory to trace", o->models.path[0]);
-  size_t per_layer = total / L; /* every memory layer holds the same state */
+  size_t per_layer = total / L; /* every memory layer holds weights of the same shape */
   float *before = (float *)xmalloc(total * sizeof(float)), *now = (float *)xmalloc(total * sizeof(float));
   size_t n_chunks = (ex.length + chunk - 1) / chunk;
   double *x = (double *)xmalloc(n_chunks * sizeof(double));     /* [n_chunks] the chunk's last position + 1 */
   double *y = (double *)xmalloc(L * n_chunks * sizeof(double)); /* [L, n_chunks] log10 of the change */
+  char *has_needle = (char *)xmalloc(n_chunks);                  /* [n_chunks] 1: a needle token in the chunk */
   FILE *f = fopen(o->trace, "w");
   if (!f) fail("cannot write %s: %s", o->trace, strerror(errno));
   fprintf(f, "# %s, %s example, length %zu, depth %.0f%%, %zu needle(s); per chunk of %zu tokens\n", o->models.path[0],
           longctx_kind_name(o->kind), ex.length, 100 * depth, ex.n_needles, chunk);
-  fprintf(f, "chunk_end\tlayer\tstate_change\tstate_norm\tneedle_tokens\ttext\n");
-  trace_states(&s, before, total);
+  fprintf(f, "chunk_end\tlayer\tweight_change\tweight_norm\tneedle_tokens\ttext\n");
+  trace_weights(&s, c, before, total);
   size_t mem_layers = 0;
   for (size_t ch = 0; ch < n_chunks; ch++) {
     size_t from = ch * chunk, to = from + chunk < ex.length ? from + chunk : ex.length, needle_tokens = 0;
@@ -2800,8 +2829,9 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
       }
     }
     text[to - from] = 0;
-    trace_states(&s, now, total);
+    trace_weights(&s, c, now, total);
     x[ch] = (double)to;
+    has_needle[ch] = needle_tokens > 0;
     mem_layers = 0;
     for (size_t l = 0; l * per_layer < total; l++, mem_layers++) {
       double change = 0, norm = 0;
@@ -2821,11 +2851,12 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
     snprintf(names[l], sizeof names[l], "layer %zu", l), name_ptr[l] = names[l];
   snprintf(svg, sizeof svg, "%s.svg", o->trace);
   snprintf(title, sizeof title, "memory writes: %s, needle at %zu", longctx_kind_name(o->kind), ex.needle_at);
-  if (write_curves_svg(svg, title, "tokens read", "log10 |state change| per chunk", mem_layers < 8 ? mem_layers : 8,
+  if (write_curves_svg(svg, title, "tokens read", "log10 |weight change| per chunk", mem_layers < 8 ? mem_layers : 8,
                        name_ptr, n_chunks, x, y) != 0)
     fail("cannot write %s: %s", svg, strerror(errno));
   printf("wrote %s and %s (the asked needle at token %zu)\n", o->trace, svg, ex.needle_at);
-  free(before), free(now), free(x), free(y);
+  trace_summary(y, has_needle, mem_layers, n_chunks);
+  free(before), free(now), free(x), free(y), free(has_needle);
   titans_session_free(&s);
 }
 
@@ -3058,6 +3089,7 @@ static void info_model(titans_st_reader *r, const char *path) {
            c->mem.key_ngram);
   else if (memory_keys_one_tap(&m))
     printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
+  if (c->mem.gate_key) printf("memory write gate: reads the key as well as the token\n");
   print_gate_biases(&m);
   printf("config: %s\n", titans_st_meta(r, "config"));
   if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));

@@ -29,6 +29,8 @@ static void lively_weights(titans_model *m, uint64_t seed) {
 /* What the MAC of a test's tiny_config learns from (titans_mac_learns_from): test_model and test_stream
    run MAC's checks once with each. */
 static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+/* 1: the memories of a test's tiny_config have the write gate that reads the key (cfg.mem.gate_key) */
+static int tiny_gate_key = 0;
 
 /* Tiny, every option on (test_stream, test_reduce): persistent tokens, a window shorter than a stream
    window, a 2-layer memory with conv, chunks of 2 and segments of 4 (windows are multiples of 4). */
@@ -48,13 +50,18 @@ static inline titans_config tiny_stream_config(int kind) {
   c.mem.theta_max = 0.1f;
   if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3;
   if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
+  c.mem.gate_key = tiny_gate_key;
   return c;
 }
 
-/* The kind's name in the checks' messages, MAC's with what its memory learns from when not the paper's y. */
+/* The kind's name in the checks' messages, with what its memory learns from when not the paper's y
+   (MAC) and whether its write gate reads the key. */
 static const char *kind_label(int kind) {
-  if (kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT) return "mac (memory learns from X)";
-  return titans_block_name(kind);
+  static char label[96];
+  int from_x = kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT;
+  snprintf(label, sizeof label, "%s%s%s", titans_block_name(kind), from_x ? " (memory learns from X)" : "",
+           tiny_gate_key ? " (write gate reads the key)" : "");
+  return label;
 }
 
 #endif

@@ -116,6 +116,8 @@ static void ref_token_inputs(const ref_model *rm, const double *xr, size_t T, do
       for (size_t h = 0; h < H; h++) {
         double acc = ref_param(rm, gb[g])[h];
         for (size_t i = 0; i < d; i++) acc += ref_param(rm, gw[g])[h * d + i] * xr[t * d + i];
+        if (g == 0 && rm->cfg.gate_key) /* the write gate reads the key too: + lr_k[h] . k_t^h */
+          for (size_t j = 0; j < dh; j++) acc += ref_param(rm, "lr_k")[h * dh + j] * vec[(1 * T + t) * dm + h * dh + j];
         gates[(g * T + t) * H + h] = (g == 0 ? rm->cfg.theta_max : 1.0) * ref_sigmoid(acc);
         if (g == 1 && rm->cfg.no_momentum) gates[(g * T + t) * H + h] = 0.0;
       }
@@ -202,6 +204,12 @@ static titans_mem_config make_cfg(int d, int H, int dh, int L, int e, int b, int
   return c;
 }
 
+/* cfg whose write gate reads the key (gate_key, docs/model.md 1.3) */
+static titans_mem_config keyed_gate(titans_mem_config c) {
+  c.gate_key = 1;
+  return c;
+}
+
 /* cfg with the surprise bound tau (docs/model.md 1.4) */
 static titans_mem_config bounded(titans_mem_config c, float tau) {
   c.surprise_bound = tau;
@@ -270,9 +278,8 @@ static double rel_to_max(const float *a, const double *b, size_t n) {
 }
 
 static void cfg_label(char *buf, size_t n, const titans_mem_config *c, size_t T) {
-  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu", c->depth, c->chunk, c->conv_width, c->residual,
-           (double)c->surprise_bound, c->heads,
-           c->head_dim, T);
+  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s", c->depth, c->chunk, c->conv_width, c->residual,
+           (double)c->surprise_bound, c->heads, c->head_dim, T, c->gate_key ? " gate_key" : "");
 }
 
 /* ---- 7.1: chunked == recurrence --------------------------------------------------------------- */
@@ -474,6 +481,7 @@ static void test_golden(const char *path) {
     titans_mem_config cfg = make_cfg((int)cf[0], (int)cf[1], (int)cf[2], (int)cf[3], (int)cf[4], (int)cf[5], (int)cf[6],
                                      (int)cf[7], cf[8]);
     if (gc->count > 11) cfg.surprise_bound = cf[11]; /* tau, the surprise bound (12-field files) */
+    if (gc->count > 12) cfg.gate_key = (int)cf[12]; /* the write gate reads the key (13-field files) */
     size_t B = (size_t)cf[9], T = (size_t)cf[10], n = B * T * (size_t)cfg.d;
     size_t total = titans_mem_param_count(&cfg), np;
     titans_param list[32];
@@ -870,6 +878,9 @@ int main(void) {
   titans_mem_config no_momentum = make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f);
   no_momentum.no_momentum = 1;
   test_chunked_vs_recurrence(no_momentum, 2, 23);
+  printf("memory layer: the write gate that reads the key (gate_key)\n");
+  test_chunked_vs_recurrence(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.5f)), 2, 23);
+  test_chunked_vs_recurrence(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 3, 4, 0, 0.5f), 0.5f)), 2, 23);
 
   printf("memory layer: gradients vs central differences of the double reference (h = 1e-5)\n");
   test_gradients(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7);
@@ -885,6 +896,8 @@ int main(void) {
   test_gradients(delta, 2, 7);
   delta.chunk = 3; /* the chunked form without momentum */
   test_gradients(delta, 2, 7);
+  test_gradients(keyed_gate(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f)), 2, 7);
+  test_gradients(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
 
   printf("memory layer: golden values of the PyTorch reference (tests/ref)\n");
   test_golden("tests/ref/memory_golden.bin");
@@ -893,13 +906,16 @@ int main(void) {
   test_streaming(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f));
   test_streaming(make_cfg(8, 2, 4, 1, 2, 16, 3, 1, 0.25f));
   test_streaming(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f));
+  test_streaming(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)));
   test_causality(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
+  test_causality(keyed_gate(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f)));
   test_causality(make_cfg(8, 2, 4, 3, 2, 16, 0, 1, 0.5f));
   test_threads_and_state(make_cfg(16, 4, 4, 2, 2, 8, 4, 0, 0.25f));
   test_stage_timers(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f));
   test_chained_backward(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 8, 13);
   test_chained_backward(make_cfg(8, 2, 4, 1, 2, 2, 3, 1, 0.25f), 2, 1);
   test_chained_backward(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f), 8, 13);
+  test_chained_backward(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)), 8, 13);
   test_bad_input();
   test_long_run_finite();
   return th_summary("test_memory");

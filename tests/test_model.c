@@ -30,6 +30,7 @@ static titans_config tiny_config(int kind) {
   c.mem.theta_max = 0.1f;
   if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3; /* segments 4, 4, 2 of T = 10: two writes, a partial read */
   if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
+  c.mem.gate_key = tiny_gate_key;
   return c;
 }
 
@@ -251,6 +252,15 @@ static void test_lookup_init(void) {
   titans_config back;
   int rc = titans_config_from_json(&back, json, err);
   th_check(rc == TITANS_OK && back.mem.key_ngram == 1, "key_ngram = 1 is written and read back (%s)", json);
+  /* gate_key, likewise: absent from the files of models without it, read back where set, 0 or 1 */
+  th_check(strstr(json, "gate_key") == NULL, "gate_key = 0 is not written (files stay as they were)");
+  titans_config keyed = m.cfg;
+  keyed.mem.gate_key = 1;
+  titans_config_to_json(&keyed, json, sizeof json);
+  rc = titans_config_from_json(&back, json, err);
+  th_check(rc == TITANS_OK && back.mem.gate_key == 1, "gate_key = 1 is written and read back (%s)", json);
+  keyed.mem.gate_key = 2;
+  th_check(titans_config_check(&keyed, err) != TITANS_OK, "gate_key = 2 is refused: %s", err);
   titans_trainer t;
   titans_trainer_init(&t, &m, NULL);
   int tok[2 * 17];
@@ -500,7 +510,14 @@ int main(void) {
   test_gradients(TITANS_BLOCK_MAC);
   test_causality_and_sessions(TITANS_BLOCK_MAC);
   test_overfit(TITANS_BLOCK_MAC);
+  printf("models: the memory's write gate reads the key (cfg.mem.gate_key), MAC learning from X and MAG\n");
+  tiny_gate_key = 1;
+  test_gradients(TITANS_BLOCK_MAC);
+  test_causality_and_sessions(TITANS_BLOCK_MAC);
   tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+  test_gradients(TITANS_BLOCK_MAG);
+  test_causality_and_sessions(TITANS_BLOCK_MAG);
+  tiny_gate_key = 0;
   printf("models: the look-up initialisation and keys held on the previous token\n");
   test_lookup_init();
   printf("models: training\n");

@@ -73,7 +73,7 @@ static void test_streams_equal_sessions(int kind) {
       positions &= titans_session_batch_stream(&b, (size_t)i)->position == ref[i].position;
     }
   }
-  char what[200];
+  char what[320];
   snprintf(what, sizeof what, "%s: %d streams over %d calls (staggered starts, idle calls, a reset) == a session each "
            "(relative to max |logit|)", kind_label(kind), NS, STEPS);
   th_close(what, rc ? INFINITY : worst, 2e-5);
@@ -252,6 +252,9 @@ int main(void) {
   for (int k = 0; k < NKINDS; k++) test_streams_equal_sessions(kinds[k]);
   tiny_mac_learns_from = TITANS_MAC_LEARNS_INPUT;
   test_streams_equal_sessions(TITANS_BLOCK_MAC);
+  tiny_gate_key = 1; /* the memory's write gate reads the key */
+  test_streams_equal_sessions(TITANS_BLOCK_MAC);
+  tiny_gate_key = 0;
   tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
   printf("session batches: NaN and Inf\n");
   for (int k = 0; k < NKINDS; k++) test_nonfinite(kinds[k]);

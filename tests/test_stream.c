@@ -338,7 +338,14 @@ int main(void) {
   tiny_mac_learns_from = TITANS_MAC_LEARNS_INPUT;
   test_stream_equals_session(TITANS_BLOCK_MAC);
   test_stream_gradients(TITANS_BLOCK_MAC, 99);
+  printf("streams: the memory's write gate reads the key (MAC learning from X, MAG)\n");
+  tiny_gate_key = 1;
+  test_stream_equals_session(TITANS_BLOCK_MAC);
+  test_stream_gradients(TITANS_BLOCK_MAC, 99);
   tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+  test_stream_equals_session(TITANS_BLOCK_MAG);
+  test_stream_gradients(TITANS_BLOCK_MAG, 99);
+  tiny_gate_key = 0;
   printf("streams: checkpoints\n");
   for (int k = 0; k < NKINDS; k++) test_stream_checkpoint(kinds[k]);
   printf("streams: refusals, ignored targets\n");

@@ -22,8 +22,9 @@ torch.set_default_dtype(torch.float64)
 DT = torch.float64
 EPS = 1e-6  # L2Norm and RMSNorm epsilon (docs/model.md section 0)
 
-# tau (the surprise bound, docs/model.md 1.4; 0 = off) is last, so files of the 11-field layout still read
-CONFIG_FIELDS = ["d", "H", "d_h", "L_M", "e", "b", "K_c", "residual", "theta_max", "B", "T", "tau"]
+# tau (the surprise bound, docs/model.md 1.4; 0 = off) and gate_key (the write gate reads the key, 1.3) come
+# last, so files of the 11- and 12-field layouts still read
+CONFIG_FIELDS = ["d", "H", "d_h", "L_M", "e", "b", "K_c", "residual", "theta_max", "B", "T", "tau", "gate_key"]
 
 
 def bounded_step(cfg, theta_t, u):
@@ -98,7 +99,10 @@ def per_token(cfg, p, x):
     q = path("wq", "conv_q", True)
     k = path("wk", "conv_k", True)
     v = path("wv", "conv_v", False)
-    theta = cfg["theta_max"] * torch.sigmoid(torch.einsum("btd,hd->bth", x, p["lr_w"]) + p["lr_b"])
+    theta_logit = torch.einsum("btd,hd->bth", x, p["lr_w"]) + p["lr_b"]
+    if cfg.get("gate_key", 0):  # the write gate reads the key too: + lr_k[h] . k_t^h
+        theta_logit = theta_logit + torch.einsum("bthj,hj->bth", k, p["lr_k"])
+    theta = cfg["theta_max"] * torch.sigmoid(theta_logit)
     eta = torch.sigmoid(torch.einsum("btd,hd->bth", x, p["mom_w"]) + p["mom_b"])
     alpha = torch.sigmoid(torch.einsum("btd,hd->bth", x, p["decay_w"]) + p["decay_b"])
     return q, k, v, theta, eta, alpha
@@ -237,8 +241,10 @@ def param_shapes(cfg):
     shapes = [("wq", [dm, d]), ("wk", [dm, d]), ("wv", [dm, d])]
     if K > 0:
         shapes += [("conv_q", [dm, K]), ("conv_k", [dm, K]), ("conv_v", [dm, K])]
-    shapes += [("lr_w", [H, d]), ("lr_b", [H]), ("mom_w", [H, d]), ("mom_b", [H]),
-               ("decay_w", [H, d]), ("decay_b", [H])]
+    shapes += [("lr_w", [H, d]), ("lr_b", [H])]
+    if cfg.get("gate_key", 0):
+        shapes += [("lr_k", [H, dh])]
+    shapes += [("mom_w", [H, d]), ("mom_b", [H]), ("decay_w", [H, d]), ("decay_b", [H])]
     shapes += [("w0.%d" % l, [H, n[l + 1], n[l]]) for l in range(L)]
     shapes += [("out_norm", [dh]), ("wg", [dm, d]), ("wo", [d, dm])]
     return shapes
@@ -268,6 +274,8 @@ def make_params(cfg, gen):
             t[:, -1] += 0.5
         elif name in ("lr_w", "mom_w", "decay_w"):
             t = normal(shape, 0.3 / math.sqrt(d))  # gate logits vary by token but do not saturate
+        elif name == "lr_k":
+            t = normal(shape, 1.0)  # |k| = 1: the key moves the write gate's logit by about 1
         elif name in ("lr_b", "mom_b"):
             t = uniform(shape, -1.0, 1.0)
         elif name == "decay_b":
@@ -301,6 +309,9 @@ CASES = [
     dict(d=8, H=2, d_h=4, L_M=2, e=2, b=4, K_c=4, residual=0, theta_max=0.5, B=2, T=11, tau=0.5),
     dict(d=8, H=2, d_h=4, L_M=1, e=2, b=1, K_c=4, residual=0, theta_max=0.5, B=2, T=11, tau=0.25),
     dict(d=8, H=2, d_h=4, L_M=3, e=2, b=3, K_c=0, residual=1, theta_max=0.5, B=2, T=11, tau=0.5),
+    # the write gate that reads the key (gate_key), with and without the surprise bound
+    dict(d=8, H=2, d_h=4, L_M=1, e=2, b=4, K_c=4, residual=0, theta_max=0.5, B=2, T=11, gate_key=1),
+    dict(d=8, H=2, d_h=4, L_M=2, e=2, b=3, K_c=4, residual=0, theta_max=0.5, B=2, T=11, tau=0.5, gate_key=1),
 ]
 
 
