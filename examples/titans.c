@@ -1711,6 +1711,7 @@ static int cmd_train(int argc, char **argv) {
      (the signature of a memory whose chunk recurrence amplifies gradients: docs/long_context.md) */
   float grad_max = 0.0f;
   long grad_max_step = 0, grad_far_steps = 0;
+  long far_by_length[MAX_STAGES] = {0}, steps_by_length[MAX_STAGES] = {0}; /* --task: the same count per --lens entry */
   size_t Tprev = 0, stage_prev = 0;
   catch_stop_signals("stopping after the current step, to save it");
   while (tr.step < o.steps) {
@@ -1755,7 +1756,12 @@ static int cmd_train(int argc, char **argv) {
     steps_done++;
     series_push(&train, tr.step, loss);
     if (tr.last_grad_norm > grad_max) grad_max = tr.last_grad_norm, grad_max_step = tr.step;
-    if (tr.tc.clip > 0.0f && tr.last_grad_norm > 10.0f * tr.tc.clip) grad_far_steps++;
+    int far = tr.tc.clip > 0.0f && tr.last_grad_norm > 10.0f * tr.tc.clip;
+    grad_far_steps += far;
+    if (o.task >= 0) {
+      size_t li = step_length_index(&o, step);
+      steps_by_length[li]++, far_by_length[li] += far;
+    }
     if (dist_size > 1) stop_signal = dist_max_int(stop_signal); /* a signal to any rank stops them all at this step */
     int last = tr.step == o.steps, stop = o.stop_at && tr.step == o.stop_at, signalled = stop_signal != 0;
     if (tr.step % o.log_every == 0 || last || stop || tr.step == first + 1) {
@@ -1805,6 +1811,12 @@ static int cmd_train(int argc, char **argv) {
   printf("trained %ld steps in %s; wrote %s, %s and %s\n", steps_done, took, model_path, trainer_path, svg_path);
   printf("gradient norm before clipping: largest %.3g (step %ld); %ld of %ld steps above 10x the clip (%g)\n",
          (double)grad_max, grad_max_step, grad_far_steps, steps_done, (double)tr.tc.clip);
+  if (o.task >= 0 && o.n_lens > 1) { /* where they were: with --answer-loss, where the answers went wrong */
+    printf("  by length:");
+    for (size_t i = 0; i < o.n_lens; i++)
+      printf("%s %zu: %ld of %ld", i ? "," : "", o.lens[i], far_by_length[i], steps_by_length[i]);
+    printf("\n");
+  }
   if (dist_size > 1)
     printf(
         "data-parallel: %d ranks; the gradient all-reduce took %.3f s of %.3f s of training steps (%.1f%%, %.2f ms a "
