@@ -4302,20 +4302,6 @@ static int titans__mem_token_step(const titans__mem_dims *m, int residual, float
   return titans__vsum(check) == 0.0f;
 }
 
-/* One piece of n <= b tokens of one head, its arrays given one by one (as titans__mem_chunk's fields): its
-   outputs (titans__mem_chunk_forward), then, when w_out / s_out are not NULL, the state after it
-   (titans__mem_chunk_end_state). Kept for titans__mem_recur_one until the batched-session work on that
-   code merges; new code builds a titans__mem_chunk. */
-static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
-                                      const float *k, const float *v, size_t ld, const float *theta,
-                                      const float *eta, const float *alpha, size_t gstride, const float *wgrad,
-                                      const float *w, const float *s, float *w_out, float *s_out,
-                                      const titans__mem_sink *sink, size_t n, titans__mem_work *wk) {
-  titans__mem_chunk c = {q, k, v, theta, eta, alpha, ld, gstride, n};
-  titans__mem_chunk_forward(m, residual, y, &c, wgrad, w, s, wk);
-  if (w_out) titans__mem_chunk_end_state(m, w_out, s_out, sink, w, s, n, wk);
-}
-
 /* rowdot[t] = sum_j a[t, j] b[t, j] over [n, w], added into out[t] scaled by sign */
 static void titans__rowdot_acc(float *out, float sign, const float *a, const float *b, size_t n, size_t w) {
   for (size_t t = 0; t < n; t++) out[t] += sign * titans__dot(a + t * w, b + t * w, w);
@@ -4528,19 +4514,6 @@ static void titans__mem_chunk_backward(const titans__mem_dims *m, int residual, 
   titans__mem_chunk_grad_add(m, g, c, wk);
 }
 
-/* titans__mem_chunk_backward with the chunk's arrays given one by one (as the fields of titans__mem_chunk
-   and titans__mem_chunk_grad). Kept for titans__mem_recur_backward_one until the batched-session work on
-   that code merges; new code builds the two structs. */
-static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, float *dq, float *dk, float *dv,
-                                       float *dtheta, float *deta, float *dalpha, const float *dy, const float *q,
-                                       const float *k, const float *v, size_t ld, const float *theta,
-                                       const float *eta, const float *alpha, size_t gstride, const float *w,
-                                       const float *s, size_t n, titans__mem_work *wk) {
-  const titans__mem_chunk c = {q, k, v, theta, eta, alpha, ld, gstride, n};
-  const titans__mem_chunk_grad g = {dq, dk, dv, dtheta, deta, dalpha};
-  titans__mem_chunk_backward(m, residual, &g, dy, &c, w, s, wk);
-}
-
 /* ---- streaming state -------------------------------------------------------------------------- */
 
 TITANSDEF int titans_mem_state_init(titans_mem_state *st, const titans_mem_config *cfg, size_t batch) {
@@ -4725,6 +4698,16 @@ static size_t titans__mem_bufs_carve(titans__mem_bufs *bf, float *base, const ti
   bf->gated = titans__take(base, &used, v);
   bf->rstd = titans__take(base, &used, s);
   return used;
+}
+
+/* The piece of n tokens whose first token's row is o in bf's [B, T, d_m] rows and g in its [B, T, H] gates
+   (one head's slice: o and g include its column h d_h, h). */
+static titans__mem_chunk titans__mem_piece_of(const titans__mem_dims *m, const titans__mem_bufs *bf, size_t o,
+                                              size_t g, size_t n) {
+  const titans__mem_chunk c = {bf->qk[0] + o,    bf->qk[1] + o,    bf->act[2] + o, bf->gates[0] + g,
+                               bf->gates[1] + g, bf->gates[2] + g, m->dm,          m->H,
+                               n};
+  return c;
 }
 
 /* Grows *buf to at least count floats (contents lost). */
@@ -5009,14 +4992,24 @@ static int titans__mem_ctx_reserve(titans_mem_ctx *ctx, const titans__mem_dims *
   return TITANS_OK;
 }
 
+/* One (row, head)'s slices of a titans_mem_state: the memory the recurrence runs and the chunk start it
+   keeps (the weights the inner gradients are taken at). */
+typedef struct titans__mem_head_state {
+  float *w_chunk; /* [head_size] W at the start of the current chunk */
+  float *w;       /* [head_size] W now, updated in place token by token */
+  float *s_chunk; /* [head_size] S (momentum) at the start of the current chunk */
+  float *s;       /* [head_size] S now */
+} titans__mem_head_state;
+
 /* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
    into states [nchunks + 1, 2, head_size] when not NULL. Returns 1 when the call's last piece was one
    token taken by titans__mem_token_step, which rewrote every value of W and S and found them finite
    (0: not known). */
-static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
-                                  float *w, float *schunk, float *s, float *states, long long position, size_t r,
-                                  size_t h, size_t T, titans__mem_work *wk) {
+static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
+                                 const titans__mem_head_state *hst, float *states, long long position, size_t r,
+                                 size_t h, size_t T, titans__mem_work *wk) {
   size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size, c = 0;
+  float *wchunk = hst->w_chunk, *w = hst->w, *schunk = hst->s_chunk, *s = hst->s;
   if (states && position % (long long)m->b == 0) {
     /* Training: every piece starts a chunk; it updates the running state (w, s) in place, which stays
        in cache for the next chunk, and its end state is streamed out to states[c + 1] for the backward
@@ -5026,10 +5019,9 @@ static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans
     for (size_t t = 0; t < T; c++) {
       size_t len = T - t < m->b ? T - t : m->b;
       titans__mem_sink sink = {states + (c + 1) * 2 * hs, states + (c + 1) * 2 * hs + hs, len == m->b};
-      titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld,
-                                bf->qk[1] + base + t * ld, bf->act[2] + base + t * ld, ld,
-                                bf->gates[0] + gbase + t * m->H, bf->gates[1] + gbase + t * m->H,
-                                bf->gates[2] + gbase + t * m->H, m->H, w, w, s, w, s, &sink, len, wk);
+      const titans__mem_chunk piece = titans__mem_piece_of(m, bf, base + t * ld, gbase + t * m->H, len);
+      titans__mem_chunk_forward(m, residual, bf->y + base + t * ld, &piece, w, w, s, wk);
+      titans__mem_chunk_end_state(m, w, s, &sink, w, s, len, wk);
       t += len;
     }
     memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float)); /* c >= 1: T > 0 */
@@ -5053,11 +5045,7 @@ static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans
       memcpy(states + c * 2 * hs + hs, s, hs * sizeof(float));
     }
     titans__mem_sink sink = {NULL, NULL, off + len == m->b}; /* a chunk's end: flush */
-    const titans__mem_chunk piece = {bf->qk[0] + base + t * ld,       bf->qk[1] + base + t * ld,
-                                     bf->act[2] + base + t * ld,      bf->gates[0] + gbase + t * m->H,
-                                     bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H,
-                                     ld,                              m->H,
-                                     len};
+    const titans__mem_chunk piece = titans__mem_piece_of(m, bf, base + t * ld, gbase + t * m->H, len);
     const float *wgrad = whole_inner ? w : wchunk;
     if (len == 1 && fusable) { /* a session's token: one pass per layer over W and S */
       checked = titans__mem_token_step(m, residual, bf->y + base + t * ld, &piece, wgrad, w, s, sink.flush, wk);
@@ -5094,8 +5082,8 @@ static int titans__mem_forward_task(const titans__mem_dims *m, int residual, tit
   titans__mem_work wk;
   titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, m, 0);
   float *states = ctx ? ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs : NULL;
-  return titans__mem_recur_one(m, residual, bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
-                        st->position, r, h, T, &wk);
+  const titans__mem_head_state hst = {st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at};
+  return titans__mem_recur_one(m, residual, bf, &hst, states, st->position, r, h, T, &wk);
 }
 
 /* titans_mem_forward, and *state_finite (when not NULL) := 1 when the call rewrote every value of the
@@ -5220,12 +5208,22 @@ TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem
 
 /* ---- backward --------------------------------------------------------------------------------- */
 
+/* One (row, head)'s slices of a titans_mem_ctx that the backward of its recurrence reads and writes. */
+typedef struct titans__mem_head_grad {
+  const float *states; /* [nchunks + 1, 2, head_size] (W, S) at each chunk start, saved by the forward */
+  size_t nchunks;      /* chunks of the forward call */
+  const float *dfinal; /* [2, head_size] dL/d(W, S) after the call (read) */
+  float *dinit;        /* [2, head_size] dL/d(W, S) before the call (written) */
+} titans__mem_head_grad;
+
 /* Backward of the recurrence of one (row, head), last chunk first. */
 static void titans__mem_recur_backward_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
-                                           titans__mem_grads *gr, const float *states, const float *dfinal,
-                                           float *dinit, size_t nchunks, size_t r, size_t h, size_t T,
-                                           titans__mem_work *wk) {
+                                           titans__mem_grads *gr, const titans__mem_head_grad *hg, size_t r,
+                                           size_t h, size_t T, titans__mem_work *wk) {
   size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size;
+  const float *states = hg->states, *dfinal = hg->dfinal;
+  float *dinit = hg->dinit;
+  size_t nchunks = hg->nchunks;
   /* The gradient of the state after chunk c is read where chunk c + 1 wrote it: two buffers take turns
      (no copies), the last chunk's reads come straight from dfinal and the first chunk writes into dinit. */
   float *buf[2][2] = {{wk->dW, wk->dS}, {wk->dWend, wk->dSend}};
@@ -5238,10 +5236,10 @@ static void titans__mem_recur_backward_one(const titans__mem_dims *m, int residu
     const float *wc = states + c * 2 * hs;
     cw.dW = c == 0 ? dinit : buf[turn][0];
     cw.dS = c == 0 ? dinit + hs : buf[turn][1];
-    titans__mem_piece_backward(m, residual, gr->dvec[0] + o, gr->dvec[1] + o, gr->dvec[2] + o, gr->dgates[0] + g,
-                               gr->dgates[1] + g, gr->dgates[2] + g, gr->dy + o, bf->qk[0] + o, bf->qk[1] + o,
-                               bf->act[2] + o, ld, bf->gates[0] + g, bf->gates[1] + g, bf->gates[2] + g, m->H, wc,
-                               wc + hs, len, &cw);
+    const titans__mem_chunk piece = titans__mem_piece_of(m, bf, o, g, len);
+    const titans__mem_chunk_grad dpiece = {gr->dvec[0] + o,   gr->dvec[1] + o,   gr->dvec[2] + o,
+                                           gr->dgates[0] + g, gr->dgates[1] + g, gr->dgates[2] + g};
+    titans__mem_chunk_backward(m, residual, &dpiece, gr->dy + o, &piece, wc, wc + hs, &cw);
     cw.dWend = cw.dW;
     cw.dSend = cw.dS;
   }
@@ -5331,9 +5329,9 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
       memcpy(dinit, dfinal, 2 * hs * sizeof(float));
       titans__mem_read_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * hs, dinit, r, h, T, &wk);
     } else {
-      titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr,
-                                     ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs, dfinal, dinit,
-                                     ctx->nchunks, r, h, T, &wk);
+      const titans__mem_head_grad hg = {ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs, ctx->nchunks,
+                                        dfinal, dinit};
+      titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr, &hg, r, h, T, &wk);
     }
   }
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_RECURRENCE_BACKWARD, &since);
