@@ -8389,17 +8389,40 @@ typedef struct titans__attn_save {
   float *lse; /* [B, Tq, H] */
 } titans__attn_save;
 
-/* out [B, Tq, d] = wo Attn(wq xq, wk src, wv src): src [B, P + Tk, d] holds the always-visible prefix rows
-   (no RoPE) then the positioned rows; row b's queries at qpos + b * pos_stride [Tq] and keys at
-   kpos + b * pos_stride [Tk] (pos_stride 0: every row has the same positions).
+/* The inputs of one attention sublayer call over B rows (sequences, or a session batch's streams): the
+   rows the queries and the keys come from, their positions and the mask. The forward and its backward
+   take the same one. */
+typedef struct titans__attn_sub_in {
+  const float *xq;     /* [B, Tq, d] the rows projected to queries */
+  const float *src;    /* [B, P + Tk, d] the rows projected to keys and values: the always-visible prefix
+                          rows (no RoPE), then the positioned rows */
+  const int64_t *qpos; /* [Tq] row b's query positions start at qpos + b * pos_stride */
+  const int64_t *kpos; /* [Tk] row b's key positions (of the positioned rows) at kpos + b * pos_stride */
+  size_t pos_stride;   /* 0: every row has the same positions */
+  size_t B, Tq, P, Tk; /* rows, queries a row, prefix rows, positioned key rows a row */
+  int64_t window;      /* 0 = no window */
+} titans__attn_sub_in;
+
+/* The common call: B rows of T tokens at positions pos [T] attend causally over the P prefix rows and
+   themselves (src [B, P + T, d] = prefix || the rows). */
+static titans__attn_sub_in titans__attn_sub_self(const float *xq, const float *src, const int64_t *pos, size_t B,
+                                                 size_t T, size_t P, int64_t window) {
+  const titans__attn_sub_in in = {xq, src, pos, pos, 0, B, T, P, T, window};
+  return in;
+}
+
+/* out [B, Tq, d] = wo Attn(wq xq, wk src, wv src) for the call `in` (see titans__attn_sub_in).
    Training passes the arena, which gives sv its buffers, and attends over src. A session's token is the
    same call with Tq = 1, P = 0, sv's buffers its own (ar NULL) and its KV cache: the Tk new key and
    value rows join the cache (which holds the prefix and the earlier rows) and the query attends over it.
    B is 1 for a session, the number of streams for a session batch (caches [B]: row b's cache). */
 static int titans__attn_sub_forward(const titans_config *c, const titans_layer *L, titans__arena *ar,
-                                    titans__attn_save *sv, float *out, const float *xq, const float *src,
-                                    const int64_t *qpos, const int64_t *kpos, size_t pos_stride, size_t B, size_t Tq,
-                                    size_t P, size_t Tk, int64_t window, titans_kv_cache *const *caches) {
+                                    titans__attn_save *sv, float *out, const titans__attn_sub_in *in,
+                                    titans_kv_cache *const *caches) {
+  const float *xq = in->xq, *src = in->src;
+  const int64_t *qpos = in->qpos, *kpos = in->kpos;
+  size_t pos_stride = in->pos_stride, B = in->B, Tq = in->Tq, P = in->P, Tk = in->Tk;
+  int64_t window = in->window;
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
   if (ar) {
     sv->q = titans__arena_alloc(ar, B * Tq * d);
@@ -8434,13 +8457,15 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
   return TITANS_OK;
 }
 
-/* Backward of titans__attn_sub_forward: accumulates dxq [B, Tq, d], dsrc [B, P + Tk, d] and G's attention
-   weights. */
+/* Backward of titans__attn_sub_forward for the same call `in`: from dout [B, Tq, d], accumulates
+   dxq [B, Tq, d], dsrc [B, P + Tk, d] and G's attention weights. */
 static int titans__attn_sub_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
                                      titans__arena *ar, const titans__attn_save *sv, float *dxq, float *dsrc,
-                                     const float *dout, const float *xq, const float *src, const int64_t *qpos,
-                                     const int64_t *kpos, size_t pos_stride, size_t B, size_t Tq, size_t P, size_t Tk,
-                                     int64_t window) {
+                                     const float *dout, const titans__attn_sub_in *in) {
+  const float *xq = in->xq, *src = in->src;
+  const int64_t *qpos = in->qpos, *kpos = in->kpos;
+  size_t pos_stride = in->pos_stride, B = in->B, Tq = in->Tq, P = in->P, Tk = in->Tk;
+  int64_t window = in->window;
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
   float *datt = titans__arena_alloc(ar, B * Tq * d), *dq = titans__arena_zalloc(ar, B * Tq * d);
   float *dk = titans__arena_zalloc(ar, B * S * d), *dv = titans__arena_zalloc(ar, B * S * d);
@@ -8893,14 +8918,25 @@ static void titans__linear(float *y, const float *x, const float *W, size_t n, s
   titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
 }
 
+/* One token in each of n streams, as titans__session_attend_rows reads it. */
+typedef struct titans__attend_rows_in {
+  const float *xq;    /* [n, d] row b: the row stream b's query is projected from */
+  const float *k_src; /* [n, nk, d] row b: the rows its new keys and values are projected from */
+  size_t nk;          /* key rows a stream (1 or 2) */
+  const int64_t *pos; /* [n, 2] row b: the query's position, then the new keys' */
+} titans__attend_rows_in;
+
 /* The attention of one token in each of n sessions (streams) of one model: titans__attn_sub_forward at
    Tq = 1 on each stream's KV cache of layer l. Row b: the k_src rows [nk, d] (nk <= 2) become keys and
    values at position pos[b * 2 + 1], the query xq [d] sits at pos[b * 2]; out [n, d]. The projections
-   are products of [n, d] rows with the weights; sv holds q, att [n, d] and k, v [n nk, d] (given). */
+   are products of [n, d] rows with the weights; sv holds q, att [n, d] and k, v [n nk, d] (given); kv [n]
+   and qk [2 n nk] are scratch filled here. */
 static int titans__session_attend_rows(const titans_config *c, const titans_layer *L, titans_session *const *s,
-                                       size_t n, int l, float *out, const float *xq, const float *k_src, size_t nk,
-                                       const int64_t *pos, titans__attn_save *sv, titans_kv_cache **kv,
-                                       int64_t *qk) {
+                                       size_t n, int l, float *out, const titans__attend_rows_in *in,
+                                       titans__attn_save *sv, titans_kv_cache **kv, int64_t *qk) {
+  const float *xq = in->xq, *k_src = in->k_src;
+  const int64_t *pos = in->pos;
+  size_t nk = in->nk;
   /* kv [n]: the streams' caches; qk [n, 2 nk]: the query positions (nk per row, the first used), then the
      key positions, so that one stride (nk) walks both */
   for (size_t b = 0; b < n; b++) {
@@ -8910,7 +8946,8 @@ static int titans__session_attend_rows(const titans_config *c, const titans_laye
       qk[(n + b) * nk + j] = pos[b * 2 + 1];
     }
   }
-  TITANS__TRY(titans__attn_sub_forward(c, L, NULL, sv, out, xq, k_src, qk, qk + n * nk, nk, n, 1, 0, nk, 0, kv));
+  const titans__attn_sub_in call = {xq, k_src, qk, qk + n * nk, nk, n, 1, 0, nk, 0};
+  TITANS__TRY(titans__attn_sub_forward(c, L, NULL, sv, out, &call, kv));
   /* the rows are checked as they enter (cheap), not the whole cache after every feed (a 4K-row ATTN
      cache is as many floats as the attention itself reads) */
   size_t d = (size_t)c->d;
@@ -8927,8 +8964,8 @@ static int titans__session_attend(titans_session *s, int l, float *out, const fl
   int64_t pos[2] = {qp, kp}, qk[4]; /* [1, 2]; [2, nk] */
   titans_kv_cache *kv[1];
   titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
-  return titans__session_attend_rows(&s->model->cfg, &s->model->w.layers[l], &s, 1, l, out, xq, k_src, nk, pos, &sv,
-                                     kv, qk);
+  const titans__attend_rows_in in = {xq, k_src, nk, pos};
+  return titans__session_attend_rows(&s->model->cfg, &s->model->w.layers[l], &s, 1, l, out, &in, &sv, kv, qk);
 }
 
 /* The training gate on one row: out [d] = RMSNorm(y) * sigmoid(RMSNorm(m)). */
@@ -8966,8 +9003,8 @@ static int titans__swa_stream_forward(const titans_config *c, const titans_layer
       kpos[b * Tk + j] = j + valid >= Wc ? start + (int64_t)j - (int64_t)Wc : TITANS__FAR_POSITION;
   }
   lf->kpos_rows = kpos;
-  return titans__attn_sub_forward(c, L, ar, &lf->at, out, lf->xn, lf->attn_src, kpos + Wc, kpos, Tk, B, T, P, Tk,
-                                  titans__window(c), NULL);
+  const titans__attn_sub_in in = {lf->xn, lf->attn_src, kpos + Wc, kpos, Tk, B, T, P, Tk, titans__window(c)};
+  return titans__attn_sub_forward(c, L, ar, &lf->at, out, &in, NULL);
 }
 
 static int titans__swa_stream_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -8977,8 +9014,8 @@ static int titans__swa_stream_backward(const titans_config *c, const titans_laye
   const int64_t *kpos = lf->kpos_rows; /* [B, Tk] */
   float *dsrc = titans__arena_zalloc(ar, B * (P + Tk) * d); /* [B, P + Tk, d] */
   TITANS__NEED(dsrc);
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->attn_src, kpos + Wc, kpos,
-                                        Tk, B, T, P, Tk, titans__window(c)));
+  const titans__attn_sub_in in = {lf->xn, lf->attn_src, kpos + Wc, kpos, Tk, B, T, P, Tk, titans__window(c)};
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, &in));
   for (size_t b = 0; b < B; b++) {
     const float *r = dsrc + b * (P + Tk) * d;
     if (P) titans__axpy(G->persist, 1.0f, r, P * d);
@@ -8993,8 +9030,8 @@ static int titans__baseline_forward(const titans_config *c, const titans_layer *
   if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
   TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] persist || xn */
   titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                  titans__window(c), NULL);
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, &in, NULL);
 }
 
 static int titans__baseline_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -9004,8 +9041,8 @@ static int titans__baseline_backward(const titans_config *c, const titans_layer 
   if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
   float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
   TITANS__NEED(dsrc);
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                        titans__window(c)));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, &in));
   titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d); /* src = persist || xn */
   return TITANS_OK;
 }
@@ -9021,8 +9058,8 @@ static int titans__baseline_step_rows(titans__rows_work *w, size_t n, int l) {
   const titans_model *m = w->s[0]->model;
   titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
   for (size_t b = 0; b < n; b++) w->pos[2 * b] = w->pos[2 * b + 1] = (int64_t)w->s[b]->position;
-  return titans__session_attend_rows(&m->cfg, &m->w.layers[l], w->s, n, l, w->mix, w->xn, w->xn, 1, w->pos, &sv, w->kv,
-                                     w->qk);
+  const titans__attend_rows_in in = {w->xn, w->xn, 1, w->pos}; /* the token's own row gives its key */
+  return titans__session_attend_rows(&m->cfg, &m->w.layers[l], w->s, n, l, w->mix, &in, &sv, w->kv, w->qk);
 }
 
 /* SWA streams any window length: the carried rows make a window's keys what a session's would be. ATTN
@@ -9082,8 +9119,8 @@ static int titans__mac_forward_rows(const titans_config *c, const titans_layer *
       memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
       memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
     }
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P,
-                                         2 * n, 0, NULL));
+    const titans__attn_sub_in in = {sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0};
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, &in, NULL));
     /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
     TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg->y, sg->xs), n, cu));
     /* 4. gate */
@@ -9123,8 +9160,8 @@ static int titans__mac_backward_rows(const titans_config *c, const titans_layer 
     int learns_x = c->mac_learns_from == TITANS_MAC_LEARNS_INPUT;
     TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, learns_x ? dxs : dy, dmm,
                                     titans__mac_learn_rows(c, sg->y, sg->xs), cu, 0));
-    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0,
-                                          B, n, P, 2 * n, 0));
+    const titans__attn_sub_in in = {sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0}; /* the forward's */
+    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, &in));
     for (size_t b = 0; b < B; b++) {
       const float *o = dsrc + b * S * d;
       if (P) titans__axpy(G->persist, 1.0f, o, P * d);
@@ -9321,8 +9358,8 @@ static int titans__mag_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__NEED(cx);
   titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
   lf->mem_in = lf->src;
-  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                       titans__window(c), NULL));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, &in, NULL));
   TITANS__TRY(titans__layer_state(c, L, lf, B));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
@@ -9341,8 +9378,8 @@ static int titans__mag_backward(const titans_config *c, const titans_layer *L, c
   /* mix = Gate(y, m) */
   TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, dmix, L, G, B * T, d));
   /* y = SWA(xn; src) */
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                        titans__window(c)));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, &in));
   /* m = the memory's outputs at the text; the persistent positions' outputs are not used */
   for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (P + T) + P) * d, dm + b * T * d, T * d * sizeof(float));
   TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
@@ -9387,8 +9424,8 @@ static int titans__mal_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
   lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
-                                  titans__window(c), NULL);
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->y, lf->src, pos, B, T, P, titans__window(c));
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, &in, NULL);
 }
 
 static int titans__mal_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -9399,8 +9436,8 @@ static int titans__mal_backward(const titans_config *c, const titans_layer *L, c
   float *dmi = titans__arena_zalloc(ar, B * (P + T) * d);
   TITANS__NEED(dyq && dmo && dmi);
   /* mix = SWA(y; src = mem_out): y reaches the memory's outputs twice, as queries and as keys/values */
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
-                                        titans__window(c)));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->y, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, &in));
   for (size_t b = 0; b < B; b++) titans__axpy(dmo + (b * (P + T) + P) * d, 1.0f, dyq + b * T * d, T * d);
   TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
   titans__split_prefix_grad(G->persist, dxn, dmi, B, P, T, d);
@@ -9576,8 +9613,8 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
   } else {
     TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] */
     titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                         titans__window(c), NULL));
+    const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, &in, NULL));
   }
   float **rows[6] = {&sv->q, &sv->emem, &sv->g, &sv->ku, &sv->vu, &sv->a};
   for (int i = 0; i < 6; i++) TITANS__NEED(*rows[i] = titans__arena_alloc(ar, B * T * (i < 5 ? d : Ns)));
@@ -9768,8 +9805,8 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dE, B, T);
   float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
   TITANS__NEED(dsrc);
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dE, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                        titans__window(c)));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dE, &in));
   titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
   return TITANS_OK;
 }
