@@ -67,6 +67,9 @@
    1.4" in a comment means its section 1.4.
 
    REVISION HISTORY (one line a version; every change is in the project's git log)
+     unreleased          API: titans_attention_forward takes its positions and sizes as a titans_attn_shape,
+                         titans_attention_backward takes (titans_attn_grads, titans_attn_saved,
+                         titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -240,12 +243,21 @@ TITANSDEF void titans_embedding_backward(float *dtable, const float *dout, const
 TITANSDEF float titans_cross_entropy(float *dlogits, const float *logits, const int *targets, size_t n, size_t V,
                                      float scale);
 
-/* One AdamW step with decoupled weight decay over param, grad, m, v [n]; step counts from 1 (bias
+/* The arrays one AdamW step reads and updates: a span of parameters, its gradient and its moments. */
+typedef struct titans_adamw_arrays {
+  float *param;      /* [n] updated in place */
+  const float *grad; /* [n] */
+  float *m;          /* [n] first moment, updated in place */
+  float *v;          /* [n] second moment, updated in place */
+  size_t n;          /* floats in each */
+} titans_adamw_arrays;
+
+/* One AdamW step with decoupled weight decay over a's param, grad, m, v [n]; step counts from 1 (bias
    correction; a step < 1 counts as 1):
      m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
      param -= lr * ( (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) + weight_decay * param ) */
-TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                                   float beta1, float beta2, float eps, float weight_decay, long step);
+TITANSDEF void titans_adamw_update(const titans_adamw_arrays *a, float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, long step);
 /* ================================================================================================
    4. Neural long-term memory layer (docs/model.md section 1)
    ================================================================================================
@@ -520,6 +532,36 @@ TITANSDEF int titans_rope_backward(float *dx,           /* [T, H * d_a] in place
                                    const int64_t *pos,  /* [T] */
                                    size_t T, size_t H, size_t d_a);
 
+/* The shape of one attention call: Tq query rows at positions qpos, attending over P prefix rows (every
+   query sees them) then Tk key rows at positions kpos, in H heads of d_a, within window positions. The
+   forward, the backward and the kernels inside take it whole, as every one of them needs most of it. */
+typedef struct titans_attn_shape {
+  const int64_t *qpos; /* [Tq] query positions */
+  const int64_t *kpos; /* [Tk] positions of the key rows after the prefix (may be NULL when Tk = 0) */
+  size_t Tq;           /* query rows */
+  size_t P;            /* prefix rows (persistent tokens): no position, visible to every query */
+  size_t Tk;           /* positioned key rows */
+  size_t H, d_a;       /* heads, head width (even, for RoPE) */
+  int64_t window;      /* a query at t sees keys in (t - window, t]; 0 = no window */
+} titans_attn_shape;
+
+/* The arrays of an attention call that its backward reads: the forward's inputs and outputs. */
+typedef struct titans_attn_saved {
+  const float *q;   /* [Tq, H * d_a] */
+  const float *k;   /* [P + Tk, H * d_a] prefix first */
+  const float *v;   /* [P + Tk, H * d_a] */
+  const float *out; /* [Tq, H * d_a] the forward's output */
+  const float *lse; /* [Tq, H] the forward's log-sum-exp */
+} titans_attn_saved;
+
+/* The gradients of an attention call: dq, dk, dv (laid out as q, k, v) are added into, from dout. */
+typedef struct titans_attn_grads {
+  float *dq;         /* [Tq, H * d_a] += */
+  float *dk;         /* [P + Tk, H * d_a] += (prefix rows included) */
+  float *dv;         /* [P + Tk, H * d_a] += */
+  const float *dout; /* [Tq, H * d_a] dL/d out */
+} titans_attn_grads;
+
 /* Masked multi-head attention forward (mask: see above). For each query row i and head h:
        out[i, h] = sum_j softmax_j(q[i, h] . k[j, h] / sqrt(d_a)) v[j, h]   over the visible keys j
        lse[i, h] = log sum_j exp(q[i, h] . k[j, h] / sqrt(d_a))            (-INFINITY if none visible)
@@ -528,15 +570,12 @@ TITANSDEF int titans_rope_backward(float *dx,           /* [T, H * d_a] in place
    of query rows; every output element is computed by one thread in a fixed order (bit-identical for
    any thread count). Returns TITANS_ERR_ARG for d_a == 0, H == 0, window < 0, sizes that overflow, or
    a NULL buffer that is needed, TITANS_ERR_NOMEM when the copy cannot be allocated. */
-TITANSDEF int titans_attention_forward(float *out,           /* [Tq, H * d_a] */
-                                       float *lse,           /* [Tq, H] or NULL */
-                                       const float *q,       /* [Tq, H * d_a] */
-                                       const float *k,       /* [P + Tk, H * d_a] prefix first */
-                                       const float *v,       /* [P + Tk, H * d_a] */
-                                       const int64_t *qpos,  /* [Tq] */
-                                       const int64_t *kpos,  /* [Tk] of the rows after the prefix */
-                                       size_t Tq, size_t P, size_t Tk, size_t H, size_t d_a,
-                                       int64_t window);      /* 0 = no window */
+TITANSDEF int titans_attention_forward(float *out,                     /* [Tq, H * d_a] */
+                                       float *lse,                     /* [Tq, H] or NULL */
+                                       const float *q,                 /* [Tq, H * d_a] */
+                                       const float *k,                 /* [P + Tk, H * d_a] prefix first */
+                                       const float *v,                 /* [P + Tk, H * d_a] */
+                                       const titans_attn_shape *shape); /* positions, sizes, window */
 
 /* Backward of titans_attention_forward. ACCUMULATES: dq += dL/dq, dk += dL/dk, dv += dL/dv (prefix
    rows included). Needs the forward's out and lse; recomputes the scores. The gradients must not
@@ -548,19 +587,9 @@ TITANSDEF int titans_attention_forward(float *out,           /* [Tq, H * d_a] */
    that cost about 1.8 times the work but give bit-identical results. Allocates transposed copies of k
    and v (twice the forward's copy; TITANS_ERR_NOMEM when that fails); the two-pass scheme also
    allocates Tq * H floats, and if that fails it falls back to the fused pass. */
-TITANSDEF int titans_attention_backward(float *dq,           /* [Tq, H * d_a] += */
-                                        float *dk,           /* [P + Tk, H * d_a] += */
-                                        float *dv,           /* [P + Tk, H * d_a] += */
-                                        const float *dout,   /* [Tq, H * d_a] */
-                                        const float *q,      /* [Tq, H * d_a] */
-                                        const float *k,      /* [P + Tk, H * d_a] */
-                                        const float *v,      /* [P + Tk, H * d_a] */
-                                        const float *out,    /* [Tq, H * d_a] from the forward */
-                                        const float *lse,    /* [Tq, H] from the forward */
-                                        const int64_t *qpos, /* [Tq] */
-                                        const int64_t *kpos, /* [Tk] */
-                                        size_t Tq, size_t P, size_t Tk, size_t H, size_t d_a,
-                                        int64_t window);
+TITANSDEF int titans_attention_backward(const titans_attn_grads *grads, /* dq, dk, dv += from dout */
+                                        const titans_attn_saved *saved, /* the forward's q, k, v, out, lse */
+                                        const titans_attn_shape *shape); /* the forward's */
 
 /* A bounded KV cache for token-by-token inference: the P prefix rows (persistent tokens) and a ring
    of at most `capacity` positioned keys/values. Appending beyond the capacity overwrites the oldest
@@ -3464,8 +3493,11 @@ static void titans__adamw_span(float *p, const float *g, float *m, float *v, siz
   }
 }
 
-TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                                   float beta1, float beta2, float eps, float weight_decay, long step) {
+TITANSDEF void titans_adamw_update(const titans_adamw_arrays *a, float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, long step) {
+  float *param = a->param, *m = a->m, *v = a->v;
+  const float *grad = a->grad;
+  size_t n = a->n;
   titans__adamw_hp h = titans__adamw_make(lr, beta1, beta2, eps, weight_decay, step);
   ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(n, TITANS__OPS_BLOCK);
 #ifdef _OPENMP
@@ -6151,20 +6183,11 @@ TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size
 #define TITANS__ATTN_KTILE 16 /* key rows per task (two-pass backward) */
 #define TITANS__ATTN_PAR_WORK 65536 /* multiply-adds below which a call runs on one thread */
 
-/* The shape of one attention call (titans_attention_forward's): Tq query rows at positions qpos, attending
-   over P prefix rows (every query sees them) then Tk key rows at positions kpos, in H heads of d_a, within
-   window positions (0: no window). The kernels take it whole, as every one of them needs most of it. */
-typedef struct titans__attn_shape {
-  const int64_t *qpos, *kpos; /* [Tq], [Tk] */
-  size_t Tq, P, Tk, H, d_a;
-  int64_t window;
-} titans__attn_shape;
-
 /* Head h, query rows [i0, i1) (at most TITANS__ATTN_QB) of the call sh: the prefix, then every key that
    some row may see (the rows' visibility filters the pairs). kpan is the head's slice of the keys'
    panel 0, vh of the values' row 0, kr the keys' runs of positions. */
 static void titans__attn_forward_block(float *out, float *lse, const float *q, const float *kpan, const float *vh,
-                                       const titans__attn_shape *sh, const titans__attn_runs *kr, size_t h,
+                                       const titans_attn_shape *sh, const titans__attn_runs *kr, size_t h,
                                        size_t i0, size_t i1) {
   const int64_t *qpos = sh->qpos;
   size_t P = sh->P, H = sh->H, d_a = sh->d_a, ld = H * d_a;
@@ -6206,23 +6229,10 @@ typedef struct titans__attn_bwd {
   titans__attn_runs kr, qr;
 } titans__attn_bwd;
 
-/* The arrays of an attention call that its backward reads: the forward's inputs and outputs. */
-typedef struct titans__attn_saved {
-  const float *q, *k, *v; /* [Tq, H d_a], [P + Tk, H d_a], [P + Tk, H d_a] */
-  const float *out, *lse; /* [Tq, H d_a], [Tq, H] */
-} titans__attn_saved;
-
-/* The gradients of an attention call: dq, dk, dv (laid out as q, k, v) are added into, from dout
-   [Tq, H d_a]. */
-typedef struct titans__attn_grads {
-  float *dq, *dk, *dv;
-  const float *dout;
-} titans__attn_grads;
-
 /* Everything of a backward call but the panels kt, vt (packed afterwards); ld = H d_a, checked by the
    caller. */
-static void titans__attn_bwd_init(titans__attn_bwd *c, const titans__attn_grads *g, const titans__attn_saved *fw,
-                                  const titans__attn_shape *sh, size_t ld) {
+static void titans__attn_bwd_init(titans__attn_bwd *c, const titans_attn_grads *g, const titans_attn_saved *fw,
+                                  const titans_attn_shape *sh, size_t ld) {
   const int64_t *qpos = sh->qpos, *kpos = sh->kpos;
   size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, d_a = sh->d_a;
   int64_t window = sh->window;
@@ -6414,7 +6424,7 @@ static double titans__attn_work(size_t Tq, size_t P, size_t Tk, size_t ld) {
 /* titans_attention_forward with the keys' panels in ws (titans__attn_panel_floats(P + Tk, H d_a)
    floats), or in memory of its own when ws is NULL. */
 static int titans__attention_forward_ws(float *out, float *lse, const float *q, const float *k, const float *v,
-                                        const titans__attn_shape *sh, float *ws) {
+                                        const titans_attn_shape *sh, float *ws) {
   const int64_t *qpos = sh->qpos, *kpos = sh->kpos;
   size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, d_a = sh->d_a, ld;
   int64_t window = sh->window;
@@ -6451,10 +6461,9 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
 }
 
 TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                       const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                       size_t H, size_t d_a, int64_t window) {
-  const titans__attn_shape sh = {qpos, kpos, Tq, P, Tk, H, d_a, window};
-  return titans__attention_forward_ws(out, lse, q, k, v, &sh, NULL);
+                                       const titans_attn_shape *shape) {
+  if (!shape) return TITANS_ERR_ARG;
+  return titans__attention_forward_ws(out, lse, q, k, v, shape, NULL);
 }
 
 enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_TWO_PASS = 2 };
@@ -6465,8 +6474,8 @@ enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_T
    Both add every gradient element's terms in the same order with the same arithmetic. The keys' and
    the values' panels go in ws (2 titans__attn_panel_floats(P + Tk, H d_a) floats), or in memory of its
    own when ws is NULL. */
-static int titans__attention_backward_ws(const titans__attn_grads *g, const titans__attn_saved *fw,
-                                         const titans__attn_shape *sh, int mode, float *ws) {
+static int titans__attention_backward_ws(const titans_attn_grads *g, const titans_attn_saved *fw,
+                                         const titans_attn_shape *sh, int mode, float *ws) {
   titans__attn_bwd c;
   size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, ld;
   const float *k = fw->k, *v = fw->v;
@@ -6541,20 +6550,15 @@ static int titans__attention_backward_ws(const titans__attn_grads *g, const tita
 }
 
 /* The backward with a chosen scheme and memory of its own (tests compare the schemes). */
-static int titans__attention_backward_mode(const titans__attn_grads *g, const titans__attn_saved *fw,
-                                           const titans__attn_shape *sh, int mode) {
+static int titans__attention_backward_mode(const titans_attn_grads *g, const titans_attn_saved *fw,
+                                           const titans_attn_shape *sh, int mode) {
   return titans__attention_backward_ws(g, fw, sh, mode, NULL);
 }
 
-/* The public signature spells the call out; the kernels take it as three structs. */
-TITANSDEF int titans_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                        const float *k, const float *v, const float *out, const float *lse,
-                                        const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                        size_t H, size_t d_a, int64_t window) {
-  const titans__attn_grads g = {dq, dk, dv, dout};
-  const titans__attn_saved fw = {q, k, v, out, lse};
-  const titans__attn_shape sh = {qpos, kpos, Tq, P, Tk, H, d_a, window};
-  return titans__attention_backward_mode(&g, &fw, &sh, TITANS__ATTN_BWD_AUTO);
+TITANSDEF int titans_attention_backward(const titans_attn_grads *grads, const titans_attn_saved *saved,
+                                        const titans_attn_shape *shape) {
+  if (!grads || !saved || !shape) return TITANS_ERR_ARG;
+  return titans__attention_backward_mode(grads, saved, shape, TITANS__ATTN_BWD_AUTO);
 }
 
 /* ---- KV cache --------------------------------------------------------------------------------- */
@@ -8450,7 +8454,7 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
       TITANS__TRY(titans_kv_cache_attend(caches[b], att, NULL, q, qp[0]));
       continue;
     }
-    const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
+    const titans_attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
     TITANS__TRY(titans__attention_forward_ws(att, sv->lse + b * Tq * H, q, k, v, &sh, kt));
   }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
@@ -8477,10 +8481,10 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
   titans_gemm(0, 0, B * Tq, d, d, 1.0f, dout, d, L->attn_wo, d, 0.0f, datt, d);
   for (size_t b = 0; b < B; b++) {
     const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] */
-    const titans__attn_grads g = {dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d};
-    const titans__attn_saved fw = {sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
+    const titans_attn_grads g = {dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d};
+    const titans_attn_saved fw = {sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
                                    sv->lse + b * Tq * H};
-    const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
+    const titans_attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
     int rc = titans__attention_backward_ws(&g, &fw, &sh, TITANS__ATTN_BWD_AUTO, kvt);
     if (rc) return rc;
     titans_rope_backward(dq + b * Tq * d, qp, Tq, H, da);
@@ -10192,8 +10196,9 @@ static int titans__apply_gradients(titans_trainer *t, float mean) {
   for (size_t p = 0; p < mo->n_params; p++) {
     const titans_param *pp = &mo->plist[p];
     float wd = pp->kind == TITANS_PARAM_MATRIX ? t->tc.weight_decay : 0.0f;
-    titans_adamw_update(mo->params + pp->offset, t->grads + pp->offset, t->adam_m + pp->offset, t->adam_v + pp->offset,
-                        pp->size, lr, t->tc.beta1, t->tc.beta2, t->tc.eps, wd, t->step + 1);
+    const titans_adamw_arrays a = {mo->params + pp->offset, t->grads + pp->offset, t->adam_m + pp->offset,
+                                   t->adam_v + pp->offset, pp->size};
+    titans_adamw_update(&a, lr, t->tc.beta1, t->tc.beta2, t->tc.eps, wd, t->step + 1);
   }
   titans__zero_held_key_taps(mo, mo->params);
   t->step++;
