@@ -36,12 +36,12 @@
        except where a kernel says otherwise.
      - Storage: parameters, gradients and optimizer moments each live in one float slab, sliced into
        structs of named pointers (as llm.c). A shape comment stands beside every buffer.
-     - Internal functions take at most 10 parameters: arrays that travel together go as one small
-       struct of named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk;
-       an attention call, titans__attn_shape; a product, titans__gemm_job). The public functions with
-       BLAS-like lists keep them (titans_gemm, titans_attention_forward / _backward, which pack the
-       structs for their kernels, and titans_adamw_update). The exceptions are the inlined SIMD tiles,
-       whose extra arguments are compile-time tile sizes.
+     - Functions take at most 10 parameters: arrays that travel together go as one small struct of
+       named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk; an
+       attention call, titans_attn_shape; an optimizer span, titans_adamw_arrays; a product,
+       titans__gemm_job). The exceptions: titans_gemm keeps the 13 arguments of BLAS's sgemm, which
+       every reader of a product knows; the inlined SIMD tiles, whose extra arguments are compile-time
+       tile sizes.
 
    CONTENTS
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer

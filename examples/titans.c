@@ -1447,9 +1447,19 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
                  path, v[i].opt, v[i].had, v[i].want, v[i].opt);
 }
 
+/* The files a training run's checkpoint writes (all in --out). */
+typedef struct checkpoint_paths {
+  const char *model;    /* model.safetensors: the weights and the tokenizer */
+  const char *trainer;  /* trainer.safetensors: weights, optimizer moments, step, metadata */
+  const char *svg;      /* loss.svg: the loss curves */
+  char *const *streams; /* [n_streams] one file per stream's memory state */
+} checkpoint_paths;
+
 static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const train_opts *o, const dataset *ds,
-                            const series *train, const series *val, const char *model_path, const char *trainer_path,
-                            const char *svg_path, titans_stream *streams, size_t n_streams, char *const *stream_paths) {
+                            const series *train, const series *val, const checkpoint_paths *paths,
+                            titans_stream *streams, size_t n_streams) {
+  const char *model_path = paths->model, *trainer_path = paths->trainer, *svg_path = paths->svg;
+  char *const *stream_paths = paths->streams;
   char *meta = train_meta(o, ds, train, val), small[256], title[256];
   snprintf(small, sizeof small, "program=titans train\nstep=%ld\ndata=%s\n", t->step, ds->name);
   /* the streams first: a trainer checkpoint on disk always has the streams' state of its step beside it;
@@ -1772,9 +1782,10 @@ static int cmd_train(int argc, char **argv) {
     if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled) {
       dist_check_weights(&tr);
       titans_stream *rows = dist_streams_gather(streams, n_streams); /* MPI: every rank's rows, on rank 0 */
-      if (dist_rank == 0)
-        save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, rows, n_streams,
-                        stream_paths);
+      if (dist_rank == 0) {
+        const checkpoint_paths paths = {model_path, trainer_path, svg_path, stream_paths};
+        save_checkpoint(&tr, &tok, &o, &ds, &train, &val, &paths, rows, n_streams);
+      }
       dist_streams_release(rows, streams, n_streams);
     }
     if (stop) {
