@@ -36,12 +36,12 @@
        except where a kernel says otherwise.
      - Storage: parameters, gradients and optimizer moments each live in one float slab, sliced into
        structs of named pointers (as llm.c). A shape comment stands beside every buffer.
-     - Internal functions take at most 10 parameters: arrays that travel together go as one small
-       struct of named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk;
-       an attention call, titans__attn_shape; a product, titans__gemm_job). The public functions with
-       BLAS-like lists keep them (titans_gemm, titans_attention_forward / _backward, which pack the
-       structs for their kernels, and titans_adamw_update). The exceptions are the inlined SIMD tiles,
-       whose extra arguments are compile-time tile sizes.
+     - Functions take at most 10 parameters: arrays that travel together go as one small struct of
+       named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk; an
+       attention call, titans_attn_shape; an optimizer span, titans_adamw_arrays; a product,
+       titans__gemm_job). The exceptions: titans_gemm keeps the 13 arguments of BLAS's sgemm, which
+       every reader of a product knows; the inlined SIMD tiles, whose extra arguments are compile-time
+       tile sizes.
 
    CONTENTS
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer
@@ -67,6 +67,9 @@
    1.4" in a comment means its section 1.4.
 
    REVISION HISTORY (one line a version; every change is in the project's git log)
+     unreleased          API: titans_attention_forward takes its positions and sizes as a titans_attn_shape,
+                         titans_attention_backward takes (titans_attn_grads, titans_attn_saved,
+                         titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -240,12 +243,21 @@ TITANSDEF void titans_embedding_backward(float *dtable, const float *dout, const
 TITANSDEF float titans_cross_entropy(float *dlogits, const float *logits, const int *targets, size_t n, size_t V,
                                      float scale);
 
-/* One AdamW step with decoupled weight decay over param, grad, m, v [n]; step counts from 1 (bias
+/* The arrays one AdamW step reads and updates: a span of parameters, its gradient and its moments. */
+typedef struct titans_adamw_arrays {
+  float *param;      /* [n] updated in place */
+  const float *grad; /* [n] */
+  float *m;          /* [n] first moment, updated in place */
+  float *v;          /* [n] second moment, updated in place */
+  size_t n;          /* floats in each */
+} titans_adamw_arrays;
+
+/* One AdamW step with decoupled weight decay over a's param, grad, m, v [n]; step counts from 1 (bias
    correction; a step < 1 counts as 1):
      m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
      param -= lr * ( (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) + weight_decay * param ) */
-TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                                   float beta1, float beta2, float eps, float weight_decay, long step);
+TITANSDEF void titans_adamw_update(const titans_adamw_arrays *a, float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, long step);
 /* ================================================================================================
    4. Neural long-term memory layer (docs/model.md section 1)
    ================================================================================================
@@ -525,6 +537,36 @@ TITANSDEF int titans_rope_backward(float *dx,           /* [T, H * d_a] in place
                                    const int64_t *pos,  /* [T] */
                                    size_t T, size_t H, size_t d_a);
 
+/* The shape of one attention call: Tq query rows at positions qpos, attending over P prefix rows (every
+   query sees them) then Tk key rows at positions kpos, in H heads of d_a, within window positions. The
+   forward, the backward and the kernels inside take it whole, as every one of them needs most of it. */
+typedef struct titans_attn_shape {
+  const int64_t *qpos; /* [Tq] query positions */
+  const int64_t *kpos; /* [Tk] positions of the key rows after the prefix (may be NULL when Tk = 0) */
+  size_t Tq;           /* query rows */
+  size_t P;            /* prefix rows (persistent tokens): no position, visible to every query */
+  size_t Tk;           /* positioned key rows */
+  size_t H, d_a;       /* heads, head width (even, for RoPE) */
+  int64_t window;      /* a query at t sees keys in (t - window, t]; 0 = no window */
+} titans_attn_shape;
+
+/* The arrays of an attention call that its backward reads: the forward's inputs and outputs. */
+typedef struct titans_attn_saved {
+  const float *q;   /* [Tq, H * d_a] */
+  const float *k;   /* [P + Tk, H * d_a] prefix first */
+  const float *v;   /* [P + Tk, H * d_a] */
+  const float *out; /* [Tq, H * d_a] the forward's output */
+  const float *lse; /* [Tq, H] the forward's log-sum-exp */
+} titans_attn_saved;
+
+/* The gradients of an attention call: dq, dk, dv (laid out as q, k, v) are added into, from dout. */
+typedef struct titans_attn_grads {
+  float *dq;         /* [Tq, H * d_a] += */
+  float *dk;         /* [P + Tk, H * d_a] += (prefix rows included) */
+  float *dv;         /* [P + Tk, H * d_a] += */
+  const float *dout; /* [Tq, H * d_a] dL/d out */
+} titans_attn_grads;
+
 /* Masked multi-head attention forward (mask: see above). For each query row i and head h:
        out[i, h] = sum_j softmax_j(q[i, h] . k[j, h] / sqrt(d_a)) v[j, h]   over the visible keys j
        lse[i, h] = log sum_j exp(q[i, h] . k[j, h] / sqrt(d_a))            (-INFINITY if none visible)
@@ -533,15 +575,12 @@ TITANSDEF int titans_rope_backward(float *dx,           /* [T, H * d_a] in place
    of query rows; every output element is computed by one thread in a fixed order (bit-identical for
    any thread count). Returns TITANS_ERR_ARG for d_a == 0, H == 0, window < 0, sizes that overflow, or
    a NULL buffer that is needed, TITANS_ERR_NOMEM when the copy cannot be allocated. */
-TITANSDEF int titans_attention_forward(float *out,           /* [Tq, H * d_a] */
-                                       float *lse,           /* [Tq, H] or NULL */
-                                       const float *q,       /* [Tq, H * d_a] */
-                                       const float *k,       /* [P + Tk, H * d_a] prefix first */
-                                       const float *v,       /* [P + Tk, H * d_a] */
-                                       const int64_t *qpos,  /* [Tq] */
-                                       const int64_t *kpos,  /* [Tk] of the rows after the prefix */
-                                       size_t Tq, size_t P, size_t Tk, size_t H, size_t d_a,
-                                       int64_t window);      /* 0 = no window */
+TITANSDEF int titans_attention_forward(float *out,                     /* [Tq, H * d_a] */
+                                       float *lse,                     /* [Tq, H] or NULL */
+                                       const float *q,                 /* [Tq, H * d_a] */
+                                       const float *k,                 /* [P + Tk, H * d_a] prefix first */
+                                       const float *v,                 /* [P + Tk, H * d_a] */
+                                       const titans_attn_shape *shape); /* positions, sizes, window */
 
 /* Backward of titans_attention_forward. ACCUMULATES: dq += dL/dq, dk += dL/dk, dv += dL/dv (prefix
    rows included). Needs the forward's out and lse; recomputes the scores. The gradients must not
@@ -553,19 +592,9 @@ TITANSDEF int titans_attention_forward(float *out,           /* [Tq, H * d_a] */
    that cost about 1.8 times the work but give bit-identical results. Allocates transposed copies of k
    and v (twice the forward's copy; TITANS_ERR_NOMEM when that fails); the two-pass scheme also
    allocates Tq * H floats, and if that fails it falls back to the fused pass. */
-TITANSDEF int titans_attention_backward(float *dq,           /* [Tq, H * d_a] += */
-                                        float *dk,           /* [P + Tk, H * d_a] += */
-                                        float *dv,           /* [P + Tk, H * d_a] += */
-                                        const float *dout,   /* [Tq, H * d_a] */
-                                        const float *q,      /* [Tq, H * d_a] */
-                                        const float *k,      /* [P + Tk, H * d_a] */
-                                        const float *v,      /* [P + Tk, H * d_a] */
-                                        const float *out,    /* [Tq, H * d_a] from the forward */
-                                        const float *lse,    /* [Tq, H] from the forward */
-                                        const int64_t *qpos, /* [Tq] */
-                                        const int64_t *kpos, /* [Tk] */
-                                        size_t Tq, size_t P, size_t Tk, size_t H, size_t d_a,
-                                        int64_t window);
+TITANSDEF int titans_attention_backward(const titans_attn_grads *grads, /* dq, dk, dv += from dout */
+                                        const titans_attn_saved *saved, /* the forward's q, k, v, out, lse */
+                                        const titans_attn_shape *shape); /* the forward's */
 
 /* A bounded KV cache for token-by-token inference: the P prefix rows (persistent tokens) and a ring
    of at most `capacity` positioned keys/values. Appending beyond the capacity overwrites the oldest
@@ -3469,8 +3498,11 @@ static void titans__adamw_span(float *p, const float *g, float *m, float *v, siz
   }
 }
 
-TITANSDEF void titans_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                                   float beta1, float beta2, float eps, float weight_decay, long step) {
+TITANSDEF void titans_adamw_update(const titans_adamw_arrays *a, float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, long step) {
+  float *param = a->param, *m = a->m, *v = a->v;
+  const float *grad = a->grad;
+  size_t n = a->n;
   titans__adamw_hp h = titans__adamw_make(lr, beta1, beta2, eps, weight_decay, step);
   ptrdiff_t nb = (ptrdiff_t)titans__ops_ceil_div(n, TITANS__OPS_BLOCK);
 #ifdef _OPENMP
@@ -4315,20 +4347,6 @@ static int titans__mem_token_step(const titans__mem_dims *m, int residual, float
   return titans__vsum(check) == 0.0f;
 }
 
-/* One piece of n <= b tokens of one head, its arrays given one by one (as titans__mem_chunk's fields): its
-   outputs (titans__mem_chunk_forward), then, when w_out / s_out are not NULL, the state after it
-   (titans__mem_chunk_end_state). Kept for titans__mem_recur_one until the batched-session work on that
-   code merges; new code builds a titans__mem_chunk. */
-static void titans__mem_piece_forward(const titans__mem_dims *m, int residual, float *y, const float *q,
-                                      const float *k, const float *v, size_t ld, const float *theta,
-                                      const float *eta, const float *alpha, size_t gstride, const float *wgrad,
-                                      const float *w, const float *s, float *w_out, float *s_out,
-                                      const titans__mem_sink *sink, size_t n, titans__mem_work *wk) {
-  titans__mem_chunk c = {q, k, v, theta, eta, alpha, ld, gstride, n};
-  titans__mem_chunk_forward(m, residual, y, &c, wgrad, w, s, wk);
-  if (w_out) titans__mem_chunk_end_state(m, w_out, s_out, sink, w, s, n, wk);
-}
-
 /* rowdot[t] = sum_j a[t, j] b[t, j] over [n, w], added into out[t] scaled by sign */
 static void titans__rowdot_acc(float *out, float sign, const float *a, const float *b, size_t n, size_t w) {
   for (size_t t = 0; t < n; t++) out[t] += sign * titans__dot(a + t * w, b + t * w, w);
@@ -4541,19 +4559,6 @@ static void titans__mem_chunk_backward(const titans__mem_dims *m, int residual, 
   titans__mem_chunk_grad_add(m, g, c, wk);
 }
 
-/* titans__mem_chunk_backward with the chunk's arrays given one by one (as the fields of titans__mem_chunk
-   and titans__mem_chunk_grad). Kept for titans__mem_recur_backward_one until the batched-session work on
-   that code merges; new code builds the two structs. */
-static void titans__mem_piece_backward(const titans__mem_dims *m, int residual, float *dq, float *dk, float *dv,
-                                       float *dtheta, float *deta, float *dalpha, const float *dy, const float *q,
-                                       const float *k, const float *v, size_t ld, const float *theta,
-                                       const float *eta, const float *alpha, size_t gstride, const float *w,
-                                       const float *s, size_t n, titans__mem_work *wk) {
-  const titans__mem_chunk c = {q, k, v, theta, eta, alpha, ld, gstride, n};
-  const titans__mem_chunk_grad g = {dq, dk, dv, dtheta, deta, dalpha};
-  titans__mem_chunk_backward(m, residual, &g, dy, &c, w, s, wk);
-}
-
 /* ---- streaming state -------------------------------------------------------------------------- */
 
 TITANSDEF int titans_mem_state_init(titans_mem_state *st, const titans_mem_config *cfg, size_t batch) {
@@ -4738,6 +4743,16 @@ static size_t titans__mem_bufs_carve(titans__mem_bufs *bf, float *base, const ti
   bf->gated = titans__take(base, &used, v);
   bf->rstd = titans__take(base, &used, s);
   return used;
+}
+
+/* The piece of n tokens whose first token's row is o in bf's [B, T, d_m] rows and g in its [B, T, H] gates
+   (one head's slice: o and g include its column h d_h, h). */
+static titans__mem_chunk titans__mem_piece_of(const titans__mem_dims *m, const titans__mem_bufs *bf, size_t o,
+                                              size_t g, size_t n) {
+  const titans__mem_chunk c = {bf->qk[0] + o,    bf->qk[1] + o,    bf->act[2] + o, bf->gates[0] + g,
+                               bf->gates[1] + g, bf->gates[2] + g, m->dm,          m->H,
+                               n};
+  return c;
 }
 
 /* Grows *buf to at least count floats (contents lost). */
@@ -5052,14 +5067,24 @@ static int titans__mem_ctx_reserve(titans_mem_ctx *ctx, const titans__mem_dims *
   return TITANS_OK;
 }
 
+/* One (row, head)'s slices of a titans_mem_state: the memory the recurrence runs and the chunk start it
+   keeps (the weights the inner gradients are taken at). */
+typedef struct titans__mem_head_state {
+  float *w_chunk; /* [head_size] W at the start of the current chunk */
+  float *w;       /* [head_size] W now, updated in place token by token */
+  float *s_chunk; /* [head_size] S (momentum) at the start of the current chunk */
+  float *s;       /* [head_size] S now */
+} titans__mem_head_state;
+
 /* The recurrence of one (row, head) over T tokens from the state's position; saves chunk-start states
    into states [nchunks + 1, 2, head_size] when not NULL. Returns 1 when the call's last piece was one
    token taken by titans__mem_token_step, which rewrote every value of W and S and found them finite
    (0: not known). */
-static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, float *wchunk,
-                                  float *w, float *schunk, float *s, float *states, long long position, size_t r,
-                                  size_t h, size_t T, titans__mem_work *wk) {
+static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
+                                 const titans__mem_head_state *hst, float *states, long long position, size_t r,
+                                 size_t h, size_t T, titans__mem_work *wk) {
   size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size, c = 0;
+  float *wchunk = hst->w_chunk, *w = hst->w, *schunk = hst->s_chunk, *s = hst->s;
   if (states && position % (long long)m->b == 0) {
     /* Training: every piece starts a chunk; it updates the running state (w, s) in place, which stays
        in cache for the next chunk, and its end state is streamed out to states[c + 1] for the backward
@@ -5069,10 +5094,9 @@ static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans
     for (size_t t = 0; t < T; c++) {
       size_t len = T - t < m->b ? T - t : m->b;
       titans__mem_sink sink = {states + (c + 1) * 2 * hs, states + (c + 1) * 2 * hs + hs, len == m->b};
-      titans__mem_piece_forward(m, residual, bf->y + base + t * ld, bf->qk[0] + base + t * ld,
-                                bf->qk[1] + base + t * ld, bf->act[2] + base + t * ld, ld,
-                                bf->gates[0] + gbase + t * m->H, bf->gates[1] + gbase + t * m->H,
-                                bf->gates[2] + gbase + t * m->H, m->H, w, w, s, w, s, &sink, len, wk);
+      const titans__mem_chunk piece = titans__mem_piece_of(m, bf, base + t * ld, gbase + t * m->H, len);
+      titans__mem_chunk_forward(m, residual, bf->y + base + t * ld, &piece, w, w, s, wk);
+      titans__mem_chunk_end_state(m, w, s, &sink, w, s, len, wk);
       t += len;
     }
     memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float)); /* c >= 1: T > 0 */
@@ -5096,11 +5120,7 @@ static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans
       memcpy(states + c * 2 * hs + hs, s, hs * sizeof(float));
     }
     titans__mem_sink sink = {NULL, NULL, off + len == m->b}; /* a chunk's end: flush */
-    const titans__mem_chunk piece = {bf->qk[0] + base + t * ld,       bf->qk[1] + base + t * ld,
-                                     bf->act[2] + base + t * ld,      bf->gates[0] + gbase + t * m->H,
-                                     bf->gates[1] + gbase + t * m->H, bf->gates[2] + gbase + t * m->H,
-                                     ld,                              m->H,
-                                     len};
+    const titans__mem_chunk piece = titans__mem_piece_of(m, bf, base + t * ld, gbase + t * m->H, len);
     const float *wgrad = whole_inner ? w : wchunk;
     if (len == 1 && fusable) { /* a session's token: one pass per layer over W and S */
       checked = titans__mem_token_step(m, residual, bf->y + base + t * ld, &piece, wgrad, w, s, sink.flush, wk);
@@ -5137,8 +5157,8 @@ static int titans__mem_forward_task(const titans__mem_dims *m, int residual, tit
   titans__mem_work wk;
   titans__mem_work_carve(&wk, work + (size_t)titans__mem_thread_id() * work_floats, m, 0);
   float *states = ctx ? ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs : NULL;
-  return titans__mem_recur_one(m, residual, bf, st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at, states,
-                        st->position, r, h, T, &wk);
+  const titans__mem_head_state hst = {st->w_chunk + at, st->w + at, st->s_chunk + at, st->s + at};
+  return titans__mem_recur_one(m, residual, bf, &hst, states, st->position, r, h, T, &wk);
 }
 
 /* titans_mem_forward, and *state_finite (when not NULL) := 1 when the call rewrote every value of the
@@ -5263,12 +5283,22 @@ TITANSDEF int titans_mem_retrieve(const titans_mem_config *cfg, const titans_mem
 
 /* ---- backward --------------------------------------------------------------------------------- */
 
+/* One (row, head)'s slices of a titans_mem_ctx that the backward of its recurrence reads and writes. */
+typedef struct titans__mem_head_grad {
+  const float *states; /* [nchunks + 1, 2, head_size] (W, S) at each chunk start, saved by the forward */
+  size_t nchunks;      /* chunks of the forward call */
+  const float *dfinal; /* [2, head_size] dL/d(W, S) after the call (read) */
+  float *dinit;        /* [2, head_size] dL/d(W, S) before the call (written) */
+} titans__mem_head_grad;
+
 /* Backward of the recurrence of one (row, head), last chunk first. */
 static void titans__mem_recur_backward_one(const titans__mem_dims *m, int residual, titans__mem_bufs *bf,
-                                           titans__mem_grads *gr, const float *states, const float *dfinal,
-                                           float *dinit, size_t nchunks, size_t r, size_t h, size_t T,
-                                           titans__mem_work *wk) {
+                                           titans__mem_grads *gr, const titans__mem_head_grad *hg, size_t r,
+                                           size_t h, size_t T, titans__mem_work *wk) {
   size_t ld = m->dm, base = r * T * ld + h * m->dh, gbase = r * T * m->H + h, hs = m->head_size;
+  const float *states = hg->states, *dfinal = hg->dfinal;
+  float *dinit = hg->dinit;
+  size_t nchunks = hg->nchunks;
   /* The gradient of the state after chunk c is read where chunk c + 1 wrote it: two buffers take turns
      (no copies), the last chunk's reads come straight from dfinal and the first chunk writes into dinit. */
   float *buf[2][2] = {{wk->dW, wk->dS}, {wk->dWend, wk->dSend}};
@@ -5281,10 +5311,10 @@ static void titans__mem_recur_backward_one(const titans__mem_dims *m, int residu
     const float *wc = states + c * 2 * hs;
     cw.dW = c == 0 ? dinit : buf[turn][0];
     cw.dS = c == 0 ? dinit + hs : buf[turn][1];
-    titans__mem_piece_backward(m, residual, gr->dvec[0] + o, gr->dvec[1] + o, gr->dvec[2] + o, gr->dgates[0] + g,
-                               gr->dgates[1] + g, gr->dgates[2] + g, gr->dy + o, bf->qk[0] + o, bf->qk[1] + o,
-                               bf->act[2] + o, ld, bf->gates[0] + g, bf->gates[1] + g, bf->gates[2] + g, m->H, wc,
-                               wc + hs, len, &cw);
+    const titans__mem_chunk piece = titans__mem_piece_of(m, bf, o, g, len);
+    const titans__mem_chunk_grad dpiece = {gr->dvec[0] + o,   gr->dvec[1] + o,   gr->dvec[2] + o,
+                                           gr->dgates[0] + g, gr->dgates[1] + g, gr->dgates[2] + g};
+    titans__mem_chunk_backward(m, residual, &dpiece, gr->dy + o, &piece, wc, wc + hs, &cw);
     cw.dWend = cw.dW;
     cw.dSend = cw.dS;
   }
@@ -5374,9 +5404,9 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
       memcpy(dinit, dfinal, 2 * hs * sizeof(float));
       titans__mem_read_backward_one(&m, cfg->residual, &bf, &gr, ctx->states + (size_t)task * hs, dinit, r, h, T, &wk);
     } else {
-      titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr,
-                                     ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs, dfinal, dinit,
-                                     ctx->nchunks, r, h, T, &wk);
+      const titans__mem_head_grad hg = {ctx->states + (size_t)task * (ctx->nchunks + 1) * 2 * hs, ctx->nchunks,
+                                        dfinal, dinit};
+      titans__mem_recur_backward_one(&m, cfg->residual, &bf, &gr, &hg, r, h, T, &wk);
     }
   }
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_RECURRENCE_BACKWARD, &since);
@@ -6196,20 +6226,11 @@ TITANSDEF int titans_rope_backward(float *dx, const int64_t *pos, size_t T, size
 #define TITANS__ATTN_KTILE 16 /* key rows per task (two-pass backward) */
 #define TITANS__ATTN_PAR_WORK 65536 /* multiply-adds below which a call runs on one thread */
 
-/* The shape of one attention call (titans_attention_forward's): Tq query rows at positions qpos, attending
-   over P prefix rows (every query sees them) then Tk key rows at positions kpos, in H heads of d_a, within
-   window positions (0: no window). The kernels take it whole, as every one of them needs most of it. */
-typedef struct titans__attn_shape {
-  const int64_t *qpos, *kpos; /* [Tq], [Tk] */
-  size_t Tq, P, Tk, H, d_a;
-  int64_t window;
-} titans__attn_shape;
-
 /* Head h, query rows [i0, i1) (at most TITANS__ATTN_QB) of the call sh: the prefix, then every key that
    some row may see (the rows' visibility filters the pairs). kpan is the head's slice of the keys'
    panel 0, vh of the values' row 0, kr the keys' runs of positions. */
 static void titans__attn_forward_block(float *out, float *lse, const float *q, const float *kpan, const float *vh,
-                                       const titans__attn_shape *sh, const titans__attn_runs *kr, size_t h,
+                                       const titans_attn_shape *sh, const titans__attn_runs *kr, size_t h,
                                        size_t i0, size_t i1) {
   const int64_t *qpos = sh->qpos;
   size_t P = sh->P, H = sh->H, d_a = sh->d_a, ld = H * d_a;
@@ -6251,23 +6272,10 @@ typedef struct titans__attn_bwd {
   titans__attn_runs kr, qr;
 } titans__attn_bwd;
 
-/* The arrays of an attention call that its backward reads: the forward's inputs and outputs. */
-typedef struct titans__attn_saved {
-  const float *q, *k, *v; /* [Tq, H d_a], [P + Tk, H d_a], [P + Tk, H d_a] */
-  const float *out, *lse; /* [Tq, H d_a], [Tq, H] */
-} titans__attn_saved;
-
-/* The gradients of an attention call: dq, dk, dv (laid out as q, k, v) are added into, from dout
-   [Tq, H d_a]. */
-typedef struct titans__attn_grads {
-  float *dq, *dk, *dv;
-  const float *dout;
-} titans__attn_grads;
-
 /* Everything of a backward call but the panels kt, vt (packed afterwards); ld = H d_a, checked by the
    caller. */
-static void titans__attn_bwd_init(titans__attn_bwd *c, const titans__attn_grads *g, const titans__attn_saved *fw,
-                                  const titans__attn_shape *sh, size_t ld) {
+static void titans__attn_bwd_init(titans__attn_bwd *c, const titans_attn_grads *g, const titans_attn_saved *fw,
+                                  const titans_attn_shape *sh, size_t ld) {
   const int64_t *qpos = sh->qpos, *kpos = sh->kpos;
   size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, d_a = sh->d_a;
   int64_t window = sh->window;
@@ -6459,7 +6467,7 @@ static double titans__attn_work(size_t Tq, size_t P, size_t Tk, size_t ld) {
 /* titans_attention_forward with the keys' panels in ws (titans__attn_panel_floats(P + Tk, H d_a)
    floats), or in memory of its own when ws is NULL. */
 static int titans__attention_forward_ws(float *out, float *lse, const float *q, const float *k, const float *v,
-                                        const titans__attn_shape *sh, float *ws) {
+                                        const titans_attn_shape *sh, float *ws) {
   const int64_t *qpos = sh->qpos, *kpos = sh->kpos;
   size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, d_a = sh->d_a, ld;
   int64_t window = sh->window;
@@ -6496,10 +6504,9 @@ static int titans__attention_forward_ws(float *out, float *lse, const float *q, 
 }
 
 TITANSDEF int titans_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                       const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                       size_t H, size_t d_a, int64_t window) {
-  const titans__attn_shape sh = {qpos, kpos, Tq, P, Tk, H, d_a, window};
-  return titans__attention_forward_ws(out, lse, q, k, v, &sh, NULL);
+                                       const titans_attn_shape *shape) {
+  if (!shape) return TITANS_ERR_ARG;
+  return titans__attention_forward_ws(out, lse, q, k, v, shape, NULL);
 }
 
 enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_TWO_PASS = 2 };
@@ -6510,8 +6517,8 @@ enum { TITANS__ATTN_BWD_AUTO = 0, TITANS__ATTN_BWD_FUSED = 1, TITANS__ATTN_BWD_T
    Both add every gradient element's terms in the same order with the same arithmetic. The keys' and
    the values' panels go in ws (2 titans__attn_panel_floats(P + Tk, H d_a) floats), or in memory of its
    own when ws is NULL. */
-static int titans__attention_backward_ws(const titans__attn_grads *g, const titans__attn_saved *fw,
-                                         const titans__attn_shape *sh, int mode, float *ws) {
+static int titans__attention_backward_ws(const titans_attn_grads *g, const titans_attn_saved *fw,
+                                         const titans_attn_shape *sh, int mode, float *ws) {
   titans__attn_bwd c;
   size_t Tq = sh->Tq, P = sh->P, Tk = sh->Tk, H = sh->H, ld;
   const float *k = fw->k, *v = fw->v;
@@ -6586,20 +6593,15 @@ static int titans__attention_backward_ws(const titans__attn_grads *g, const tita
 }
 
 /* The backward with a chosen scheme and memory of its own (tests compare the schemes). */
-static int titans__attention_backward_mode(const titans__attn_grads *g, const titans__attn_saved *fw,
-                                           const titans__attn_shape *sh, int mode) {
+static int titans__attention_backward_mode(const titans_attn_grads *g, const titans_attn_saved *fw,
+                                           const titans_attn_shape *sh, int mode) {
   return titans__attention_backward_ws(g, fw, sh, mode, NULL);
 }
 
-/* The public signature spells the call out; the kernels take it as three structs. */
-TITANSDEF int titans_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                        const float *k, const float *v, const float *out, const float *lse,
-                                        const int64_t *qpos, const int64_t *kpos, size_t Tq, size_t P, size_t Tk,
-                                        size_t H, size_t d_a, int64_t window) {
-  const titans__attn_grads g = {dq, dk, dv, dout};
-  const titans__attn_saved fw = {q, k, v, out, lse};
-  const titans__attn_shape sh = {qpos, kpos, Tq, P, Tk, H, d_a, window};
-  return titans__attention_backward_mode(&g, &fw, &sh, TITANS__ATTN_BWD_AUTO);
+TITANSDEF int titans_attention_backward(const titans_attn_grads *grads, const titans_attn_saved *saved,
+                                        const titans_attn_shape *shape) {
+  if (!grads || !saved || !shape) return TITANS_ERR_ARG;
+  return titans__attention_backward_mode(grads, saved, shape, TITANS__ATTN_BWD_AUTO);
 }
 
 /* ---- KV cache --------------------------------------------------------------------------------- */
@@ -8434,17 +8436,40 @@ typedef struct titans__attn_save {
   float *lse; /* [B, Tq, H] */
 } titans__attn_save;
 
-/* out [B, Tq, d] = wo Attn(wq xq, wk src, wv src): src [B, P + Tk, d] holds the always-visible prefix rows
-   (no RoPE) then the positioned rows; row b's queries at qpos + b * pos_stride [Tq] and keys at
-   kpos + b * pos_stride [Tk] (pos_stride 0: every row has the same positions).
+/* The inputs of one attention sublayer call over B rows (sequences, or a session batch's streams): the
+   rows the queries and the keys come from, their positions and the mask. The forward and its backward
+   take the same one. */
+typedef struct titans__attn_sub_in {
+  const float *xq;     /* [B, Tq, d] the rows projected to queries */
+  const float *src;    /* [B, P + Tk, d] the rows projected to keys and values: the always-visible prefix
+                          rows (no RoPE), then the positioned rows */
+  const int64_t *qpos; /* [Tq] row b's query positions start at qpos + b * pos_stride */
+  const int64_t *kpos; /* [Tk] row b's key positions (of the positioned rows) at kpos + b * pos_stride */
+  size_t pos_stride;   /* 0: every row has the same positions */
+  size_t B, Tq, P, Tk; /* rows, queries a row, prefix rows, positioned key rows a row */
+  int64_t window;      /* 0 = no window */
+} titans__attn_sub_in;
+
+/* The common call: B rows of T tokens at positions pos [T] attend causally over the P prefix rows and
+   themselves (src [B, P + T, d] = prefix || the rows). */
+static titans__attn_sub_in titans__attn_sub_self(const float *xq, const float *src, const int64_t *pos, size_t B,
+                                                 size_t T, size_t P, int64_t window) {
+  const titans__attn_sub_in in = {xq, src, pos, pos, 0, B, T, P, T, window};
+  return in;
+}
+
+/* out [B, Tq, d] = wo Attn(wq xq, wk src, wv src) for the call `in` (see titans__attn_sub_in).
    Training passes the arena, which gives sv its buffers, and attends over src. A session's token is the
    same call with Tq = 1, P = 0, sv's buffers its own (ar NULL) and its KV cache: the Tk new key and
    value rows join the cache (which holds the prefix and the earlier rows) and the query attends over it.
    B is 1 for a session, the number of streams for a session batch (caches [B]: row b's cache). */
 static int titans__attn_sub_forward(const titans_config *c, const titans_layer *L, titans__arena *ar,
-                                    titans__attn_save *sv, float *out, const float *xq, const float *src,
-                                    const int64_t *qpos, const int64_t *kpos, size_t pos_stride, size_t B, size_t Tq,
-                                    size_t P, size_t Tk, int64_t window, titans_kv_cache *const *caches) {
+                                    titans__attn_save *sv, float *out, const titans__attn_sub_in *in,
+                                    titans_kv_cache *const *caches) {
+  const float *xq = in->xq, *src = in->src;
+  const int64_t *qpos = in->qpos, *kpos = in->kpos;
+  size_t pos_stride = in->pos_stride, B = in->B, Tq = in->Tq, P = in->P, Tk = in->Tk;
+  int64_t window = in->window;
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
   if (ar) {
     sv->q = titans__arena_alloc(ar, B * Tq * d);
@@ -8472,20 +8497,22 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
       TITANS__TRY(titans_kv_cache_attend(caches[b], att, NULL, q, qp[0]));
       continue;
     }
-    const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
+    const titans_attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
     TITANS__TRY(titans__attention_forward_ws(att, sv->lse + b * Tq * H, q, k, v, &sh, kt));
   }
   titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
   return TITANS_OK;
 }
 
-/* Backward of titans__attn_sub_forward: accumulates dxq [B, Tq, d], dsrc [B, P + Tk, d] and G's attention
-   weights. */
+/* Backward of titans__attn_sub_forward for the same call `in`: from dout [B, Tq, d], accumulates
+   dxq [B, Tq, d], dsrc [B, P + Tk, d] and G's attention weights. */
 static int titans__attn_sub_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
                                      titans__arena *ar, const titans__attn_save *sv, float *dxq, float *dsrc,
-                                     const float *dout, const float *xq, const float *src, const int64_t *qpos,
-                                     const int64_t *kpos, size_t pos_stride, size_t B, size_t Tq, size_t P, size_t Tk,
-                                     int64_t window) {
+                                     const float *dout, const titans__attn_sub_in *in) {
+  const float *xq = in->xq, *src = in->src;
+  const int64_t *qpos = in->qpos, *kpos = in->kpos;
+  size_t pos_stride = in->pos_stride, B = in->B, Tq = in->Tq, P = in->P, Tk = in->Tk;
+  int64_t window = in->window;
   size_t d = (size_t)c->d, H = (size_t)c->attn_heads, da = d / H, S = P + Tk;
   float *datt = titans__arena_alloc(ar, B * Tq * d), *dq = titans__arena_zalloc(ar, B * Tq * d);
   float *dk = titans__arena_zalloc(ar, B * S * d), *dv = titans__arena_zalloc(ar, B * S * d);
@@ -8497,10 +8524,10 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
   titans_gemm(0, 0, B * Tq, d, d, 1.0f, dout, d, L->attn_wo, d, 0.0f, datt, d);
   for (size_t b = 0; b < B; b++) {
     const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] */
-    const titans__attn_grads g = {dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d};
-    const titans__attn_saved fw = {sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
+    const titans_attn_grads g = {dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d};
+    const titans_attn_saved fw = {sv->q + b * Tq * d, sv->k + b * S * d, sv->v + b * S * d, sv->att + b * Tq * d,
                                    sv->lse + b * Tq * H};
-    const titans__attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
+    const titans_attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
     int rc = titans__attention_backward_ws(&g, &fw, &sh, TITANS__ATTN_BWD_AUTO, kvt);
     if (rc) return rc;
     titans_rope_backward(dq + b * Tq * d, qp, Tq, H, da);
@@ -8938,14 +8965,25 @@ static void titans__linear(float *y, const float *x, const float *W, size_t n, s
   titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
 }
 
+/* One token in each of n streams, as titans__session_attend_rows reads it. */
+typedef struct titans__attend_rows_in {
+  const float *xq;    /* [n, d] row b: the row stream b's query is projected from */
+  const float *k_src; /* [n, nk, d] row b: the rows its new keys and values are projected from */
+  size_t nk;          /* key rows a stream (1 or 2) */
+  const int64_t *pos; /* [n, 2] row b: the query's position, then the new keys' */
+} titans__attend_rows_in;
+
 /* The attention of one token in each of n sessions (streams) of one model: titans__attn_sub_forward at
    Tq = 1 on each stream's KV cache of layer l. Row b: the k_src rows [nk, d] (nk <= 2) become keys and
    values at position pos[b * 2 + 1], the query xq [d] sits at pos[b * 2]; out [n, d]. The projections
-   are products of [n, d] rows with the weights; sv holds q, att [n, d] and k, v [n nk, d] (given). */
+   are products of [n, d] rows with the weights; sv holds q, att [n, d] and k, v [n nk, d] (given); kv [n]
+   and qk [2 n nk] are scratch filled here. */
 static int titans__session_attend_rows(const titans_config *c, const titans_layer *L, titans_session *const *s,
-                                       size_t n, int l, float *out, const float *xq, const float *k_src, size_t nk,
-                                       const int64_t *pos, titans__attn_save *sv, titans_kv_cache **kv,
-                                       int64_t *qk) {
+                                       size_t n, int l, float *out, const titans__attend_rows_in *in,
+                                       titans__attn_save *sv, titans_kv_cache **kv, int64_t *qk) {
+  const float *xq = in->xq, *k_src = in->k_src;
+  const int64_t *pos = in->pos;
+  size_t nk = in->nk;
   /* kv [n]: the streams' caches; qk [n, 2 nk]: the query positions (nk per row, the first used), then the
      key positions, so that one stride (nk) walks both */
   for (size_t b = 0; b < n; b++) {
@@ -8955,7 +8993,8 @@ static int titans__session_attend_rows(const titans_config *c, const titans_laye
       qk[(n + b) * nk + j] = pos[b * 2 + 1];
     }
   }
-  TITANS__TRY(titans__attn_sub_forward(c, L, NULL, sv, out, xq, k_src, qk, qk + n * nk, nk, n, 1, 0, nk, 0, kv));
+  const titans__attn_sub_in call = {xq, k_src, qk, qk + n * nk, nk, n, 1, 0, nk, 0};
+  TITANS__TRY(titans__attn_sub_forward(c, L, NULL, sv, out, &call, kv));
   /* the rows are checked as they enter (cheap), not the whole cache after every feed (a 4K-row ATTN
      cache is as many floats as the attention itself reads) */
   size_t d = (size_t)c->d;
@@ -8972,8 +9011,8 @@ static int titans__session_attend(titans_session *s, int l, float *out, const fl
   int64_t pos[2] = {qp, kp}, qk[4]; /* [1, 2]; [2, nk] */
   titans_kv_cache *kv[1];
   titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
-  return titans__session_attend_rows(&s->model->cfg, &s->model->w.layers[l], &s, 1, l, out, xq, k_src, nk, pos, &sv,
-                                     kv, qk);
+  const titans__attend_rows_in in = {xq, k_src, nk, pos};
+  return titans__session_attend_rows(&s->model->cfg, &s->model->w.layers[l], &s, 1, l, out, &in, &sv, kv, qk);
 }
 
 /* The training gate on one row: out [d] = RMSNorm(y) * sigmoid(RMSNorm(m)). */
@@ -9011,8 +9050,8 @@ static int titans__swa_stream_forward(const titans_config *c, const titans_layer
       kpos[b * Tk + j] = j + valid >= Wc ? start + (int64_t)j - (int64_t)Wc : TITANS__FAR_POSITION;
   }
   lf->kpos_rows = kpos;
-  return titans__attn_sub_forward(c, L, ar, &lf->at, out, lf->xn, lf->attn_src, kpos + Wc, kpos, Tk, B, T, P, Tk,
-                                  titans__window(c), NULL);
+  const titans__attn_sub_in in = {lf->xn, lf->attn_src, kpos + Wc, kpos, Tk, B, T, P, Tk, titans__window(c)};
+  return titans__attn_sub_forward(c, L, ar, &lf->at, out, &in, NULL);
 }
 
 static int titans__swa_stream_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -9022,8 +9061,8 @@ static int titans__swa_stream_backward(const titans_config *c, const titans_laye
   const int64_t *kpos = lf->kpos_rows; /* [B, Tk] */
   float *dsrc = titans__arena_zalloc(ar, B * (P + Tk) * d); /* [B, P + Tk, d] */
   TITANS__NEED(dsrc);
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->attn_src, kpos + Wc, kpos,
-                                        Tk, B, T, P, Tk, titans__window(c)));
+  const titans__attn_sub_in in = {lf->xn, lf->attn_src, kpos + Wc, kpos, Tk, B, T, P, Tk, titans__window(c)};
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, &in));
   for (size_t b = 0; b < B; b++) {
     const float *r = dsrc + b * (P + Tk) * d;
     if (P) titans__axpy(G->persist, 1.0f, r, P * d);
@@ -9038,8 +9077,8 @@ static int titans__baseline_forward(const titans_config *c, const titans_layer *
   if (lf->attn_tail) return titans__swa_stream_forward(c, L, lf, ar, lf->mix, B, T);
   TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] persist || xn */
   titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                  titans__window(c), NULL);
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, &in, NULL);
 }
 
 static int titans__baseline_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -9049,8 +9088,8 @@ static int titans__baseline_backward(const titans_config *c, const titans_layer 
   if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dmix, B, T);
   float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
   TITANS__NEED(dsrc);
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                        titans__window(c)));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dmix, &in));
   titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d); /* src = persist || xn */
   return TITANS_OK;
 }
@@ -9066,8 +9105,8 @@ static int titans__baseline_step_rows(titans__rows_work *w, size_t n, int l) {
   const titans_model *m = w->s[0]->model;
   titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
   for (size_t b = 0; b < n; b++) w->pos[2 * b] = w->pos[2 * b + 1] = (int64_t)w->s[b]->position;
-  return titans__session_attend_rows(&m->cfg, &m->w.layers[l], w->s, n, l, w->mix, w->xn, w->xn, 1, w->pos, &sv, w->kv,
-                                     w->qk);
+  const titans__attend_rows_in in = {w->xn, w->xn, 1, w->pos}; /* the token's own row gives its key */
+  return titans__session_attend_rows(&m->cfg, &m->w.layers[l], w->s, n, l, w->mix, &in, &sv, w->kv, w->qk);
 }
 
 /* SWA streams any window length: the carried rows make a window's keys what a session's would be. ATTN
@@ -9127,8 +9166,8 @@ static int titans__mac_forward_rows(const titans_config *c, const titans_layer *
       memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
       memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
     }
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P,
-                                         2 * n, 0, NULL));
+    const titans__attn_sub_in in = {sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0};
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, &in, NULL));
     /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
     TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg->y, sg->xs), n, cu));
     /* 4. gate */
@@ -9168,8 +9207,8 @@ static int titans__mac_backward_rows(const titans_config *c, const titans_layer 
     int learns_x = c->mac_learns_from == TITANS_MAC_LEARNS_INPUT;
     TITANS__TRY(titans_mem_backward(&c->mem, &L->mem, &G->mem, learns_x ? dxs : dy, dmm,
                                     titans__mac_learn_rows(c, sg->y, sg->xs), cu, 0));
-    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, sg->xs, sg->src, sg->kpos, sg->kpos, 0,
-                                          B, n, P, 2 * n, 0));
+    const titans__attn_sub_in in = {sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0}; /* the forward's */
+    TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &sg->at, dxs, dsrc, dy, &in));
     for (size_t b = 0; b < B; b++) {
       const float *o = dsrc + b * S * d;
       if (P) titans__axpy(G->persist, 1.0f, o, P * d);
@@ -9366,8 +9405,8 @@ static int titans__mag_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__NEED(cx);
   titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
   lf->mem_in = lf->src;
-  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                       titans__window(c), NULL));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, &in, NULL));
   TITANS__TRY(titans__layer_state(c, L, lf, B));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
@@ -9386,8 +9425,8 @@ static int titans__mag_backward(const titans_config *c, const titans_layer *L, c
   /* mix = Gate(y, m) */
   TITANS__TRY(titans__gate_backward(ar, &lf->gate, dy, dm, dmix, L, G, B * T, d));
   /* y = SWA(xn; src) */
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                        titans__window(c)));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dy, &in));
   /* m = the memory's outputs at the text; the persistent positions' outputs are not used */
   for (size_t b = 0; b < B; b++) memcpy(dmo + (b * (P + T) + P) * d, dm + b * T * d, T * d * sizeof(float));
   TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dsrc, dmo, lf->mem_in, &lf->ctxs[0], 1));
@@ -9432,8 +9471,8 @@ static int titans__mal_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
   lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
-  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
-                                  titans__window(c), NULL);
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->y, lf->src, pos, B, T, P, titans__window(c));
+  return titans__attn_sub_forward(c, L, ar, &lf->at, lf->mix, &in, NULL);
 }
 
 static int titans__mal_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -9444,8 +9483,8 @@ static int titans__mal_backward(const titans_config *c, const titans_layer *L, c
   float *dmi = titans__arena_zalloc(ar, B * (P + T) * d);
   TITANS__NEED(dyq && dmo && dmi);
   /* mix = SWA(y; src = mem_out): y reaches the memory's outputs twice, as queries and as keys/values */
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, lf->y, lf->src, pos, pos, 0, B, T, P, T,
-                                        titans__window(c)));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->y, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dyq, dmo, dmix, &in));
   for (size_t b = 0; b < B; b++) titans__axpy(dmo + (b * (P + T) + P) * d, 1.0f, dyq + b * T * d, T * d);
   TITANS__TRY(titans__layer_mem_backward(c, L, G, lf, dmi, dmo, lf->mem_in, &lf->ctxs[0], 1));
   titans__split_prefix_grad(G->persist, dxn, dmi, B, P, T, d);
@@ -9621,8 +9660,8 @@ static int titans__lm2_forward(const titans_config *c, const titans_layer *L, ti
   } else {
     TITANS__NEED(lf->src = titans__arena_alloc(ar, B * (P + T) * d)); /* [B, P + T, d] */
     titans__concat_prefix(lf->src, L->persist, 0, lf->xn, B, P, T, d);
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                         titans__window(c), NULL));
+    const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, &in, NULL));
   }
   float **rows[6] = {&sv->q, &sv->emem, &sv->g, &sv->ku, &sv->vu, &sv->a};
   for (int i = 0; i < 6; i++) TITANS__NEED(*rows[i] = titans__arena_alloc(ar, B * T * (i < 5 ? d : Ns)));
@@ -9813,8 +9852,8 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dE, B, T);
   float *dsrc = titans__arena_zalloc(ar, B * (P + T) * d); /* [B, P + T, d] */
   TITANS__NEED(dsrc);
-  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dE, lf->xn, lf->src, pos, pos, 0, B, T, P, T,
-                                        titans__window(c)));
+  const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
+  TITANS__TRY(titans__attn_sub_backward(c, L, G, ar, &lf->at, dxn, dsrc, dE, &in));
   titans__split_prefix_grad(G->persist, dxn, dsrc, B, P, T, d);
   return TITANS_OK;
 }
@@ -10200,8 +10239,9 @@ static int titans__apply_gradients(titans_trainer *t, float mean) {
   for (size_t p = 0; p < mo->n_params; p++) {
     const titans_param *pp = &mo->plist[p];
     float wd = pp->kind == TITANS_PARAM_MATRIX ? t->tc.weight_decay : 0.0f;
-    titans_adamw_update(mo->params + pp->offset, t->grads + pp->offset, t->adam_m + pp->offset, t->adam_v + pp->offset,
-                        pp->size, lr, t->tc.beta1, t->tc.beta2, t->tc.eps, wd, t->step + 1);
+    const titans_adamw_arrays a = {mo->params + pp->offset, t->grads + pp->offset, t->adam_m + pp->offset,
+                                   t->adam_v + pp->offset, pp->size};
+    titans_adamw_update(&a, lr, t->tc.beta1, t->tc.beta2, t->tc.eps, wd, t->step + 1);
   }
   titans__zero_held_key_taps(mo, mo->params);
   t->step++;

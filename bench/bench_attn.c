@@ -69,10 +69,10 @@ static void problem_free(attn_problem *p) {
 
 static void run_forward(attn_problem *p) {
   size_t ld = p->H * p->d_a;
+  const titans_attn_shape sh = {p->pos, p->pos, p->T, 0, p->T, p->H, p->d_a, p->window};
   for (size_t b = 0; b < p->B; b++)
     if (titans_attention_forward(p->out + b * p->T * ld, p->lse + b * p->T * p->H, p->q + b * p->T * ld,
-                                 p->k + b * p->T * ld, p->v + b * p->T * ld, p->pos, p->pos, p->T, 0, p->T, p->H,
-                                 p->d_a, p->window) != TITANS_OK) {
+                                 p->k + b * p->T * ld, p->v + b * p->T * ld, &sh) != TITANS_OK) {
       fprintf(stderr, "bench_attn: forward failed\n");
       exit(1);
     }
@@ -83,9 +83,10 @@ static void run_backward(attn_problem *p) {
   memset(p->dq, 0, n * sizeof(float)), memset(p->dk, 0, n * sizeof(float)), memset(p->dv, 0, n * sizeof(float));
   for (size_t b = 0; b < p->B; b++) {
     size_t o = b * p->T * ld;
-    if (titans_attention_backward(p->dq + o, p->dk + o, p->dv + o, p->dout + o, p->q + o, p->k + o, p->v + o,
-                                  p->out + o, p->lse + b * p->T * p->H, p->pos, p->pos, p->T, 0, p->T, p->H, p->d_a,
-                                  p->window) != TITANS_OK) {
+    const titans_attn_grads g = {p->dq + o, p->dk + o, p->dv + o, p->dout + o};
+    const titans_attn_saved fw = {p->q + o, p->k + o, p->v + o, p->out + o, p->lse + b * p->T * p->H};
+    const titans_attn_shape sh = {p->pos, p->pos, p->T, 0, p->T, p->H, p->d_a, p->window};
+    if (titans_attention_backward(&g, &fw, &sh) != TITANS_OK) {
       fprintf(stderr, "bench_attn: backward failed\n");
       exit(1);
     }
@@ -154,17 +155,16 @@ static void tile_ceiling(attn_problem *p, int reps, double *gf5, double *frac5) 
   float *grads = titans_alloc_floats(3 * TQ * ld); /* dq, dk, dv [TQ, ld] each */
   size_t nf = titans__attn_panel_floats(TQ, ld);
   float *kvt = titans_alloc_floats(2 * nf); /* [2, nf] the keys', then the values' panels */
-  if (!out || !lse || !grads || !kvt ||
-      titans_attention_forward(out, lse, p->q, p->k, p->v, p->pos, p->pos, TQ, 0, TQ, p->H, p->d_a, 0) != TITANS_OK) {
+  const titans_attn_shape sh = {p->pos, p->pos, TQ, 0, TQ, p->H, p->d_a, 0};
+  if (!out || !lse || !grads || !kvt || titans_attention_forward(out, lse, p->q, p->k, p->v, &sh) != TITANS_OK) {
     fprintf(stderr, "bench_attn: tile setup failed\n");
     exit(1);
   }
   titans__attn_panel_pack(kvt, p->k, TQ, ld);
   titans__attn_panel_pack(kvt + nf, p->v, TQ, ld);
   titans__attn_bwd c;
-  const titans__attn_grads gr = {grads, grads + TQ * ld, grads + 2 * TQ * ld, p->dout};
-  const titans__attn_saved fw = {p->q, p->k, p->v, out, lse};
-  const titans__attn_shape sh = {p->pos, p->pos, TQ, 0, TQ, p->H, p->d_a, 0};
+  const titans_attn_grads gr = {grads, grads + TQ * ld, grads + 2 * TQ * ld, p->dout};
+  const titans_attn_saved fw = {p->q, p->k, p->v, out, lse};
   titans__attn_bwd_init(&c, &gr, &fw, &sh, ld);
   c.kt = kvt, c.vt = kvt + nf;
   titans__attn_qtile qt;
@@ -193,15 +193,15 @@ static void all_visible_backward(attn_problem *p, int reps, double *gf5, double 
   int64_t *qpos = malloc(T * sizeof(int64_t));    /* [T] all T: after every key */
   if (!out || !lse || !grads || !qpos) exit(1);
   for (size_t t = 0; t < T; t++) qpos[t] = (int64_t)T;
-  if (titans_attention_forward(out, lse, p->q, p->k, p->v, qpos, p->pos, T, 0, T, p->H, p->d_a, 0) != TITANS_OK)
-    exit(1);
+  const titans_attn_shape sh = {qpos, p->pos, T, 0, T, p->H, p->d_a, 0};
+  if (titans_attention_forward(out, lse, p->q, p->k, p->v, &sh) != TITANS_OK) exit(1);
+  const titans_attn_grads gr = {grads, grads + T * ld, grads + 2 * T * ld, p->dout};
+  const titans_attn_saved fw = {p->q, p->k, p->v, out, lse};
   double g[MAX_REPS], f[MAX_REPS];
   for (int r = 0; r < reps; r++) {
     memset(grads, 0, 3 * T * ld * sizeof(float));
     double peak = fma_peak(1), t0 = now_sec();
-    if (titans_attention_backward(grads, grads + T * ld, grads + 2 * T * ld, p->dout, p->q, p->k, p->v, out, lse, qpos,
-                                  p->pos, T, 0, T, p->H, p->d_a, 0) != TITANS_OK)
-      exit(1);
+    if (titans_attention_backward(&gr, &fw, &sh) != TITANS_OK) exit(1);
     g[r] = 5.0 * 2.0 * (double)T * (double)T * (double)ld / (now_sec() - t0) * 1e-9;
     f[r] = g[r] / peak;
   }

@@ -121,9 +121,17 @@ static void memory_free(memory *mem) {
   titans_free(mem->params);
 }
 
+/* The work space of run(), allocated once for the largest N. */
+typedef struct run_buffers {
+  float *kbuf, *vbuf; /* [MAX_N, DH] the keys and values of one pass, in its order */
+  float *gates;       /* [MAX_N] theta for every token */
+  float *out;         /* [MAX_N, DH] what the reads return */
+} run_buffers;
+
 /* Writes the n pairs `passes` times (orders[p] is the order of pass p), reads back, scores. */
 static recall run(memory *mem, const float *keys, const float *values, size_t n, const size_t *orders, int passes,
-                  float theta, float *kbuf, float *vbuf, float *gates, float *out) {
+                  float theta, const run_buffers *buf) {
+  float *kbuf = buf->kbuf, *vbuf = buf->vbuf, *gates = buf->gates, *out = buf->out;
   recall r;
   r.theta = theta;
   titans_mem_state_reset(&mem->st, &mem->w);
@@ -170,6 +178,7 @@ int main(void) {
   if (!keys || !values || !kbuf || !vbuf || !out || !gates || !orders)
     fail("buffers", TITANS_ERR_NOMEM, "out of memory");
 
+  const run_buffers buf = {kbuf, vbuf, gates, out};
   memory mems[MAX_DEPTH];
   for (int L = 1; L <= MAX_DEPTH; L++) memory_init(&mems[L - 1], L);
 
@@ -214,7 +223,7 @@ int main(void) {
         best.theta = 0.0f;
         best.err = INFINITY;
         for (int ti = 0; ti < NTHETAS; ti++) {
-          recall r = run(&mems[L - 1], keys, values, n, orders, passes, THETAS[ti], kbuf, vbuf, gates, out);
+          recall r = run(&mems[L - 1], keys, values, n, orders, passes, THETAS[ti], &buf);
           /* the cosine ignores scale, so several theta can tie on it (e.g. one chunk written once from
              an empty memory); then the smaller squared error decides */
           if (r.cos > best.cos + 1e-4 || (r.cos >= best.cos - 1e-4 && r.err < best.err)) best = r;

@@ -719,11 +719,22 @@ static void release_stop_signals(void) {
 
 /* ---- generation --------------------------------------------------------------------------------- */
 
+/* How generation draws each token: titans_sample_ex's options and the sampler's seed. */
+typedef struct sampling {
+  float temperature; /* 0: the most likely token */
+  int top_k;         /* keep the k most likely tokens (0: all) */
+  float top_p;       /* keep the smallest set of tokens whose probability reaches top_p (1: all) */
+  uint64_t seed;     /* of the sampler's random numbers */
+} sampling;
+
 /* Feed prompt ids (or one newline when there are none), then sample n tokens, writing each token's
    bytes to out as it comes. Every sampled token is fed back, so the session ends having read it all.
    A stop signal (stop_signal) ends it after the current token. */
 static void generate_text(titans_session *s, titans_tokenizer *tok, const int *prompt, size_t n_prompt, long n,
-                          float temperature, int top_k, float top_p, uint64_t seed, FILE *out) {
+                          const sampling *how, FILE *out) {
+  float temperature = how->temperature, top_p = how->top_p;
+  int top_k = how->top_k;
+  uint64_t seed = how->seed;
   size_t V = (size_t)s->model->cfg.vocab;
   float *logits = (float *)xmalloc(V * sizeof(float));
   int nl = '\n';
@@ -749,8 +760,10 @@ static void generate_text(titans_session *s, titans_tokenizer *tok, const int *p
    every stream fed back; printed one after another when all are done (or after the current token on a
    stop signal). */
 static void generate_samples(titans_session *s, titans_tokenizer *tok, const char *prompt, const int *ids,
-                             size_t n_prompt, long n, size_t samples, float temperature, int top_k, float top_p,
-                             uint64_t seed) {
+                             size_t n_prompt, long n, size_t samples, const sampling *how) {
+  float temperature = how->temperature, top_p = how->top_p;
+  int top_k = how->top_k;
+  uint64_t seed = how->seed;
   size_t V = (size_t)s->model->cfg.vocab;
   float *logits = (float *)xmalloc(samples * V * sizeof(float));  /* [samples, V] */
   int *next = (int *)xmalloc(samples * sizeof(int));               /* [samples] */
@@ -1453,9 +1466,19 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
                  path, v[i].opt, v[i].had, v[i].want, v[i].opt);
 }
 
+/* The files a training run's checkpoint writes (all in --out). */
+typedef struct checkpoint_paths {
+  const char *model;    /* model.safetensors: the weights and the tokenizer */
+  const char *trainer;  /* trainer.safetensors: weights, optimizer moments, step, metadata */
+  const char *svg;      /* loss.svg: the loss curves */
+  char *const *streams; /* [n_streams] one file per stream's memory state */
+} checkpoint_paths;
+
 static void save_checkpoint(titans_trainer *t, titans_tokenizer *tok, const train_opts *o, const dataset *ds,
-                            const series *train, const series *val, const char *model_path, const char *trainer_path,
-                            const char *svg_path, titans_stream *streams, size_t n_streams, char *const *stream_paths) {
+                            const series *train, const series *val, const checkpoint_paths *paths,
+                            titans_stream *streams, size_t n_streams) {
+  const char *model_path = paths->model, *trainer_path = paths->trainer, *svg_path = paths->svg;
+  char *const *stream_paths = paths->streams;
   char *meta = train_meta(o, ds, train, val), small[256], title[256];
   snprintf(small, sizeof small, "program=titans train\nstep=%ld\ndata=%s\n", t->step, ds->name);
   /* the streams first: a trainer checkpoint on disk always has the streams' state of its step beside it;
@@ -1784,9 +1807,10 @@ static int cmd_train(int argc, char **argv) {
     if ((o.save_every && tr.step % o.save_every == 0) || last || stop || signalled) {
       dist_check_weights(&tr);
       titans_stream *rows = dist_streams_gather(streams, n_streams); /* MPI: every rank's rows, on rank 0 */
-      if (dist_rank == 0)
-        save_checkpoint(&tr, &tok, &o, &ds, &train, &val, model_path, trainer_path, svg_path, rows, n_streams,
-                        stream_paths);
+      if (dist_rank == 0) {
+        const checkpoint_paths paths = {model_path, trainer_path, svg_path, stream_paths};
+        save_checkpoint(&tr, &tok, &o, &ds, &train, &val, &paths, rows, n_streams);
+      }
       dist_streams_release(rows, streams, n_streams);
     }
     if (stop) {
@@ -1842,7 +1866,8 @@ static int cmd_train(int argc, char **argv) {
     int *prompt = (int *)xmalloc((strlen(o.prompt) + 1) * sizeof(int));
     titans_tokenizer_encode(&tok, prompt, strlen(o.prompt), &n_prompt, o.prompt, strlen(o.prompt));
     printf("\nsample (temperature %.2f, top-k 40):\n%s", o.temperature, o.prompt);
-    generate_text(&s, &tok, prompt, n_prompt, o.sample_len, (float)o.temperature, 40, 1.0f, o.seed, stdout);
+    const sampling how = {(float)o.temperature, 40, 1.0f, o.seed};
+    generate_text(&s, &tok, prompt, n_prompt, o.sample_len, &how, stdout);
     printf("\n");
     free(prompt);
     titans_session_free(&s);
@@ -1937,10 +1962,9 @@ static int cmd_generate(int argc, char **argv) {
   if (state_path) note_temp_file_of(state_path);
   catch_stop_signals(state_path ? "stopping after the current token, to save the memory state"
                                 : "stopping after the current token");
-  if (samples > 1)
-    generate_samples(&s, &tok, prompt, ids, n_prompt, n, (size_t)samples, (float)temperature, top_k, (float)top_p,
-                     seed);
-  else generate_text(&s, &tok, ids, n_prompt, n, (float)temperature, top_k, (float)top_p, seed, stdout);
+  const sampling how = {(float)temperature, top_k, (float)top_p, seed};
+  if (samples > 1) generate_samples(&s, &tok, prompt, ids, n_prompt, n, (size_t)samples, &how);
+  else generate_text(&s, &tok, ids, n_prompt, n, &how, stdout);
   printf("\n");
   fflush(stdout);
   if (stop_signal)

@@ -177,15 +177,15 @@ static void free_prob(prob *p) {
 }
 
 static int fwd(const prob *p, float *out, float *lse) {
-  return titans_attention_forward(out, lse, p->q, p->k, p->v, p->qpos, p->kpos, p->Tq, p->P, p->Tk, p->H, p->d,
-                                  p->window);
+  const titans_attn_shape sh = {p->qpos, p->kpos, p->Tq, p->P, p->Tk, p->H, p->d, p->window};
+  return titans_attention_forward(out, lse, p->q, p->k, p->v, &sh);
 }
 
 static int bwd(const prob *p, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                int mode) {
-  const titans__attn_grads g = {dq, dk, dv, dout};
-  const titans__attn_saved fw = {p->q, p->k, p->v, out, lse};
-  const titans__attn_shape sh = {p->qpos, p->kpos, p->Tq, p->P, p->Tk, p->H, p->d, p->window};
+  const titans_attn_grads g = {dq, dk, dv, dout};
+  const titans_attn_saved fw = {p->q, p->k, p->v, out, lse};
+  const titans_attn_shape sh = {p->qpos, p->kpos, p->Tq, p->P, p->Tk, p->H, p->d, p->window};
   return titans__attention_backward_mode(&g, &fw, &sh, mode);
 }
 
@@ -345,8 +345,10 @@ static void test_finite_differences(void) {
     float *g0q = randn(nq, 1.0f), *g0k = randn(nk, 1.0f), *g0v = randn(nk, 1.0f);
     float *dq = copyf(g0q, nq), *dk = copyf(g0k, nk), *dv = copyf(g0v, nk);
     fwd(&p, out, lse);
-    titans_attention_backward(dq, dk, dv, R, p.q, p.k, p.v, out, lse, p.qpos, p.kpos, p.Tq, p.P, p.Tk, p.H, p.d,
-                              p.window);
+    const titans_attn_grads g = {dq, dk, dv, R};
+    const titans_attn_saved fw = {p.q, p.k, p.v, out, lse};
+    const titans_attn_shape sh = {p.qpos, p.kpos, p.Tq, p.P, p.Tk, p.H, p.d, p.window};
+    titans_attention_backward(&g, &fw, &sh);
     for (size_t i = 0; i < nq; i++) dq[i] -= g0q[i];
     for (size_t i = 0; i < nk; i++) dk[i] -= g0k[i], dv[i] -= g0v[i];
     char what[160];
@@ -477,14 +479,17 @@ static void test_prefix_only(void) {
   float *out = zeros(Tq * ld), *lse = zeros(Tq * H), *out2 = zeros(Tq * ld);
   int64_t qpos[5] = {0, 1, 2, 3, 4};
   double *rout = (double *)calloc(Tq * ld, sizeof(double)), *rlse = (double *)calloc(Tq * H, sizeof(double));
-  int st = titans_attention_forward(out, lse, q, k, v, qpos, NULL, Tq, P, 0, H, d, 0);
-  int st2 = titans_attention_forward(out2, NULL, q, k, v, qpos, NULL, Tq, P, 0, H, d, 3);
+  const titans_attn_shape sh = {qpos, NULL, Tq, P, 0, H, d, 0}, sh3 = {qpos, NULL, Tq, P, 0, H, d, 3};
+  int st = titans_attention_forward(out, lse, q, k, v, &sh);
+  int st2 = titans_attention_forward(out2, NULL, q, k, v, &sh3);
   ref_forward(rout, rlse, q, k, v, qpos, NULL, Tq, P, 0, H, d, 0);
   th_check(st == TITANS_OK && st2 == TITANS_OK, "prefix only: calls ok (kpos NULL, lse NULL)");
   th_close("prefix only: out vs double reference", max_diff_fd(out, rout, Tq * ld), 1e-5);
   th_close("prefix only: a window changes nothing, lse NULL changes nothing", th_max_abs_diff(out, out2, Tq * ld), 0.0);
   float *dq = zeros(Tq * ld), *dk = zeros(P * ld), *dv = zeros(P * ld);
-  st = titans_attention_backward(dq, dk, dv, out, q, k, v, out, lse, qpos, NULL, Tq, P, 0, H, d, 0);
+  const titans_attn_grads g = {dq, dk, dv, out};
+  const titans_attn_saved fw = {q, k, v, out, lse};
+  st = titans_attention_backward(&g, &fw, &sh);
   th_check(st == TITANS_OK && th_all_finite(dq, Tq * ld) && th_all_finite(dk, P * ld),
            "prefix only: backward ok and finite");
   free(q), free(k), free(v), free(out), free(lse), free(out2), free(rout), free(rlse), free(dq), free(dk), free(dv);
@@ -730,14 +735,18 @@ static void test_errors(void) {
   prob p = make_prob("err", POS_CAUSAL, 8, 0, 1, 2, 4, 0, 0);
   size_t ld = p.H * p.d, nq = p.Tq * ld, nk = (p.P + p.Tk) * ld;
   float *out = zeros(nq), *lse = zeros(p.Tq * p.H), *dout = randn(nq, 1.0f);
-  th_check(titans_attention_forward(out, lse, p.q, p.k, p.v, p.qpos, p.kpos, p.Tq, p.P, p.Tk, p.H, 0, 0) ==
-               TITANS_ERR_ARG, "forward: d_a = 0 is an argument error");
-  th_check(titans_attention_forward(out, lse, p.q, p.k, p.v, p.qpos, p.kpos, p.Tq, p.P, p.Tk, p.H, p.d, -1) ==
-               TITANS_ERR_ARG, "forward: window < 0 is an argument error");
-  th_check(titans_attention_forward(out, lse, p.q, p.k, p.v, p.qpos, NULL, p.Tq, p.P, p.Tk, p.H, p.d, 0) ==
-               TITANS_ERR_ARG, "forward: missing kpos is an argument error");
-  th_check(titans_attention_forward(out, lse, p.q, p.k, p.v, p.qpos, p.kpos, SIZE_MAX / 2, p.P, p.Tk, p.H, p.d, 0) ==
-               TITANS_ERR_ARG, "forward: sizes that overflow are an argument error");
+  const titans_attn_shape no_width = {p.qpos, p.kpos, p.Tq, p.P, p.Tk, p.H, 0, 0};
+  const titans_attn_shape neg_window = {p.qpos, p.kpos, p.Tq, p.P, p.Tk, p.H, p.d, -1};
+  const titans_attn_shape no_kpos = {p.qpos, NULL, p.Tq, p.P, p.Tk, p.H, p.d, 0};
+  const titans_attn_shape huge = {p.qpos, p.kpos, SIZE_MAX / 2, p.P, p.Tk, p.H, p.d, 0};
+  th_check(titans_attention_forward(out, lse, p.q, p.k, p.v, &no_width) == TITANS_ERR_ARG,
+           "forward: d_a = 0 is an argument error");
+  th_check(titans_attention_forward(out, lse, p.q, p.k, p.v, &neg_window) == TITANS_ERR_ARG,
+           "forward: window < 0 is an argument error");
+  th_check(titans_attention_forward(out, lse, p.q, p.k, p.v, &no_kpos) == TITANS_ERR_ARG,
+           "forward: missing kpos is an argument error");
+  th_check(titans_attention_forward(out, lse, p.q, p.k, p.v, &huge) == TITANS_ERR_ARG,
+           "forward: sizes that overflow are an argument error");
 
   /* two-pass backward whose scratch allocation fails: falls back to the fused pass, same bits */
   float *dq1 = zeros(nq), *dk1 = zeros(nk), *dv1 = zeros(nk), *dq2 = zeros(nq), *dk2 = zeros(nk), *dv2 = zeros(nk);
@@ -781,10 +790,11 @@ typedef struct guarded_attn {
 
 static void guarded_attn_run(void *arg) {
   guarded_attn *g = (guarded_attn *)arg;
-  g->rc_forward = titans_attention_forward(g->out, g->lse, g->q, g->k, g->v, g->qpos, g->kpos, g->Tq, g->P, g->Tk,
-                                           g->H, g->d_a, g->window);
-  g->rc_backward = titans_attention_backward(g->dq, g->dk, g->dv, g->dout, g->q, g->k, g->v, g->out, g->lse, g->qpos,
-                                             g->kpos, g->Tq, g->P, g->Tk, g->H, g->d_a, g->window);
+  const titans_attn_shape sh = {g->qpos, g->kpos, g->Tq, g->P, g->Tk, g->H, g->d_a, g->window};
+  const titans_attn_grads gr = {g->dq, g->dk, g->dv, g->dout};
+  const titans_attn_saved fw = {g->q, g->k, g->v, g->out, g->lse};
+  g->rc_forward = titans_attention_forward(g->out, g->lse, g->q, g->k, g->v, &sh);
+  g->rc_backward = titans_attention_backward(&gr, &fw, &sh);
 }
 
 /* The forward and backward read and write nothing outside their arrays: every array of the call tight

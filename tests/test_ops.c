@@ -699,7 +699,8 @@ static void test_adamw(void) {
      m = 0.05, v = 0.00025, mhat = 0.5, vhat = 0.25, p = 1 - 0.1 (0.5 / (0.5 + 1e-8) + 0.01 * 1)
        = 0.899000002 */
   float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
-  titans_adamw_update(&p, &g, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+  const titans_adamw_arrays one = {&p, &g, &m, &v, 1};
+  titans_adamw_update(&one, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
   th_close("one element, step 1, by hand: p = 0.899000002", fabs((double)p - 0.899000002), 1e-7);
   /* the moments use the float betas: 1 - 0.9f = 0.100000024, 1 - 0.999f = 0.00099998713 */
   double m_hand = 0.5 * (1.0 - (double)0.9f), v_hand = 0.25 * (1.0 - (double)0.999f);
@@ -715,7 +716,8 @@ static void test_adamw(void) {
     double *pd = to_d(pf, n), *md = alloc_d(n), *vd = alloc_d(n);
     for (long step = 1; step <= 2; step++) {
       float *gr = uniform(n, -1.0f, 1.0f);
-      titans_adamw_update(pf, gr, mf, vf, n, lr, b1, b2, eps, wd, step);
+      const titans_adamw_arrays a = {pf, gr, mf, vf, n};
+      titans_adamw_update(&a, lr, b1, b2, eps, wd, step);
       titans__adamw_update_ref(pr, gr, mr, vr, n, lr, b1, b2, eps, wd, step);
       for (size_t i = 0; i < n; i++) {
         double gi = gr[i];
@@ -763,7 +765,8 @@ static void test_threads(void) {
     titans_silu_backward(dsilu, g, x, n);
     memcpy(par, x, n * sizeof(float));
     float *mm = alloc_f(n), *vv = alloc_f(n);
-    titans_adamw_update(par, g, mm, vv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    const titans_adamw_arrays a = {par, g, mm, vv, n};
+    titans_adamw_update(&a, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     free(mm), free(vv);
     float *sm = r, *dsm = r + rows * cols;
     r += 2 * rows * cols;
