@@ -69,7 +69,8 @@
    REVISION HISTORY (one line a version; every change is in the project's git log)
      unreleased          API: titans_attention_forward takes its positions and sizes as a titans_attn_shape,
                          titans_attention_backward takes (titans_attn_grads, titans_attn_saved,
-                         titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays
+                         titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays;
+                         cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged)
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -4812,7 +4813,8 @@ static size_t titans__mem_grads_carve(titans__mem_grads *gr, float *base, const 
 static void titans__mem_gate_key_forward(const titans__mem_dims *m, const float *lr_k, const float *k, float *z,
                                          size_t bt) {
   for (size_t t = 0; t < bt; t++)
-    for (size_t h = 0; h < m->H; h++) z[t * m->H + h] += titans__dot(lr_k + h * m->dh, k + t * m->dm + h * m->dh, m->dh);
+    for (size_t h = 0; h < m->H; h++)
+      z[t * m->H + h] += titans__dot(lr_k + h * m->dh, k + t * m->dm + h * m->dh, m->dh);
 }
 
 /* Its backward from dz [bt, H], the gradient of the logits: d k [bt, d_m] and d lr_k [H, d_h] added into. */
