@@ -7895,9 +7895,14 @@ TITANSDEF int titans_st_writer_save(titans_st_writer *w, const char *path) {
    sublayers (hence which parameters) the kind has, which keys its attention sees, how its memory meets
    the persistent tokens, and its functions: the mixer's training forward and backward and its
    one-token step, written side by side in the kind's own subsection further down ("---- MAG: memory
-   as a gate", ...). The rest of the model (blocks, the whole model, streams, sessions, checkpoints)
-   reads the table and never names a kind, so a new kind is its subsection and one row here
-   (docs/model.md section 3). */
+   as a gate", ...), and its carry: what a session and a stream keep for it beyond the KV cache its keys
+   fix and the running memory (MAC's committed memory, LM2's bank; titans__carry). The rest of the model
+   (blocks, the whole model, streams, sessions, forks, state files, checkpoints) reads the table and never
+   names a kind. To add a kind: write its subsection (forward, backward, step, stream unit, and a carry
+   with its functions if its session keeps state of its own), give it a row here and a TITANS_BLOCK_
+   number (docs/model.md section 3). Only the KV cache's bookkeeping reads `keys` beyond the table:
+   TITANS__KEYS_SEGMENT's cache holds two rows a token (Hm and X) and empties at each segment
+   (titans__kv_capacity, titans__session_kv_appended, titans__kv_rebuild), a layout of attention's keys. */
 
 struct titans__arena;
 struct titans__layer_fwd;
@@ -7930,6 +7935,45 @@ typedef int titans__step_rows_fn(struct titans__rows_work *w, size_t n, int l);
 /* Streams: windows must be multiples of this; 0 (or no function): the kind cannot stream with c. */
 typedef size_t titans__stream_unit_fn(const titans_config *c);
 
+/* What a session carries per layer for a kind beyond the KV cache its keys fix and the running memory
+   (mem): the kind's own state (MAC: the memory of the segment's start; LM2: the bank and the write in
+   progress), one function per job, written in the kind's subsection. Sessions, forks, state files and
+   streams call these and never name the kind. */
+struct titans__session_layer;
+/* Allocates the state of sl (zeroed before); free releases it (also after a failed or no init). */
+typedef int titans__carry_init_fn(struct titans__session_layer *sl, const titans_config *c);
+typedef void titans__carry_free_fn(struct titans__session_layer *sl);
+/* The state at a sequence's start, from the layer's weights L (after the running memory's reset). */
+typedef void titans__carry_reset_fn(struct titans__session_layer *sl, const titans_config *c, const titans_layer *L);
+/* dst becomes src (a fork; same model, so the same shapes). */
+typedef int titans__carry_copy_fn(struct titans__session_layer *dst, const struct titans__session_layer *src,
+                                  const titans_config *c);
+/* The floats a state file saves and loads (tensor layers.{l}.<carry.tensor>): *count of them. */
+typedef float *titans__carry_saved_fn(struct titans__session_layer *sl, const titans_config *c, size_t *count);
+/* After a load of those floats (checked finite) at position pos: checks the rest and re-derives caches;
+   TITANS_ERR_FORMAT and why in err. */
+typedef int titans__carry_loaded_fn(struct titans__session_layer *sl, const titans_config *c, const titans_layer *L,
+                                    long long pos, char *err);
+/* A stream's carry per row and layer: the floats of it (0: none), and what a window's forward leaves
+   there: rows [B, floats] from lf. */
+typedef size_t titans__stream_carry_fn(const titans_config *c);
+typedef void titans__stream_keep_fn(float *rows, const struct titans__layer_fwd *lf, const titans_config *c, size_t B);
+
+typedef struct titans__carry {
+  const char *tensor;        /* its session-state tensor, layers.{l}.<tensor> */
+  unsigned char feed_check;  /* 1: each feed checks the saved floats for NaN and Inf (0: a copy of the memory,
+                                which is checked itself) */
+  titans__carry_init_fn *init;
+  titans__carry_free_fn *free;
+  titans__carry_reset_fn *reset;
+  titans__carry_copy_fn *copy;
+  titans__carry_saved_fn *saved;
+  titans__carry_loaded_fn *loaded;
+  const char *stream_tensor; /* a stream checkpoint's tensor of the rows, [n_layers, B, stream_floats]; NULL: none */
+  titans__stream_carry_fn *stream_floats;
+  titans__stream_keep_fn *stream_keep;
+} titans__carry;
+
 typedef struct titans__kind {
   const char *name;                /* "mag": the name in files, JSON and on the command line */
   unsigned char keys;              /* TITANS__KEYS_* */
@@ -7943,6 +7987,7 @@ typedef struct titans__kind {
   titans__step_fn *step;
   titans__stream_unit_fn *stream_unit;
   titans__step_rows_fn *step_rows; /* NULL: a session batch runs step stream by stream */
+  const titans__carry *carry;      /* NULL: a session carries only the KV cache and the running memory */
 } titans__kind;
 
 /* ATTN and SWA share the baseline's code: ATTN is SWA with an unbounded window. */
@@ -7955,30 +8000,57 @@ static titans__step_fn titans__baseline_step, titans__mac_step, titans__mag_step
 static titans__step_rows_fn titans__baseline_step_rows;
 static titans__stream_unit_fn titans__swa_stream_unit, titans__mac_stream_unit, titans__mag_stream_unit,
     titans__lmm_stream_unit, titans__lm2_stream_unit;
+static titans__carry_init_fn titans__mac_carry_init, titans__lm2_carry_init;
+static titans__carry_free_fn titans__mac_carry_free, titans__lm2_carry_free;
+static titans__carry_reset_fn titans__mac_carry_reset, titans__lm2_carry_reset;
+static titans__carry_copy_fn titans__mac_carry_copy, titans__lm2_carry_copy;
+static titans__carry_saved_fn titans__mac_carry_saved, titans__lm2_carry_saved;
+static titans__carry_loaded_fn titans__mac_carry_loaded, titans__lm2_carry_loaded;
+static titans__stream_carry_fn titans__lm2_stream_floats;
+static titans__stream_keep_fn titans__lm2_stream_keep;
+
+/* MAC: the memory as it was at the segment's start, which retrieval reads (a copy of the running memory,
+   so a feed does not check it again). */
+static const titans__carry titans__mac_carry = {
+    "mem.committed", 0, titans__mac_carry_init, titans__mac_carry_free, titans__mac_carry_reset,
+    titans__mac_carry_copy, titans__mac_carry_saved, titans__mac_carry_loaded, NULL, NULL, NULL};
+/* LM2: the bank as of the segment's start and the sums of the write in progress; a stream carries each
+   row's bank after its last complete segment. */
+static const titans__carry titans__lm2_carry = {
+    "lm2.state", 1, titans__lm2_carry_init, titans__lm2_carry_free, titans__lm2_carry_reset,
+    titans__lm2_carry_copy, titans__lm2_carry_saved, titans__lm2_carry_loaded, "stream.bank",
+    titans__lm2_stream_floats, titans__lm2_stream_keep};
 
 /* Indexed by titans_block_kind. */
 static const titans__kind titans__kinds[TITANS_BLOCK_COUNT] = {
   /* name  keys                  mem gate reads_persist prefix_from_mem bank */
   {"attn", TITANS__KEYS_ALL,     0,  0,   0,            0,              0, titans__baseline_forward,
-   titans__baseline_backward, titans__baseline_step, NULL, titans__baseline_step_rows},
+   titans__baseline_backward, titans__baseline_step, NULL, titans__baseline_step_rows, NULL},
   {"swa",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              0, titans__baseline_forward,
-   titans__baseline_backward, titans__baseline_step, titans__swa_stream_unit, titans__baseline_step_rows},
+   titans__baseline_backward, titans__baseline_step, titans__swa_stream_unit, titans__baseline_step_rows, NULL},
   {"mac",  TITANS__KEYS_SEGMENT, 1,  1,   0,            0,              0, titans__mac_forward, titans__mac_backward,
-   titans__mac_step, titans__mac_stream_unit, NULL},
+   titans__mac_step, titans__mac_stream_unit, NULL, &titans__mac_carry},
   {"mag",  TITANS__KEYS_WINDOW,  1,  1,   1,            0,              0, titans__mag_forward, titans__mag_backward,
-   titans__mag_step, titans__mag_stream_unit, NULL},
+   titans__mag_step, titans__mag_stream_unit, NULL, NULL},
   {"mal",  TITANS__KEYS_WINDOW,  1,  0,   1,            1,              0, titans__mal_forward, titans__mal_backward,
-   titans__mal_step, NULL, NULL},
+   titans__mal_step, NULL, NULL, NULL},
   {"lmm",  TITANS__KEYS_NONE,    1,  0,   0,            0,              0, titans__lmm_forward, titans__lmm_backward,
-   titans__lmm_step, titans__lmm_stream_unit, NULL},
+   titans__lmm_step, titans__lmm_stream_unit, NULL, NULL},
   {"lm2",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              1, titans__lm2_forward, titans__lm2_backward,
-   titans__lm2_step, titans__lm2_stream_unit, NULL},
+   titans__lm2_step, titans__lm2_stream_unit, NULL, &titans__lm2_carry},
 };
 
 /* The row of a kind; an all-zero row (no sublayer, no function) for a number outside the enum. */
 static const titans__kind *titans__kind_of(int kind) {
-  static const titans__kind none = {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL};
+  static const titans__kind none = {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
   return kind >= 0 && kind < TITANS_BLOCK_COUNT ? &titans__kinds[kind] : &none;
+}
+
+/* Floats a stream carries for the kind's own state per row and layer (its carry's stream_floats): s->bank
+   holds [n_layers, B, this]; 0 when the kind carries none. */
+static size_t titans__stream_carry_floats(const titans_config *c) {
+  const titans__carry *own = titans__kind_of(c->block)->carry;
+  return own && own->stream_floats ? own->stream_floats(c) : 0;
 }
 
 TITANSDEF const char *titans_block_name(int kind) { return titans__kind_of(kind)->name; }
@@ -8856,8 +8928,9 @@ struct titans__session_layer {
   titans_kv_cache kv;          /* attention kinds: prefix rows + a ring of keys/values */
   int has_kv;
   titans_mem_state mem;        /* memory kinds: the running memory */
+  int has_mem;
+  /* a kind's own state (titans__carry: made, reset, copied, saved and restored by its functions) */
   titans_mem_state committed;  /* MAC: the memory as it was at the segment's start (retrieval reads it) */
-  int has_mem, has_committed;
   float *lm2;                  /* LM2: the bank and its write in progress (titans__lm2_session) */
   int kv_nonfinite;            /* a key or value row with NaN or Inf entered the cache since the last reset */
   int mem_finite;              /* 1: this feed's last memory step rewrote all of mem's W and S and found them finite
@@ -9326,6 +9399,38 @@ static int titans__mac_backward(const titans_config *c, const titans_layer *L, c
   }
   for (size_t b = 0; b < B; b++) TITANS__TRY(status[b]);
   for (size_t b = 0; b < B; b++) titans__axpy(G->norm1, 1.0f, slabs[b], nmix); /* in row order: any thread count */
+  return TITANS_OK;
+}
+
+/* MAC's carry (titans__mac_carry): the committed memory, a second memory state of one row. */
+static int titans__mac_carry_init(struct titans__session_layer *sl, const titans_config *c) {
+  return titans_mem_state_init(&sl->committed, &c->mem, 1);
+}
+
+static void titans__mac_carry_free(struct titans__session_layer *sl) { titans_mem_state_free(&sl->committed); }
+
+static void titans__mac_carry_reset(struct titans__session_layer *sl, const titans_config *c, const titans_layer *L) {
+  (void)c, (void)L;
+  titans_mem_state_copy(&sl->committed, &sl->mem); /* the first segment reads w0 */
+}
+
+static int titans__mac_carry_copy(struct titans__session_layer *dst, const struct titans__session_layer *src,
+                                  const titans_config *c) {
+  (void)c;
+  return titans_mem_state_copy(&dst->committed, &src->committed);
+}
+
+static float *titans__mac_carry_saved(struct titans__session_layer *sl, const titans_config *c, size_t *count) {
+  (void)c;
+  *count = titans__mem_state_slab_floats(&sl->committed);
+  return sl->committed.w_chunk;
+}
+
+/* The state file holds no position for it: the segment's start. */
+static int titans__mac_carry_loaded(struct titans__session_layer *sl, const titans_config *c, const titans_layer *L,
+                                    long long pos, char *err) {
+  (void)L, (void)err;
+  sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
   return TITANS_OK;
 }
 
@@ -9898,6 +10003,57 @@ static void titans__lm2_session_derive(const titans_config *c, const titans_laye
   titans__linear(ls.qu, ls.bank, L->lm2.uq, Ns, d, d);
 }
 
+/* LM2's carry (titans__lm2_carry): the state above in sl->lm2; a stream's, each row's bank. */
+static int titans__lm2_carry_init(struct titans__session_layer *sl, const titans_config *c) {
+  titans__lm2_session ls;
+  sl->lm2 = titans_alloc_floats(titans__lm2_session_carve(&ls, NULL, (size_t)c->lm2_slots, (size_t)c->d));
+  return sl->lm2 ? TITANS_OK : TITANS_ERR_NOMEM;
+}
+
+static void titans__lm2_carry_free(struct titans__session_layer *sl) {
+  titans_free(sl->lm2);
+  sl->lm2 = NULL;
+}
+
+/* The bank at m0, the write's sums empty. */
+static void titans__lm2_carry_reset(struct titans__session_layer *sl, const titans_config *c, const titans_layer *L) {
+  memset(sl->lm2, 0, titans__lm2_session_saved(c) * sizeof(float));
+  memcpy(sl->lm2, L->lm2.m0, (size_t)c->lm2_slots * (size_t)c->d * sizeof(float));
+  titans__lm2_session_derive(c, L, sl->lm2);
+}
+
+static int titans__lm2_carry_copy(struct titans__session_layer *dst, const struct titans__session_layer *src,
+                                  const titans_config *c) {
+  titans__lm2_session ls;
+  memcpy(dst->lm2, src->lm2, titans__lm2_session_carve(&ls, NULL, (size_t)c->lm2_slots, (size_t)c->d) * sizeof(float));
+  return TITANS_OK;
+}
+
+static float *titans__lm2_carry_saved(struct titans__session_layer *sl, const titans_config *c, size_t *count) {
+  *count = titans__lm2_session_saved(c);
+  return sl->lm2;
+}
+
+static int titans__lm2_carry_loaded(struct titans__session_layer *sl, const titans_config *c, const titans_layer *L,
+                                    long long pos, char *err) {
+  titans__lm2_session ls;
+  (void)pos;
+  titans__lm2_session_carve(&ls, sl->lm2, (size_t)c->lm2_slots, (size_t)c->d);
+  for (int j = 0; j < c->lm2_slots; j++) /* a sum holds exp(0) for its largest term once it has one */
+    if (!(ls.wsum[j] == 0.0f || ls.wsum[j] >= 1.0f))
+      return titans__error(err, TITANS_ERR_FORMAT, "LM2 write sums are not 0 or >= 1");
+  titans__lm2_session_derive(c, L, sl->lm2);
+  return TITANS_OK;
+}
+
+static size_t titans__lm2_stream_floats(const titans_config *c) { return (size_t)c->lm2_slots * (size_t)c->d; }
+
+/* The bank after the window's last write, when the window ended with one (else the carry stands). */
+static void titans__lm2_stream_keep(float *rows, const titans__layer_fwd *lf, const titans_config *c, size_t B) {
+  size_t n = B * titans__lm2_stream_floats(c);
+  if (lf->lm2.nwrite == lf->lm2.nseg) memcpy(rows, lf->lm2.bank + lf->lm2.nwrite * n, n * sizeof(float));
+}
+
 /* One token at position p, the i-th of its segment: E from the attention over the cache, the read of the
    bank of the segment's start, the token's term of the write's softmax, and when the token completes the
    segment, the write (the next token reads the new bank). */
@@ -10076,7 +10232,7 @@ static int titans__model_forward(titans_trainer *t, const titans__batch *batch, 
     lf->attn_tail = stream && stream->attn_tail ? stream->attn_tail + (size_t)l * B * (size_t)c->window * d : NULL;
     lf->attn_tail_rows = stream ? stream->attn_tail_rows : NULL;
     lf->row_position = stream ? stream->row_position : NULL;
-    lf->bank_carry = stream && stream->bank ? stream->bank + (size_t)l * B * (size_t)c->lm2_slots * d : NULL;
+    lf->bank_carry = stream && stream->bank ? stream->bank + (size_t)l * B * titans__stream_carry_floats(c) : NULL;
     int rc = titans__block_forward(c, &mo->w.layers[l], lf, ar, f->x[l + 1], f->x[l], f->pos, B, T);
     if (rc) return titans__error(t->error, rc, "forward: layer %d: %s", l, titans_status_string(rc));
   }
@@ -10369,10 +10525,9 @@ TITANSDEF int titans_stream_init(titans_stream *s, const titans_model *m, size_t
       goto nomem;
     if (!(s->attn_tail = titans_alloc_floats(n))) goto nomem;
   }
-  if (titans__kind_of(c->block)->bank) { /* LM2: each layer's bank per row */
+  if (titans__stream_carry_floats(c)) { /* the kind's own state per layer and row (LM2: the bank) */
     size_t n = 0;
-    if (!titans_size_mul((size_t)c->n_layers * B, (size_t)c->lm2_slots, &n) || !titans_size_mul(n, (size_t)c->d, &n))
-      goto nomem;
+    if (!titans_size_mul((size_t)c->n_layers * B, titans__stream_carry_floats(c), &n)) goto nomem;
     if (!(s->bank = titans_alloc_floats(n))) goto nomem;
   }
   if (titans__kind_of(c->block)->mem) {
@@ -10410,7 +10565,7 @@ static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_
   if (s->ended)
     return titans__error(t->error, TITANS_ERR_STATE,
                          "stream: it ended with a window that was not a multiple of the %s (%zu)",
-                         k->keys == TITANS__KEYS_SEGMENT || k->bank ? "segment" : "memory chunk", unit);
+                         titans_block_describe(c->block).segment ? "segment" : "memory chunk", unit);
   return TITANS_OK;
 }
 
@@ -10418,14 +10573,13 @@ static int titans__stream_check(titans_trainer *t, const titans_stream *s, size_
 static void titans__stream_advance(titans_trainer *t, titans_stream *s, size_t T) {
   const titans_config *c = &t->model->cfg;
   struct titans__fwd *f = t->fwd;
+  const titans__kind *k = titans__kind_of(c->block);
   size_t B = s->batch, d = (size_t)c->d, Wc = (size_t)c->window;
   for (int l = 0; l < c->n_layers; l++) {
     titans__layer_fwd *lf = &f->layers[l];
     if (s->mem) titans_mem_state_copy(&s->mem[l], &lf->st);
-    if (s->bank && lf->lm2.nwrite == lf->lm2.nseg) /* LM2: the bank after the window's last write */
-      memcpy(s->bank + (size_t)l * B * (size_t)c->lm2_slots * d,
-             lf->lm2.bank + lf->lm2.nwrite * B * (size_t)c->lm2_slots * d,
-             B * (size_t)c->lm2_slots * d * sizeof(float));
+    if (s->bank) /* the kind's own state: what the window left (titans__carry) */
+      k->carry->stream_keep(s->bank + (size_t)l * B * titans__stream_carry_floats(c), lf, c, B);
     if (!s->attn_tail) continue;
     for (size_t b = 0; b < B; b++) {
       float *tail = s->attn_tail + ((size_t)l * B + b) * Wc * d; /* [Wc, d] */
@@ -10513,12 +10667,12 @@ static size_t titans__kv_capacity(const titans_config *c) {
 
 TITANSDEF void titans_session_free(titans_session *s) {
   if (s->layers && s->model) {
+    const titans__carry *own = titans__kind_of(s->model->cfg.block)->carry;
     for (int l = 0; l < s->model->cfg.n_layers; l++) {
       struct titans__session_layer *sl = &s->layers[l];
       if (sl->has_kv) titans_kv_cache_free(&sl->kv);
       if (sl->has_mem) titans_mem_state_free(&sl->mem);
-      if (sl->has_committed) titans_mem_state_free(&sl->committed);
-      titans_free(sl->lm2);
+      if (own) own->free(sl);
     }
   }
   titans_free(s->layers);
@@ -10555,15 +10709,7 @@ TITANSDEF int titans_session_init(titans_session *s, const titans_model *m) {
       rc = titans_mem_state_init(&sl->mem, &c->mem, 1);
       sl->has_mem = rc == TITANS_OK;
     }
-    if (!rc && k->keys == TITANS__KEYS_SEGMENT) { /* MAC retrieves from the memory of the segment's start */
-      rc = titans_mem_state_init(&sl->committed, &c->mem, 1);
-      sl->has_committed = rc == TITANS_OK;
-    }
-    if (!rc && k->bank) { /* LM2: the bank and the write in progress */
-      titans__lm2_session ls;
-      sl->lm2 = titans_alloc_floats(titans__lm2_session_carve(&ls, NULL, (size_t)c->lm2_slots, d));
-      if (!sl->lm2) rc = TITANS_ERR_NOMEM;
-    }
+    if (!rc && k->carry) rc = k->carry->init(sl, c);
     if (rc) {
       titans_session_free(s);
       return titans__error(s->error, rc, "session: cannot create the state of layer %d", l);
@@ -10590,12 +10736,7 @@ TITANSDEF int titans_session_reset(titans_session *s) {
     struct titans__session_layer *sl = &s->layers[l];
     const titans_layer *L = &m->w.layers[l];
     if (sl->has_mem) titans_mem_state_reset(&sl->mem, &L->mem);
-    if (sl->has_committed) titans_mem_state_copy(&sl->committed, &sl->mem);
-    if (sl->lm2) { /* the bank at m0, the write's sums empty */
-      memset(sl->lm2, 0, titans__lm2_session_saved(c) * sizeof(float));
-      memcpy(sl->lm2, L->lm2.m0, (size_t)c->lm2_slots * d * sizeof(float));
-      titans__lm2_session_derive(c, L, sl->lm2);
-    }
+    if (k->carry) k->carry->reset(sl, c, L);
     if (!sl->has_kv) continue;
     titans_kv_cache_reset(&sl->kv);
     sl->kv_nonfinite = 0;
@@ -10631,19 +10772,16 @@ TITANSDEF int titans_session_copy(titans_session *dst, const titans_session *src
   if (dst->model != src->model) return titans__error(dst->error, TITANS_ERR_ARG, "session copy: different models");
   if (src->broken) return titans__error(dst->error, TITANS_ERR_STATE, "session copy: the source session is broken");
   dst->broken = 1; /* until every layer is copied */
-  for (int l = 0; l < src->model->cfg.n_layers; l++) {
+  const titans_config *c = &src->model->cfg;
+  const titans__carry *own = titans__kind_of(c->block)->carry;
+  for (int l = 0; l < c->n_layers; l++) {
     struct titans__session_layer *a = &dst->layers[l];
     const struct titans__session_layer *b = &src->layers[l];
     int rc = TITANS_OK;
     if (a->has_kv) rc = titans_kv_cache_copy(&a->kv, &b->kv);
     a->kv_nonfinite = b->kv_nonfinite;
     if (!rc && a->has_mem) rc = titans_mem_state_copy(&a->mem, &b->mem);
-    if (!rc && a->has_committed) rc = titans_mem_state_copy(&a->committed, &b->committed);
-    if (!rc && a->lm2) { /* same model, so the same shapes */
-      titans__lm2_session ls;
-      const titans_config *c = &src->model->cfg;
-      memcpy(a->lm2, b->lm2, titans__lm2_session_carve(&ls, NULL, (size_t)c->lm2_slots, (size_t)c->d) * sizeof(float));
-    }
+    if (!rc && own) rc = own->copy(a, b, c);
     if (rc == TITANS_ERR_NOMEM) return titans__error(dst->error, rc, "session copy: layer %d: out of memory", l);
     if (rc) return titans__error(dst->error, rc, "session copy: layer %d differs in shape", l);
   }
@@ -10729,8 +10867,9 @@ static void titans__session_forget_checks(titans_session *s) {
    titans__mem_token_step (mem_finite) had its W and S checked as they were written, and is not read again. */
 static int titans__session_state_finite(titans_session *s) {
   const titans_config *c = &s->model->cfg;
+  const titans__carry *own = titans__kind_of(c->block)->carry;
   for (int l = 0; l < c->n_layers; l++) {
-    const struct titans__session_layer *sl = &s->layers[l];
+    struct titans__session_layer *sl = &s->layers[l];
     int ok = 1;
     if (sl->has_mem && !sl->mem_finite) {
       size_t n = sl->mem.batch * (size_t)sl->mem.cfg.heads * sl->mem.head_size; /* floats of W, and of S */
@@ -10738,7 +10877,11 @@ static int titans__session_state_finite(titans_session *s) {
     }
     s->layers[l].mem_finite = 0;
     if (ok && sl->has_kv) ok = !sl->kv_nonfinite; /* every row was checked as it entered the cache */
-    if (ok && sl->lm2) ok = titans__state_finite(sl->lm2, titans__lm2_session_saved(c));
+    if (ok && own && own->feed_check) {
+      size_t count;
+      const float *saved = own->saved(sl, c, &count);
+      ok = titans__state_finite(saved, count);
+    }
     if (!ok) {
       s->broken = 1;
       return titans__error(s->error, TITANS_ERR_NONFINITE,
@@ -10965,8 +11108,18 @@ static size_t titans__push_ref(titans_tensor_ref *list, size_t max, size_t n, co
   return n + 1;
 }
 
+/* The kind's own state of a layer (its carry's saved floats), when it has one. */
+static size_t titans__push_carry(titans_tensor_ref *list, size_t max, size_t n, const char *prefix,
+                                 const titans__carry *own, struct titans__session_layer *sl, const titans_config *c) {
+  if (!own) return n;
+  size_t count;
+  float *saved = own->saved(sl, c, &count);
+  return titans__push_ref(list, max, n, prefix, own->tensor, saved, count);
+}
+
 TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list, size_t max) {
   const titans_config *c = &s->model->cfg;
+  const titans__carry *own = titans__kind_of(c->block)->carry;
   uint64_t p = (uint64_t)s->position;
   for (int i = 0; i < 3; i++) s->position_code[i] = (float)((p >> (21 * i)) & 0x1FFFFF);
   size_t n = titans__push_ref(list, max, 0, "", "position", s->position_code, 3);
@@ -10976,16 +11129,12 @@ TITANSDEF size_t titans_session_state(titans_session *s, titans_tensor_ref *list
     titans__layer_prefix(prefix, l);
     if (sl->has_mem)
       n = titans__push_ref(list, max, n, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
-    if (sl->has_committed)
-      n = titans__push_ref(list, max, n, prefix, "mem.committed", sl->committed.w_chunk,
-                           titans__mem_state_slab_floats(&sl->committed));
     if (sl->has_kv) {
       size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d; /* the rows in use: slots 0 .. count - 1 */
       n = titans__push_ref(list, max, n, prefix, "kv.k", sl->kv.k, rows);
       n = titans__push_ref(list, max, n, prefix, "kv.v", sl->kv.v, rows);
     }
-    if (sl->lm2) /* LM2: the bank, and the sums of the write in progress */
-      n = titans__push_ref(list, max, n, prefix, "lm2.state", sl->lm2, titans__lm2_session_saved(c));
+    n = titans__push_carry(list, max, n, prefix, own, sl, c);
   }
   return n;
 }
@@ -11063,24 +11212,15 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
     size_t nr = 0;
     if (sl->has_mem)
       nr = titans__push_ref(refs, 4, nr, prefix, "mem.state", sl->mem.w_chunk, titans__mem_state_slab_floats(&sl->mem));
-    if (sl->has_committed)
-      nr = titans__push_ref(refs, 4, nr, prefix, "mem.committed", sl->committed.w_chunk,
-                            titans__mem_state_slab_floats(&sl->committed));
-    if (sl->lm2) nr = titans__push_ref(refs, 4, nr, prefix, "lm2.state", sl->lm2, titans__lm2_session_saved(c));
+    nr = titans__push_carry(refs, 4, nr, prefix, k->carry, sl, c);
     for (size_t i = 0; i < nr; i++)
       for (size_t j = 0; j < refs[i].count; j++)
         if (!isfinite(refs[i].data[j]))
           return titans__error(s->error, TITANS_ERR_FORMAT, "session state: %s holds a non-finite value", refs[i].name);
     long long pos = (long long)p;
-    if (sl->lm2) {
-      titans__lm2_session ls;
-      titans__lm2_session_carve(&ls, sl->lm2, (size_t)c->lm2_slots, (size_t)c->d);
-      for (int j = 0; j < c->lm2_slots; j++) /* a sum holds exp(0) for its largest term once it has one */
-        if (!(ls.wsum[j] == 0.0f || ls.wsum[j] >= 1.0f))
-          return titans__error(s->error, TITANS_ERR_FORMAT,
-                               "session state: layer %d's LM2 write sums are not 0 or >= 1", l);
-      titans__lm2_session_derive(c, &s->model->w.layers[l], sl->lm2);
-    }
+    char why[TITANS_ERR_MSG_SIZE];
+    if (k->carry && k->carry->loaded(sl, c, &s->model->w.layers[l], pos, why))
+      return titans__error(s->error, TITANS_ERR_FORMAT, "session state: layer %d's %s", l, why);
     if (sl->has_mem) sl->mem.position = pos + (k->mem_reads_persist ? c->n_persist : 0);
     if (sl->has_kv) {
       size_t rows = (sl->kv.P + sl->kv.count) * (size_t)c->d;
@@ -11091,8 +11231,6 @@ TITANSDEF int titans_session_state_loaded(titans_session *s) {
       sl->kv_nonfinite = 0;
       titans__kv_cache_sync(&sl->kv); /* the rows were read into k */
       titans__kv_rebuild(&sl->kv, titans__session_kv_appended(c, pos), k->keys == TITANS__KEYS_SEGMENT);
-      if (k->keys == TITANS__KEYS_SEGMENT)
-        sl->committed.position = pos == 0 ? 0 : ((pos - 1) / c->segment) * c->segment;
     }
   }
   s->position = (long long)p;
@@ -12240,8 +12378,8 @@ static void titans__ck_stream_mem_name(char *out, int l) {
 }
 
 /* Floats staged for a writer: "stream.position" [4] (position, ended), "stream.rows" [B, 5] (fresh, SWA
-   tail rows, row position), one "stream.layers.{l}.mem" per memory layer; the SWA tails and LM2 banks go as they are.
- */
+   tail rows, row position), one "stream.layers.{l}.mem" per memory layer; the SWA tails and the kind's carried
+   rows (LM2's banks) go as they are. */
 static size_t titans__stream_staged_floats(const titans_stream *s, size_t *mem_floats) {
   *mem_floats = s->mem ? titans_mem_state_floats(&s->mem[0]) : 0;
   return 4 + 5 * s->batch + (size_t)s->model->cfg.n_layers * *mem_floats;
@@ -12252,10 +12390,11 @@ static size_t titans__stream_tail_floats(const titans_stream *s) {
   return s->attn_tail ? (size_t)c->n_layers * s->batch * (size_t)c->window * (size_t)c->d : 0;
 }
 
-/* LM2: floats of the carried banks ("stream.bank" [n_layers, B, N_s, d]); 0 for the other kinds */
+/* Floats of the kind's own carried rows (its carry's stream_tensor, LM2's "stream.bank" [n_layers, B, N_s, d]);
+   0 for a kind without them */
 static size_t titans__stream_bank_floats(const titans_stream *s) {
   const titans_config *c = &s->model->cfg;
-  return s->bank ? (size_t)c->n_layers * s->batch * (size_t)c->lm2_slots * (size_t)c->d : 0;
+  return s->bank ? (size_t)c->n_layers * s->batch * titans__stream_carry_floats(c) : 0;
 }
 
 TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w) {
@@ -12291,7 +12430,8 @@ TITANSDEF int titans_stream_write(titans_stream *s, titans_st_writer *w) {
   shape[0] = titans__stream_tail_floats(s);
   if (!rc && shape[0]) rc = titans_st_writer_add_f32(w, "stream.attn_tail", s->attn_tail, 1, shape);
   shape[0] = titans__stream_bank_floats(s);
-  if (!rc && shape[0]) rc = titans_st_writer_add_f32(w, "stream.bank", s->bank, 1, shape);
+  if (!rc && shape[0])
+    rc = titans_st_writer_add_f32(w, titans__kind_of(c->block)->carry->stream_tensor, s->bank, 1, shape);
   if (rc) return titans__error(s->error, rc, "stream save: %s", w->error);
   return TITANS_OK;
 }
@@ -12318,6 +12458,7 @@ static int titans__ck_stream_check(titans_stream *s, titans_st_reader *r, char *
   if (!fbatch || strcmp(fbatch, batch) != 0)
     return titans__error(err, TITANS_ERR_FORMAT, "the stream has %.20s rows, this one %zu", fbatch ? fbatch : "no", B);
   size_t want = 2 + (s->mem ? (size_t)c->n_layers : 0) + (s->attn_tail ? 1 : 0) + (s->bank ? 1 : 0);
+  const char *own = s->bank ? titans__kind_of(c->block)->carry->stream_tensor : NULL;
   if (r->n_tensors != want)
     return titans__error(err, TITANS_ERR_FORMAT, "the file has %zu tensors, a stream %zu", r->n_tensors, want);
   titans__stream_staged_floats(s, &mem_floats);
@@ -12328,7 +12469,7 @@ static int titans__ck_stream_check(titans_stream *s, titans_st_reader *r, char *
     size_t expect = !strcmp(t->name, "stream.position")    ? 4
                     : !strcmp(t->name, "stream.rows")      ? 5 * B
                     : !strcmp(t->name, "stream.attn_tail") ? titans__stream_tail_floats(s)
-                    : !strcmp(t->name, "stream.bank")      ? titans__stream_bank_floats(s)
+                    : own && !strcmp(t->name, own)         ? titans__stream_bank_floats(s)
                     : !strncmp(t->name, "stream.layers.", 14) ? mem_floats : 0;
     if (t->dtype != TITANS_ST_F32 || expect == 0 || count != expect)
       return titans__error(err, TITANS_ERR_FORMAT, "tensor '%.64s' is not a stream tensor of this model", t->name);
@@ -12344,7 +12485,7 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
   char name[64];
   int rc = titans__ck_stream_check(s, r, err);
   if (rc) return rc;
-  float *buf = titans_alloc_floats(n + tail + banks); /* [staged layout | SWA tails | LM2 banks] */
+  float *buf = titans_alloc_floats(n + tail + banks); /* [staged layout | SWA tails | the kind's carried rows] */
   if (!buf) return titans__error(err, TITANS_ERR_NOMEM, "out of memory");
   float *pos = buf, *rows = pos + 4, *mem = rows + 5 * B;
   rc = titans_st_read_f32(r, "stream.position", pos, 1, shape);
@@ -12355,7 +12496,8 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
     rc = titans_st_read_f32(r, name, mem + (size_t)l * mem_floats, 1, &mem_floats);
   }
   if (!rc && tail) rc = titans_st_read_f32(r, "stream.attn_tail", buf + n, 1, &tail);
-  if (!rc && banks) rc = titans_st_read_f32(r, "stream.bank", buf + n + tail, 1, &banks);
+  const char *own = banks ? titans__kind_of(c->block)->carry->stream_tensor : NULL;
+  if (!rc && banks) rc = titans_st_read_f32(r, own, buf + n + tail, 1, &banks);
   if (rc) titans__error(err, rc, "%s", r->error);
   if (!rc && (titans__ck_get_u63(pos) < 0 || (pos[3] != 0.0f && pos[3] != 1.0f)))
     rc = titans__error(err, TITANS_ERR_FORMAT, "bad stream position");
@@ -12367,7 +12509,7 @@ static int titans__ck_stream_read(titans_stream *s, titans_st_reader *r, char *e
   if (!rc && !titans__ck_finite(buf + n, tail))
     rc = titans__error(err, TITANS_ERR_FORMAT, "the SWA tails hold NaN or Inf");
   if (!rc && !titans__ck_finite(buf + n + tail, banks))
-    rc = titans__error(err, TITANS_ERR_FORMAT, "the LM2 banks hold NaN or Inf");
+    rc = titans__error(err, TITANS_ERR_FORMAT, "tensor '%s' holds NaN or Inf", own);
   /* each memory state loads into a scratch state first, so a bad one changes nothing */
   titans_mem_state probe;
   int have_probe = !rc && s->mem && titans_mem_state_init(&probe, &c->mem, B) == TITANS_OK;
