@@ -70,7 +70,8 @@
      unreleased          API: titans_attention_forward takes its positions and sizes as a titans_attn_shape,
                          titans_attention_backward takes (titans_attn_grads, titans_attn_saved,
                          titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays;
-                         cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged)
+                         cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged);
+                         titans_config_default_persist (the default N_p for a config's memory chunk)
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -889,9 +890,15 @@ typedef enum titans_mac_learns_from {
 
 /* Documented defaults for a kind, vocabulary and width: H_a = max(1, d / 64), d_ff = 4 d rounded to a
    multiple of 8 (2/3 of that for the SwiGLU's three matrices would also be reasonable; we keep 4 d as
-   simple), w = 64, C = 64, N_p = 4 for the memory kinds and 0 for the baselines and LM2, tied embeddings,
-   max_context = 4096, mem = titans_mem_config_default(d) with b = 16, and for LM2 N_s = 16 slots. */
+   simple), w = 64, C = 64, N_p = titans_config_default_persist (4 for MAC and MAL, one memory chunk for
+   MAG, 0 for the others), tied embeddings, max_context = 4096, mem = titans_mem_config_default(d) with
+   b = 16, and for LM2 N_s = 16 slots. Every kind that can stream (titans_block_describe) streams with these. */
 TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n_layers);
+/* The persistent tokens titans_config_default gives c's kind with c's memory chunk: one chunk for MAG, whose
+   memory reads them first and streams only when they are whole chunks (titans_stream_unit); 4 for MAC and
+   MAL; 0 for the kinds without a memory or without attention. A program that changes cfg.mem.chunk calls
+   it again to keep the default. */
+TITANSDEF int titans_config_default_persist(const titans_config *c);
 /* TITANS_OK or TITANS_ERR_ARG with a message in err (may be NULL). */
 TITANSDEF int titans_config_check(const titans_config *cfg, char *err);
 
@@ -8085,10 +8092,15 @@ TITANSDEF titans_config titans_config_default(int block, int vocab, int d, int n
   c.tied = 1;
   c.max_context = 4096;
   c.mem = titans_mem_config_default(d);
-  /* the memory kinds with attention; MAG's memory reads the persistent tokens as whole chunks, so that
-     its reads stream (titans_stream_unit) */
-  c.n_persist = !k->mem || k->keys == TITANS__KEYS_NONE ? 0 : k->mem_reads_persist && k->stream_unit ? c.mem.chunk : 4;
+  c.n_persist = titans_config_default_persist(&c);
   return c;
+}
+
+TITANSDEF int titans_config_default_persist(const titans_config *c) {
+  const titans__kind *k = titans__kind_of(c->block);
+  if (!k->mem || k->keys == TITANS__KEYS_NONE) return 0; /* the memory kinds with attention */
+  /* a memory that reads the persistent tokens first and streams reads them as whole chunks (MAG) */
+  return k->mem_reads_persist && k->stream_unit ? c->mem.chunk : 4;
 }
 
 TITANSDEF int titans_config_check(const titans_config *c, char *err) {

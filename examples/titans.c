@@ -1246,8 +1246,8 @@ static titans_config train_config_of(const train_opts *o) {
   c.mem.chunk = o->chunk;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
   if (o->surprise_bound >= 0) c.mem.surprise_bound = (float)o->surprise_bound;
-  /* titans_config_default gives MAG one chunk of persistent tokens (so that it streams); --chunk moves it */
-  if (o->persist < 0 && o->block == TITANS_BLOCK_MAG) c.n_persist = c.mem.chunk;
+  /* the library's default for the chunk set above (MAG: one chunk, so that it streams) */
+  if (o->persist < 0) c.n_persist = titans_config_default_persist(&c);
   if (o->slots) c.lm2_slots = o->slots;
   if (o->mac_learns_input) c.mac_learns_from = TITANS_MAC_LEARNS_INPUT; /* refused by the check for other kinds */
   if (o->key_ngram > 1 && c.mem.conv_width < o->key_ngram + 1) c.mem.conv_width = o->key_ngram + 1;
@@ -3184,18 +3184,20 @@ static void info_state(titans_st_reader *r, const char *path) {
   titans_block_info has = titans_block_describe(c.block); /* c passed titans_config_from_json's check */
   printf("%s: a memory state of a %s model (d = %d, %d layers; weights hash %s), %llu tokens seen\n", path,
          has.name ? has.name : "?", c.d, c.n_layers, hash ? hash : "missing", (unsigned long long)position);
-  if (has.bank) { /* layers.{l}.lm2.state: the bank [N_s, d], then the write in progress */
-    size_t slots = (size_t)c.lm2_slots, d = (size_t)c.d, n = slots * (2 * d + 2);
-    float *buf = (float *)xmalloc(n * sizeof(float));
+  if (has.bank) { /* layers.{l}.lm2.state: the bank [N_s, d], then the write in progress (its size: the file's) */
+    size_t bank = (size_t)c.lm2_slots * (size_t)c.d;
     printf("  %-8s %14s\n", "layer", "|bank|");
     for (int l = 0; l < c.n_layers; l++) {
       char name[64];
       snprintf(name, sizeof name, "layers.%d.lm2.state", l);
-      size_t count = n;
+      const titans_st_tensor *t = titans_st_find(r, name);
+      size_t count = t && t->ndim == 1 && t->shape[0] >= bank ? t->shape[0] : 0;
+      if (!count) fail("%s: %s is missing or smaller than the bank [%zu]", path, name, bank);
+      float *buf = (float *)xmalloc(count * sizeof(float));
       if (titans_st_read_f32(r, name, buf, 1, &count) != TITANS_OK) fail("%s: %s", path, r->error);
-      printf("  %-8d %14.4f\n", l, norm2(buf, slots * d));
+      printf("  %-8d %14.4f\n", l, norm2(buf, bank));
+      free(buf);
     }
-    free(buf);
     return;
   }
   if (!has.memory) return; /* attention only: no memory */

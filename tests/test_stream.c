@@ -324,9 +324,33 @@ static void test_block_describe(void) {
   th_check(!none.name && !none.memory && !none.streams, "a number that is not a kind: all zero");
 }
 
+/* titans_config_default_persist is titans_config_default's N_p, and a program that moves the memory chunk
+   and asks it again keeps a model that streams wherever the kind does (MAG: one chunk of 8). */
+static void test_default_persist(void) {
+  for (int kind = 0; kind < TITANS_BLOCK_COUNT; kind++) {
+    titans_block_info has = titans_block_describe(kind);
+    titans_config c = titans_config_default(kind, 32, 16, 1);
+    th_check(titans_config_default_persist(&c) == c.n_persist, "%s: default_persist %d, the default's %d", has.name,
+             titans_config_default_persist(&c), c.n_persist);
+    c.mem.head_dim = 16 / c.mem.heads;
+    c.mem.chunk = 8;
+    c.n_persist = titans_config_default_persist(&c);
+    titans_model m;
+    titans_stream st;
+    th_check(titans_model_init(&m, &c) == TITANS_OK, "%s: chunk 8 builds: %s", has.name, m.error);
+    int streams = titans_stream_init(&st, &m, 1) == TITANS_OK;
+    if (streams) titans_stream_free(&st);
+    th_check(streams == has.streams, "%s with chunk 8 and %d persistent tokens: streams %d, described %d", has.name,
+             c.n_persist, streams, has.streams);
+    titans_model_free(&m);
+  }
+}
+
 int main(void) {
   printf("streams: what each kind has (titans_block_describe)\n");
   test_block_describe();
+  printf("streams: the default persistent tokens for a chunk (titans_config_default_persist)\n");
+  test_default_persist();
   printf("streams: window by window == sessions, restarts\n");
   for (int k = 0; k < NKINDS; k++) test_stream_equals_session(kinds[k]);
   printf("streams: truncated gradients vs central differences\n");
