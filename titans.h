@@ -59,8 +59,11 @@
      titans_trainer_set_reduce(&tr, fn, user) after titans_trainer_init / _load: every training step
      then hands fn this process's gradient slab (as a sum over its counted targets), loss sum and target
      count once, before clipping; fn replaces each with its sum over the processes (one in-place
-     all-reduce), so the global norm and the AdamW step are the same on every process. docs/mpi.md
-     has a complete MPI program.
+     all-reduce), so the global norm and the AdamW step are the same on every process. Or
+     titans_trainer_set_reduce_overlap(&tr, start, finish, user): the backward hands start each range of
+     the slab as soon as it is final (a layer's while the layers below are differentiated: start an
+     MPI_Iallreduce), and finish sums the loss and count and waits for them all before clipping.
+     docs/mpi.md has a complete MPI program.
 
    THE MODEL, in the project's own words (every layer's equations, parameter names and shapes, the
    decisions where the paper is silent, a glossary of the paper's terms): docs/model.md. "docs/model.md
@@ -70,7 +73,8 @@
      unreleased          API: titans_attention_forward takes its positions and sizes as a titans_attn_shape,
                          titans_attention_backward takes (titans_attn_grads, titans_attn_saved,
                          titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays;
-                         cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged)
+                         cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged);
+                         titans_trainer_set_reduce_overlap (the data-parallel sum overlapped with the backward)
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.

@@ -302,8 +302,8 @@ static void test_overlap(int kind, int stream, int micro, int tied) {
   th_check(rejected_clean, "  a step whose finish fails leaves weights and step as they were");
   double d0 = th_max_abs_diff(O0.m.params, B0.m.params, O0.m.n_floats);
   double d1 = th_max_abs_diff(O1.m.params, B1.m.params, O1.m.n_floats);
-  th_check(d0 == 0.0 && d1 == 0.0, "  the weights are the blocking hook's bit for bit after %zu steps (max diff %.3g, %.3g)",
-           steps, d0, d1);
+  th_check(d0 == 0.0 && d1 == 0.0,
+           "  the weights are the blocking hook's bit for bit after %zu steps (max diff %.3g, %.3g)", steps, d0, d1);
   titans_free(before);
   ranges_free(&r0);
   ranges_free(&r1);
