@@ -1044,14 +1044,15 @@ TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
 /* The same reduction overlapped with the backward: while the backward of a step's last micro-batch runs,
    the trainer calls start(range, n, offset, user) each time a range of the gradient slab is final,
      range [n]  grads + offset, already scaled into a SUM over this process's counted targets,
-   top of the model first: the final norm and output head (untied), each layer from the top (the tied
-   head's final norm goes with the top layer), the token embedding last (a tied head adds to it). start
-   begins an in-place sum of the range over the processes, e.g. MPI_Iallreduce(MPI_IN_PLACE, range, n,
-   ...), and returns 0 without waiting for it; the trainer no longer touches the range. After the backward
-   it calls finish(grads, n_floats, stats, user) once: finish sums stats as the blocking fn does and waits
-   until every started range holds its sum (MPI_Waitall), then returns 0. The ranges depend on the
-   configuration alone (n_layers + 2 of them, n_layers + 1 when tied, in a fixed order), so every process
-   starts the same reductions in the same order, and together they cover the slab once. The results are
+   top of the model first: the final norm and output head (untied), then per layer from the top its FFN
+   (norm2, ffn.*; the tied head's final norm goes with the top one) and the rest of the layer (norm1, the
+   attention, memory or bank), the token embedding last (a tied head adds to it). start begins an
+   in-place sum of the range over the processes, e.g. MPI_Iallreduce(MPI_IN_PLACE, range, n, ...), and
+   returns 0 without waiting for it; the trainer no longer touches the range. After the backward it calls
+   finish(grads, n_floats, stats, user) once: finish sums stats as the blocking fn does and waits until
+   every started range holds its sum (MPI_Waitall), then returns 0. The ranges depend on the
+   configuration alone (2 n_layers + 2 of them, 2 n_layers + 1 when tied, in a fixed order), so every
+   process starts the same reductions in the same order, and together they cover the slab once. The results are
    those of the blocking hook with the same sums: the mean, norm, clip and AdamW step are computed after
    finish, identically on every process. A step that fails on this process still starts every range not
    yet started (zeros) and calls finish with a NaN loss, as above. start or finish returning non-zero
@@ -9992,17 +9993,29 @@ static int titans__block_forward(const titans_config *c, const titans_layer *L, 
   return TITANS_OK;
 }
 
-/* dx [B, T, d] (written) from dx_out */
-static int titans__block_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                  titans__layer_fwd *lf, titans__arena *ar, float *dx, const float *dx_out,
-                                  const int64_t *pos, size_t B, size_t T) {
-  size_t d = (size_t)c->d, n = B * T;
-  float *dh = titans__arena_alloc(ar, n * d), *dhn = titans__arena_zalloc(ar, n * d);
-  float *dxn = titans__arena_zalloc(ar, n * d);
-  TITANS__NEED(dh && dhn && dxn);
+/* A block's backward in two halves, so that a reduction overlapping the backward gets the FFN's gradients
+   (norm2 and ffn.*, the end of the layer's part of the slab) while the mixer's are computed. First the
+   FFN: dh [B * T, d] (written), the gradient at h = x + mix, from dx_out (x_out = h + ffn(rmsnorm(h))). */
+static int titans__block_ffn_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                      titans__layer_fwd *lf, titans__arena *ar, float *dh, const float *dx_out,
+                                      size_t n) {
+  size_t d = (size_t)c->d;
+  float *dhn = titans__arena_zalloc(ar, n * d); /* [n, d] */
+  TITANS__NEED(dhn);
   memcpy(dh, dx_out, n * d * sizeof(float));
   TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
   titans_rmsnorm_backward(dh, G->norm2, dhn, lf->h, L->norm2, lf->rstd2, n, d);
+  return TITANS_OK;
+}
+
+/* Then the mixer (the kind's attention, memory or bank) through norm1: dx [B, T, d] (written) from dh
+   (h = x + mix(rmsnorm(x))). */
+static int titans__block_mixer_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                        titans__layer_fwd *lf, titans__arena *ar, float *dx, const float *dh,
+                                        const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, n = B * T;
+  float *dxn = titans__arena_zalloc(ar, n * d); /* [n, d] */
+  TITANS__NEED(dxn);
   TITANS__TRY(titans__kind_of(c->block)->backward(c, L, G, lf, ar, dxn, dh, pos, B, T));
   memcpy(dx, dh, n * d * sizeof(float));
   titans_rmsnorm_backward(dx, G->norm1, dxn, lf->x_in, L->norm1, lf->rstd1, n, d);
@@ -10123,12 +10136,13 @@ static int titans__model_forward(titans_trainer *t, const titans__batch *batch, 
 }
 
 /* titans_trainer_set_reduce_overlap's ranges of the gradient slab, in hand-out order (the top of the model
-   first): range k is [low k, low k - 1) with low -1 = n_floats. Untied: the final norm and head, each layer
-   from the top, the embedding; tied: the final norm's d floats join the top layer's range (the head is the
-   embedding, whose gradient is complete only after the bottom layer). They follow the slab's layout,
-   titans__model_walk: tok_emb, the layers in order (norm1 first), norm_f, lm_head. */
+   first): range k is [low k, low k - 1) with low -1 = n_floats. Untied: the final norm and head; then per
+   layer from the top its FFN (norm2, ffn.*) and the rest (norm1, the mixer); the embedding last. Tied: the
+   final norm's d floats join the top layer's FFN range (the head is the embedding, whose gradient is
+   complete only after the bottom layer). They follow the slab's layout, titans__model_walk: tok_emb, the
+   layers in order (norm1 first, norm2 and the FFN last), norm_f, lm_head. */
 static size_t titans__grad_range_count(const titans_model *m) {
-  return (size_t)m->cfg.n_layers + (m->cfg.tied ? 1 : 2);
+  return 2 * (size_t)m->cfg.n_layers + (m->cfg.tied ? 1 : 2);
 }
 
 static size_t titans__grad_range_low(const titans_model *m, size_t k) {
@@ -10137,7 +10151,9 @@ static size_t titans__grad_range_low(const titans_model *m, size_t k) {
     if (k == 0) return (size_t)(m->w.norm_f - m->params);
     k--;
   }
-  return k < L ? (size_t)(m->w.layers[L - 1 - k].norm1 - m->params) : 0;
+  if (k >= 2 * L) return 0;
+  const titans_layer *layer = &m->w.layers[L - 1 - k / 2];
+  return (size_t)((k % 2 == 0 ? layer->norm2 : layer->norm1) - m->params);
 }
 
 /* The backward finished grads [lo, final_from): scaled into a sum, it goes to the start function. */
@@ -10168,8 +10184,9 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   titans_layer *glayers =
       (titans_layer *)(void *)titans__arena_alloc(ar, (size_t)c->n_layers * (sizeof(titans_layer) / sizeof(float) + 1));
   float *dxf = titans__arena_alloc(ar, n * d), *dx = titans__arena_zalloc(ar, n * d),
-        *dprev = titans__arena_alloc(ar, n * d);
-  if (!glayers || !dxf || !dx || !dprev) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
+        *dprev = titans__arena_alloc(ar, n * d), *dh = titans__arena_alloc(ar, n * d); /* [n, d] each */
+  if (!glayers || !dxf || !dx || !dprev || !dh)
+    return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
   titans_weights_bind(&g, glayers, c, t->grads);
   const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
   float *ghead = c->tied ? g.tok_emb : g.lm_head;
@@ -10180,10 +10197,14 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   /* a reduction that overlaps the backward gets each range as soon as nothing below adds to it */
   if (!c->tied) titans__hand_out(t, (size_t)(g.norm_f - t->grads));
   for (int l = c->n_layers; l-- > 0;) {
-    int rc =
-        titans__block_backward(c, &mo->w.layers[l], &g.layers[l], &f->layers[l], ar, dprev, dx, f->pos, f->B, f->T);
+    const titans_layer *L = &mo->w.layers[l], *G = &g.layers[l];
+    int rc = titans__block_ffn_backward(c, L, G, &f->layers[l], ar, dh, dx, n);
+    if (!rc) {
+      titans__hand_out(t, (size_t)(G->norm2 - t->grads)); /* the layer's FFN and norm2 */
+      rc = titans__block_mixer_backward(c, L, G, &f->layers[l], ar, dprev, dh, f->pos, f->B, f->T);
+    }
     if (rc) return titans__error(t->error, rc, "backward: layer %d: %s", l, titans_status_string(rc));
-    titans__hand_out(t, (size_t)(g.layers[l].norm1 - t->grads));
+    titans__hand_out(t, (size_t)(G->norm1 - t->grads)); /* the rest of the layer */
     float *tmp = dx;
     dx = dprev;
     dprev = tmp;

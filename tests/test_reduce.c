@@ -173,7 +173,7 @@ typedef struct ranges {
   size_t n_floats;
   unsigned char *seen;  /* [n_floats] how many ranges held each float */
   float *given;         /* [n_floats] each float's value when its range was handed out */
-  size_t count, lows[16];
+  size_t count, lows[16]; /* ranges this step; the first 16 ranges' offsets */
   int order_ok;         /* ranges came top of the slab first, each right below the last */
   size_t next_hi;       /* where the next range must end */
   int fail_start;       /* 1: the start function reports a failure */
@@ -259,7 +259,7 @@ static void test_overlap(int kind, int stream, int micro, int tied) {
   r0.h.other = &r1.h;
   r1.h.other = &r0.h;
   int tok[4 * 9], ok = 1, checks = 1, rejected_clean = 1;
-  size_t expect = (size_t)c.n_layers + (tied ? 1 : 2);
+  size_t expect = 2 * (size_t)c.n_layers + (tied ? 1 : 2);
   float *before = titans_alloc_floats(O0.m.n_floats);
   for (size_t s = 0; s < steps && ok; s++) {
     step_tokens(tok, T, c.vocab, (int)s, 0);
@@ -288,8 +288,6 @@ static void test_overlap(int kind, int stream, int micro, int tied) {
     ok &= (stream ? proc_step(&O0, tok, 2, T, 1, &l) : titans_train_step(&O0.t, tok, nm, rows, T, &l)) == TITANS_OK;
     checks &= r0.covered_once && r0.final_ok;
   }
-  size_t expect_low1 = tied ? (size_t)(O0.m.w.layers[c.n_layers - 2].norm1 - O0.m.params)
-                            : (size_t)(O0.m.w.layers[c.n_layers - 1].norm1 - O0.m.params);
   char what[160];
   snprintf(what, sizeof what, "%s, %s%s, %s", kind_label(kind), stream ? "streams" : "titans_train_step",
            micro > 1 ? " of 2 micro-batches" : "", tied ? "tied" : "untied");
@@ -297,8 +295,12 @@ static void test_overlap(int kind, int stream, int micro, int tied) {
   th_check(checks && r0.finishes == (int)(2 * steps) && r1.finishes == (int)steps && r0.step_ranges == expect,
            "  %zu ranges a step (%zu expected), top first, covering the %zu floats once, each final when handed out; "
            "finish once a step", r0.step_ranges, expect, O0.m.n_floats);
+  /* the second range: tied, the top layer's mixer (its FFN and the final norm came first); untied, the top
+     layer's FFN (the final norm and head came first) */
+  const titans_layer *top = &O0.m.w.layers[c.n_layers - 1];
+  size_t expect_low1 = (size_t)((tied ? top->norm1 : top->norm2) - O0.m.params);
   th_check(r0.lows[1] == expect_low1, "  the second range starts at %zu (%s; expected %zu)", r0.lows[1],
-           tied ? "the layer below the top" : "the top layer", expect_low1);
+           tied ? "the top layer's norm1: its attention or memory" : "the top layer's norm2: its FFN", expect_low1);
   th_check(rejected_clean, "  a step whose finish fails leaves weights and step as they were");
   double d0 = th_max_abs_diff(O0.m.params, B0.m.params, O0.m.n_floats);
   double d1 = th_max_abs_diff(O1.m.params, B1.m.params, O1.m.n_floats);
