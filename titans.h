@@ -1052,12 +1052,13 @@ TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
    finish(grads, n_floats, stats, user) once: finish sums stats as the blocking fn does and waits until
    every started range holds its sum (MPI_Waitall), then returns 0. The ranges depend on the
    configuration alone (2 n_layers + 2 of them, 2 n_layers + 1 when tied, in a fixed order), so every
-   process starts the same reductions in the same order, and together they cover the slab once. The results are
-   those of the blocking hook with the same sums: the mean, norm, clip and AdamW step are computed after
-   finish, identically on every process. A step that fails on this process still starts every range not
-   yet started (zeros) and calls finish with a NaN loss, as above. start or finish returning non-zero
-   fails the step with TITANS_ERR_STATE (the remaining ranges are still started and finish still called),
-   weights untouched. start NULL makes finish the blocking hook (titans_trainer_set_reduce); finish NULL
+   process starts the same reductions in the same order, and together they cover the slab once. The
+   results are those of the blocking hook with the same sums: the mean, norm, clip and AdamW step are
+   computed after finish, identically on every process. With n_micro > 1 only the last micro-batch's
+   backward overlaps. A step that fails on this process still starts every range not yet started
+   (zeros) and calls finish with a NaN loss, as above. start or finish returning non-zero fails the step
+   with TITANS_ERR_STATE (the remaining ranges are still started and finish still called), weights
+   untouched. start NULL makes finish the blocking hook (titans_trainer_set_reduce); finish NULL
    with a start is TITANS_ERR_ARG (t->error says why) and leaves the hooks as they were. */
 TITANSDEF int titans_trainer_set_reduce_overlap(titans_trainer *t,
                                                 int (*start)(float *range, size_t n, size_t offset, void *user),
