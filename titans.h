@@ -59,8 +59,11 @@
      titans_trainer_set_reduce(&tr, fn, user) after titans_trainer_init / _load: every training step
      then hands fn this process's gradient slab (as a sum over its counted targets), loss sum and target
      count once, before clipping; fn replaces each with its sum over the processes (one in-place
-     all-reduce), so the global norm and the AdamW step are the same on every process. docs/mpi.md
-     has a complete MPI program.
+     all-reduce), so the global norm and the AdamW step are the same on every process. Or
+     titans_trainer_set_reduce_overlap(&tr, start, finish, user): the backward hands start each range of
+     the slab as soon as it is final (a layer's while the layers below are differentiated: start an
+     MPI_Iallreduce), and finish sums the loss and count and waits for them all before clipping.
+     docs/mpi.md has a complete MPI program.
 
    THE MODEL, in the project's own words (every layer's equations, parameter names and shapes, the
    decisions where the paper is silent, a glossary of the paper's terms): docs/model.md. "docs/model.md
@@ -71,7 +74,8 @@
                          titans_attention_backward takes (titans_attn_grads, titans_attn_saved,
                          titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays;
                          cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged);
-                         titans_config_default_persist (the default N_p for a config's memory chunk)
+                         titans_config_default_persist (the default N_p for a config's memory chunk);
+                         titans_trainer_set_reduce_overlap (the data-parallel sum overlapped with the backward)
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -1012,6 +1016,7 @@ typedef struct titans_trainer {
   float last_grad_norm, last_lr;
   struct titans__fwd *fwd; /* activations of the current micro-batch */
   int (*reduce)(float *grads, size_t n, double *stats, void *user); /* titans_trainer_set_reduce, or NULL */
+  int (*reduce_start)(float *range, size_t n, size_t offset, void *user); /* _set_reduce_overlap, or NULL */
   void *reduce_user;
   char error[TITANS_ERR_MSG_SIZE];
 } titans_trainer;
@@ -1043,6 +1048,29 @@ TITANSDEF void titans_trainer_free(titans_trainer *t);
    Evaluation calls are never reduced. */
 TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user);
+/* The same reduction overlapped with the backward: while the backward of a step's last micro-batch runs,
+   the trainer calls start(range, n, offset, user) each time a range of the gradient slab is final,
+     range [n]  grads + offset, already scaled into a SUM over this process's counted targets,
+   top of the model first: the final norm and output head (untied), then per layer from the top its FFN
+   (norm2, ffn.*; the tied head's final norm goes with the top one) and the rest of the layer (norm1, the
+   attention, memory or bank), the token embedding last (a tied head adds to it). start begins an
+   in-place sum of the range over the processes, e.g. MPI_Iallreduce(MPI_IN_PLACE, range, n, ...), and
+   returns 0 without waiting for it; the trainer no longer touches the range. After the backward it calls
+   finish(grads, n_floats, stats, user) once: finish sums stats as the blocking fn does and waits until
+   every started range holds its sum (MPI_Waitall), then returns 0. The ranges depend on the
+   configuration alone (2 n_layers + 2 of them, 2 n_layers + 1 when tied, in a fixed order), so every
+   process starts the same reductions in the same order, and together they cover the slab once. The
+   results are those of the blocking hook with the same sums: the mean, norm, clip and AdamW step are
+   computed after finish, identically on every process. With n_micro > 1 only the last micro-batch's
+   backward overlaps. A step that fails on this process still starts every range not yet started
+   (zeros) and calls finish with a NaN loss, as above. start or finish returning non-zero fails the step
+   with TITANS_ERR_STATE (the remaining ranges are still started and finish still called), weights
+   untouched. start NULL makes finish the blocking hook (titans_trainer_set_reduce); finish NULL
+   with a start is TITANS_ERR_ARG (t->error says why) and leaves the hooks as they were. */
+TITANSDEF int titans_trainer_set_reduce_overlap(titans_trainer *t,
+                                                int (*start)(float *range, size_t n, size_t offset, void *user),
+                                                int (*finish)(float *grads, size_t n, double *stats, void *user),
+                                                void *user);
 /* One optimizer step: forward and backward of n_micro micro-batches of B sequences (gradients
    accumulated and averaged), global-norm clipping, AdamW at titans_lr_at(step). tokens
    [n_micro, B, T + 1]: positions 0..T-1 are inputs, 1..T their next-token targets. *loss is the mean
@@ -8816,6 +8844,12 @@ struct titans__fwd {
   float **x;                 /* [n_layers + 1] residual stream: x[0] embeddings, x[l + 1] block l's output */
   float *xf, *rstdf;         /* [B, T, d] final norm, [B * T] */
   float *logits;             /* [B, T, V] */
+  /* titans_trainer_set_reduce_overlap: the step's ranges of the gradient slab handed to the start function */
+  int handing_out;   /* 1 in the step's last micro-batch (or a failed step's reduction) with a start function */
+  double counted;    /* targets counted by the step's earlier micro-batches */
+  float hand_scale;  /* the step's counted targets: a range times it is a sum, as the blocking hook gets */
+  size_t final_from; /* grads [final_from, n_floats) are handed out (in flight: not to be touched) */
+  int start_failed;  /* a start function returned non-zero this step */
 };
 
 static titans_mem_ctx *titans__layer_ctx(titans__layer_fwd *lf, size_t i) {
@@ -10128,17 +10162,29 @@ static int titans__block_forward(const titans_config *c, const titans_layer *L, 
   return TITANS_OK;
 }
 
-/* dx [B, T, d] (written) from dx_out */
-static int titans__block_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
-                                  titans__layer_fwd *lf, titans__arena *ar, float *dx, const float *dx_out,
-                                  const int64_t *pos, size_t B, size_t T) {
-  size_t d = (size_t)c->d, n = B * T;
-  float *dh = titans__arena_alloc(ar, n * d), *dhn = titans__arena_zalloc(ar, n * d);
-  float *dxn = titans__arena_zalloc(ar, n * d);
-  TITANS__NEED(dh && dhn && dxn);
+/* A block's backward in two halves, so that a reduction overlapping the backward gets the FFN's gradients
+   (norm2 and ffn.*, the end of the layer's part of the slab) while the mixer's are computed. First the
+   FFN: dh [B * T, d] (written), the gradient at h = x + mix, from dx_out (x_out = h + ffn(rmsnorm(h))). */
+static int titans__block_ffn_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                      titans__layer_fwd *lf, titans__arena *ar, float *dh, const float *dx_out,
+                                      size_t n) {
+  size_t d = (size_t)c->d;
+  float *dhn = titans__arena_zalloc(ar, n * d); /* [n, d] */
+  TITANS__NEED(dhn);
   memcpy(dh, dx_out, n * d * sizeof(float));
   TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
   titans_rmsnorm_backward(dh, G->norm2, dhn, lf->h, L->norm2, lf->rstd2, n, d);
+  return TITANS_OK;
+}
+
+/* Then the mixer (the kind's attention, memory or bank) through norm1: dx [B, T, d] (written) from dh
+   (h = x + mix(rmsnorm(x))). */
+static int titans__block_mixer_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
+                                        titans__layer_fwd *lf, titans__arena *ar, float *dx, const float *dh,
+                                        const int64_t *pos, size_t B, size_t T) {
+  size_t d = (size_t)c->d, n = B * T;
+  float *dxn = titans__arena_zalloc(ar, n * d); /* [n, d] */
+  TITANS__NEED(dxn);
   TITANS__TRY(titans__kind_of(c->block)->backward(c, L, G, lf, ar, dxn, dh, pos, B, T));
   memcpy(dx, dh, n * d * sizeof(float));
   titans_rmsnorm_backward(dx, G->norm1, dxn, lf->x_in, L->norm1, lf->rstd1, n, d);
@@ -10258,6 +10304,44 @@ static int titans__model_forward(titans_trainer *t, const titans__batch *batch, 
   return TITANS_OK;
 }
 
+/* titans_trainer_set_reduce_overlap's ranges of the gradient slab, in hand-out order (the top of the model
+   first): range k is [low k, low k - 1) with low -1 = n_floats. Untied: the final norm and head; then per
+   layer from the top its FFN (norm2, ffn.*) and the rest (norm1, the mixer); the embedding last. Tied: the
+   final norm's d floats join the top layer's FFN range (the head is the embedding, whose gradient is
+   complete only after the bottom layer). They follow the slab's layout, titans__model_walk: tok_emb, the
+   layers in order (norm1 first, norm2 and the FFN last), norm_f, lm_head. */
+static size_t titans__grad_range_count(const titans_model *m) {
+  return 2 * (size_t)m->cfg.n_layers + (m->cfg.tied ? 1 : 2);
+}
+
+static size_t titans__grad_range_low(const titans_model *m, size_t k) {
+  size_t L = (size_t)m->cfg.n_layers;
+  if (!m->cfg.tied) {
+    if (k == 0) return (size_t)(m->w.norm_f - m->params);
+    k--;
+  }
+  if (k >= 2 * L) return 0;
+  const titans_layer *layer = &m->w.layers[L - 1 - k / 2];
+  return (size_t)((k % 2 == 0 ? layer->norm2 : layer->norm1) - m->params);
+}
+
+/* The backward finished grads [lo, final_from): scaled into a sum, it goes to the start function. */
+static void titans__hand_out(titans_trainer *t, size_t lo) {
+  struct titans__fwd *f = t->fwd;
+  if (!f->handing_out || lo >= f->final_from) return;
+  float *range = t->grads + lo; /* [n] */
+  size_t n = f->final_from - lo;
+  for (size_t i = 0; i < n; i++) range[i] *= f->hand_scale; /* as titans__reduce scales the whole slab */
+  if (t->reduce_start(range, n, lo, t->reduce_user) != 0) f->start_failed = 1;
+  f->final_from = lo;
+}
+
+/* Every range not handed out yet, in order (a failed step's zeros, so that no process waits forever). */
+static void titans__hand_out_rest(titans_trainer *t) {
+  for (size_t k = 0; k < titans__grad_range_count(t->model); k++)
+    titans__hand_out(t, titans__grad_range_low(t->model, k));
+}
+
 /* Backward from dlogits [B * T, V] into t->grads. */
 static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   titans_model *mo = t->model;
@@ -10269,8 +10353,9 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   titans_layer *glayers =
       (titans_layer *)(void *)titans__arena_alloc(ar, (size_t)c->n_layers * (sizeof(titans_layer) / sizeof(float) + 1));
   float *dxf = titans__arena_alloc(ar, n * d), *dx = titans__arena_zalloc(ar, n * d),
-        *dprev = titans__arena_alloc(ar, n * d);
-  if (!glayers || !dxf || !dx || !dprev) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
+        *dprev = titans__arena_alloc(ar, n * d), *dh = titans__arena_alloc(ar, n * d); /* [n, d] each */
+  if (!glayers || !dxf || !dx || !dprev || !dh)
+    return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
   titans_weights_bind(&g, glayers, c, t->grads);
   const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
   float *ghead = c->tied ? g.tok_emb : g.lm_head;
@@ -10278,15 +10363,23 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   titans_gemm(1, 0, V, d, n, 1.0f, dlogits, V, f->xf, d, 1.0f, ghead, d);
   titans_gemm(0, 0, n, d, V, 1.0f, dlogits, V, head, d, 0.0f, dxf, d);
   titans_rmsnorm_backward(dx, g.norm_f, dxf, f->x[c->n_layers], mo->w.norm_f, f->rstdf, n, d);
+  /* a reduction that overlaps the backward gets each range as soon as nothing below adds to it */
+  if (!c->tied) titans__hand_out(t, (size_t)(g.norm_f - t->grads));
   for (int l = c->n_layers; l-- > 0;) {
-    int rc =
-        titans__block_backward(c, &mo->w.layers[l], &g.layers[l], &f->layers[l], ar, dprev, dx, f->pos, f->B, f->T);
+    const titans_layer *L = &mo->w.layers[l], *G = &g.layers[l];
+    int rc = titans__block_ffn_backward(c, L, G, &f->layers[l], ar, dh, dx, n);
+    if (!rc) {
+      titans__hand_out(t, (size_t)(G->norm2 - t->grads)); /* the layer's FFN and norm2 */
+      rc = titans__block_mixer_backward(c, L, G, &f->layers[l], ar, dprev, dh, f->pos, f->B, f->T);
+    }
     if (rc) return titans__error(t->error, rc, "backward: layer %d: %s", l, titans_status_string(rc));
+    titans__hand_out(t, (size_t)(G->norm1 - t->grads)); /* the rest of the layer */
     float *tmp = dx;
     dx = dprev;
     dprev = tmp;
   }
   titans_embedding_backward(g.tok_emb, dx, f->inputs, n, d);
+  titans__hand_out(t, 0);
   return TITANS_OK;
 }
 
@@ -10326,10 +10419,11 @@ static int titans__forward_backward(titans_trainer *t, titans_stream *stream, co
   if (rc) return rc;
   struct titans__fwd *f = t->fwd;
   size_t n = B * T, V = (size_t)t->model->cfg.vocab;
-  if (count) {
+  if (count || f->handing_out) {
     size_t c = 0;
     for (size_t i = 0; i < n; i++) c += f->targets[i] >= 0;
-    *count = (double)c;
+    if (count) *count = (double)c;
+    if (f->handing_out) f->hand_scale = (float)(f->counted + (double)c); /* the step's count, before its backward */
   }
   float *dlogits = titans__arena_alloc(&f->arena, n * V);
   if (!dlogits) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
@@ -10354,23 +10448,62 @@ TITANSDEF int titans_forward_backward_targets(titans_trainer *t, const int *inpu
 TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user) {
   t->reduce = fn;
+  t->reduce_start = NULL;
   t->reduce_user = user;
 }
 
-/* titans_trainer_set_reduce: this process's gradient (the mean over `count` targets, loss *mean) and its
-   status rc become the whole batch's. A failed local step (rc != 0) still takes part, with a NaN loss
-   and no gradient, so the others reject the step too; its rc is returned. */
+TITANSDEF int titans_trainer_set_reduce_overlap(titans_trainer *t,
+                                                int (*start)(float *range, size_t n, size_t offset, void *user),
+                                                int (*finish)(float *grads, size_t n, double *stats, void *user),
+                                                void *user) {
+  if (start && !finish)
+    return titans__error(t->error, TITANS_ERR_ARG,
+                         "set_reduce_overlap: a start function needs a finish function that waits for its sums");
+  t->reduce = finish;
+  t->reduce_start = start;
+  t->reduce_user = user;
+  return TITANS_OK;
+}
+
+/* A step begins: nothing of its gradient handed out yet. */
+static void titans__hand_out_reset(titans_trainer *t) {
+  struct titans__fwd *f = t->fwd;
+  f->handing_out = 0;
+  f->counted = 0.0;
+  f->final_from = t->model->n_floats;
+  f->start_failed = 0;
+}
+
+/* The backward about to run completes the step's gradient (its last micro-batch; the earlier ones counted
+   `counted` targets): with a start function, its ranges are handed out as they become final. */
+static void titans__hand_out_arm(titans_trainer *t, double counted) {
+  t->fwd->handing_out = t->reduce && t->reduce_start;
+  t->fwd->counted = counted;
+}
+
+/* titans_trainer_set_reduce(_overlap): this process's gradient (the mean over `count` targets, loss *mean)
+   and its status rc become the whole batch's. A failed local step (rc != 0) still takes part, with a NaN
+   loss and no gradient, so the others reject the step too; its rc is returned. With a start function the
+   ranges the backward handed out are in flight: only grads [0, final_from) is touched before finish. */
 static int titans__reduce(titans_trainer *t, float *mean, double count, int rc) {
   size_t n = t->model->n_floats;
+  struct titans__fwd *f = t->fwd;
   if (!t->reduce) return rc;
   double stats[2] = {count > 0 ? (double)*mean * count : 0.0, count};
   if (rc) {
-    memset(t->grads, 0, n * sizeof(float));
+    memset(t->grads, 0, f->final_from * sizeof(float));
     stats[0] = NAN;
     stats[1] = 0.0;
-  } else
+  } else if (!t->reduce_start)
     for (size_t i = 0; i < n; i++) t->grads[i] *= (float)count;
-  if (t->reduce(t->grads, n, stats, t->reduce_user) != 0) {
+  if (t->reduce_start) { /* the ranges a failed or cut-short backward did not hand out, so every process
+                            starts the same reductions in the same order */
+    f->handing_out = 1;
+    f->hand_scale = (float)count;
+    titans__hand_out_rest(t);
+    f->handing_out = 0;
+  }
+  if (t->reduce(t->grads, n, stats, t->reduce_user) != 0 || f->start_failed) {
     memset(t->grads, 0, n * sizeof(float));
     return rc ? rc
               : titans__error(t->error, TITANS_ERR_STATE,
@@ -10425,14 +10558,16 @@ static int titans__train_step(titans_trainer *t, const titans__batch *batch, siz
   if (loss) *loss = NAN; /* until a micro-batch gives one */
   if (n_micro == 0) return titans__error(t->error, TITANS_ERR_ARG, "train step: no micro-batch");
   memset(t->grads, 0, mo->n_floats * sizeof(float));
+  titans__hand_out_reset(t);
   double total = 0.0, count = 0.0;
   for (size_t i = 0; i < n_micro; i++) {
     float l = 0.0f;
     double c = 0.0;
     titans__batch micro = titans__micro_batch(batch, i, B);
+    if (i + 1 == n_micro) titans__hand_out_arm(t, count);
     int rc = titans__forward_backward(t, NULL, &micro, B, T, 1.0f / (float)n_micro, &l, &c);
     if (rc) {
-      memset(t->grads, 0, mo->n_floats * sizeof(float));
+      memset(t->grads, 0, t->fwd->final_from * sizeof(float)); /* all of it but ranges in flight */
       return titans__reduce(t, &l, 0.0, rc);
     }
     total += l;
@@ -10626,14 +10761,16 @@ TITANSDEF int titans_forward_backward_stream(titans_trainer *t, titans_stream *s
 TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss) {
   float l = 0.0f;
   double count = 0.0;
+  titans__hand_out_reset(t);
   int rc = titans__stream_check(t, s, T);
   if (rc) return titans__reduce(t, &l, 0.0, rc);
   memset(t->grads, 0, t->model->n_floats * sizeof(float));
   titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  titans__hand_out_arm(t, 0.0);
   rc = titans__forward_backward(t, s, &batch, s->batch, T, 1.0f, &l, &count);
   if (loss) *loss = l;
   if (rc) {
-    memset(t->grads, 0, t->model->n_floats * sizeof(float));
+    memset(t->grads, 0, t->fwd->final_from * sizeof(float)); /* all of it but ranges in flight */
     return titans__reduce(t, &l, 0.0, rc);
   }
   TITANS__TRY(titans__reduce(t, &l, count, TITANS_OK));

@@ -860,6 +860,7 @@ typedef struct train_opts {
   double lr, temperature, theta_max, surprise_bound; /* surprise_bound < 0: the library's default */
   uint64_t seed;
   int resume, threads;
+  int reduce_blocking;           /* --reduce blocking: titans-mpi sums the gradient after the backward, not during it */
   int task;                      /* LONGCTX_PASSKEY or LONGCTX_PROSE; -1: plain text only */
   double task_frac;              /* fraction of rows that are retrieval examples */
   size_t lens[MAX_STAGES], n_lens; /* the length curriculum (--lens), one stage per entry */
@@ -924,7 +925,9 @@ static void help_train(void) {
          "  --stop-at N         stop (and save) after step N, as if interrupted; --resume goes on from there\n"
          "  --prompt TEXT       start of the sample printed at the end (\"The \"); --sample-len N bytes (400)\n"
          "  --temperature X     of the sample (0.8)\n"
-         "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n");
+         "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
+         "  --reduce HOW        titans-mpi on several ranks: overlap (default) sums each layer's gradient while the\n"
+         "                      layers below are differentiated; blocking sums all of it after the backward\n");
   printf(
       "Long reads (docs/long_context.md):\n"
       "  --doc-len N         each batch row reads a stretch of N tokens of the text as --seq windows in order,\n"
@@ -1111,7 +1114,12 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--stop-at")) o->stop_at = arg_long(&a, s, 1, 1L << 30);
     else if (!strcmp(s, "--temperature")) o->temperature = arg_double(&a, s, 0.0, 100.0);
     else if (!strcmp(s, "--threads")) o->threads = (int)arg_long(&a, s, 1, 4096);
-    else if (!strcmp(s, "--resume")) o->resume = 1;
+    else if (!strcmp(s, "--reduce")) {
+      const char *how = arg_value(&a, s);
+      if (strcmp(how, "overlap") && strcmp(how, "blocking"))
+        usage_fail("train", "--reduce %s: want overlap or blocking", how);
+      o->reduce_blocking = !strcmp(how, "blocking");
+    } else if (!strcmp(s, "--resume")) o->resume = 1;
     else if (!strcmp(s, "--recipe")) arg_value(&a, s); /* read above, before the defaults */
     else if (!strcmp(s, "--task")) {
       const char *k = arg_value(&a, s);
@@ -1665,7 +1673,7 @@ static int cmd_train(int argc, char **argv) {
     make_dirs(o.out);
     check_writable_dir(o.out);
   }
-  dist_attach(&tr); /* MPI: the ranks' gradients are summed before every step */
+  dist_attach(&tr, o.reduce_blocking); /* MPI: the ranks' gradients are summed before every step */
   const titans_config *c = &model.cfg;
   char heads[48] = ""; /* LMM has no attention */
   if (titans_block_describe(c->block).attention) snprintf(heads, sizeof heads, " %d attention heads,", c->attn_heads);
@@ -1771,7 +1779,7 @@ static int cmd_train(int argc, char **argv) {
     if (rc == TITANS_ERR_NONFINITE)
       fail("%s\nThe run diverged (the weights are those of the step before). Try a lower --lr or --theta-max; "
            "--resume restarts from the last checkpoint.", tr.error);
-    if (rc != TITANS_OK) fail("%s", tr.error);
+    if (rc != TITANS_OK) fail("%s%s", tr.error, dist_error); /* MPI: what the failed call said */
     double took = now_seconds() - t0;
     train_time += took;
     if (steps_done > 0) recent_steps_add(&recent, took); /* the first step allocates and warms up */
@@ -1841,12 +1849,7 @@ static int cmd_train(int argc, char **argv) {
       printf("%s %zu: %ld of %ld", i ? "," : "", o.lens[i], far_by_length[i], steps_by_length[i]);
     printf("\n");
   }
-  if (dist_size > 1)
-    printf(
-        "data-parallel: %d ranks; the gradient all-reduce took %.3f s of %.3f s of training steps (%.1f%%, %.2f ms a "
-        "step), waiting for the slowest rank %.3f s\n",
-        dist_size, dist_reduce_seconds, train_time, 100 * dist_reduce_seconds / train_time,
-        1e3 * dist_reduce_seconds / (double)(dist_reduce_calls ? dist_reduce_calls : 1), dist_wait_seconds);
+  dist_report(train_time); /* MPI: the all-reduce's share of the steps */
   if (grad_far_steps * 20 > steps_done && o.task >= 0 && o.answer_loss) /* more than 5% of the steps */
     printf("note: with --answer-loss a step's loss is its answers alone, so a step whose few rows answer wrong has a\n"
            "gradient hundreds of times a right one's: most of the steps counted above (--min-rows R averages R rows\n"

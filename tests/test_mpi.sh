@@ -1,9 +1,10 @@
 #!/bin/sh
 # Data-parallel ./titans train over MPI (docs/mpi.md): for every kind, `mpirun -np 2 titans-mpi train` gives
 # the weights of one process's `titans train` (same options, the batch split over the ranks) to float
-# reordering; a run stopped at 2 ranks resumes as one process and ends where the one-process run does; a
-# batch the ranks do not divide and ranks started with different options are refused; a rank killed mid-run
-# leaves the last checkpoint loadable and --resume finishes the run.
+# reordering; the reduction overlapped with the backward (the default) and the blocking one (--reduce blocking)
+# give the same loss curves and weights; a run stopped at 2 ranks resumes as one process and ends where the
+# one-process run does; a batch the ranks do not divide and ranks started with different options are refused;
+# a rank killed mid-run leaves the last checkpoint loadable and --resume finishes the run.
 # Usage: sh tests/test_mpi.sh BUILD   (BUILD holds titans, titans-mpi and weights_diff: make check-mpi)
 # MPI_STEPS (20) steps per equality run; MPI_TOL (1e-4) the largest relative weight difference allowed;
 # MPI_MODEL the train options of every run (a model of d = 32 on batches of 8 x 64 by default).
@@ -44,6 +45,34 @@ for kind in mag mac mal lmm lm2 attn swa; do
   v2=$(sed -nE 's/.*validation loss ([0-9.]+)$/\1/p' out.txt | tail -n 1)
   check "$kind: 2 ranks give one process's weights: max relative difference $(cat rel.txt) (tol $tol); validation $v1, $v2" [ $ok = 0 ]
 done
+
+echo "== overlapped vs blocking reduction vs one process, $steps steps, a loss every step"
+# loss_curve FILE: "step loss" of every logged step
+loss_curve() { sed -nE 's/^step +([0-9]+)\/[0-9]+ +loss ([0-9.]+) .*/\1 \2/p' "$1"; }
+for kind in mag mac lm2 attn; do
+  rc1=$(run "$one" train $small --log-every 1 --block $kind --steps $steps --out c1_$kind)
+  loss_curve out.txt > c1_$kind.txt
+  rc2=$(run mpirun $flags -np 2 "$mpi" train $small --log-every 1 --block $kind --steps $steps --out co_$kind)
+  loss_curve out.txt > co_$kind.txt; grep -q "overlapped with the backward" out.txt; said_o=$?
+  rc3=$(run mpirun $flags -np 2 "$mpi" train $small --log-every 1 --block $kind --steps $steps --reduce blocking \
+    --out cb_$kind)
+  loss_curve out.txt > cb_$kind.txt; grep -q "data-parallel: 2 ranks; the gradient all-reduce took" out.txt; said_b=$?
+  check "$kind: one process, overlapped and blocking 2-rank runs exit 0 (rc $rc1, $rc2, $rc3) and say how they reduce" \
+    [ "$rc1" = 0 -a "$rc2" = 0 -a "$rc3" = 0 -a $said_o = 0 -a $said_b = 0 ]
+  n=$(wc -l < co_$kind.txt)
+  dl=$(paste co_$kind.txt c1_$kind.txt |
+    awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.4f", m }')
+  check "$kind: overlapped and blocking loss curves are equal ($n steps, 4 digits); one process's within $dl" \
+    sh -c "[ $n = $steps ] && cmp -s co_$kind.txt cb_$kind.txt && [ \$(wc -l < c1_$kind.txt) = $steps ] && \
+           awk -v d=$dl 'BEGIN { exit !(d <= 0.002) }'"
+  close cb_$kind/model.safetensors co_$kind/model.safetensors; ok=$?; rob=$(cat rel.txt)
+  same=different; cmp -s cb_$kind/model.safetensors co_$kind/model.safetensors && same="bit for bit the same"
+  close c1_$kind/model.safetensors co_$kind/model.safetensors; ok1=$?
+  check "$kind: overlapped vs blocking weights: max relative difference $rob ($same); overlapped vs one process: \
+$(cat rel.txt) (tol $tol)" [ $ok = 0 -a $ok1 = 0 ]
+done
+rc=$(run mpirun $flags -np 2 "$mpi" train $small --steps 2 --reduce sideways --out bad)
+check "--reduce sideways is refused (rc $rc)" sh -c "[ $rc != 0 ] && grep -q 'want overlap or blocking' err.txt"
 
 echo "== a run stopped at 2 ranks, resumed as one process"
 rc=$(run mpirun $flags -np 2 "$mpi" train $small --steps $steps --stop-at 8 --out split)
