@@ -554,6 +554,7 @@ static int cmd_plot(options *o) {
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines reach a log file as they are printed */
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     fputs(usage_text, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
