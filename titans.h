@@ -969,12 +969,17 @@ typedef struct titans_lookup_init {
                           wv = wo = I (MAC's memory then learns from the bytes, as LMM's does); 0: unchanged */
   float emb_scale;     /* the token embeddings times this (1: unchanged): a retrieved value can then make a
                           sharp prediction through the tied head from the first steps */
+  float emb_shared;    /* > 0: every token embedding gains one shared vector, this many times the normal
+                          std per entry (signs drawn once, fixed), before emb_scale. A normalised input then
+                          has a direction every token shares, from which attention's queries and keys can
+                          score by relative position alone (RoPE, no biases): the previous-token head an
+                          induction head needs. 0: unchanged (docs/model.md 5.1) */
 } titans_lookup_init;
 
-/* {key_shift 1, attn_identity 1.5, emb_scale 10}: the values ./titans train --task starts from. */
+/* {key_shift 1, attn_identity 1.5, emb_scale 10, emb_shared 0}: the values ./titans train --task starts from. */
 TITANSDEF titans_lookup_init titans_lookup_init_default(void);
 /* Applies li to freshly initialised weights (after titans_model_init_weights and the gates), in the order
-   key shift, attention, embeddings. A model that keeps the key there while it trains also sets
+   key shift, attention, the embeddings' shared vector, their scale. A model that keeps the key there while it trains also sets
    cfg.mem.key_ngram (1, or the n of its n-gram keys). */
 TITANSDEF void titans_model_init_lookup(titans_model *m, const titans_lookup_init *li);
 /* Points w (with its own layers array of n_layers entries, caller-provided) into any slab of the model's
@@ -8348,6 +8353,7 @@ TITANSDEF titans_lookup_init titans_lookup_init_default(void) {
   li.key_shift = 1;
   li.attn_identity = 1.5f;
   li.emb_scale = 10.0f;
+  li.emb_shared = 0.0f;
   return li;
 }
 
@@ -8390,9 +8396,22 @@ static void titans__identity_attention(titans_model *m, float scale) {
   }
 }
 
+/* Every row of tok_emb [V, d] plus amount x 0.02 (the embeddings' normal std) x s, s [d] a fixed pattern
+   of signs: the same for every model and seed, so that the start depends on the config alone. */
+static void titans__share_embedding_direction(titans_model *m, float amount) {
+  size_t V = (size_t)m->cfg.vocab, d = (size_t)m->cfg.d;
+  titans_rng rng;
+  titans_rng_seed(&rng, 0x5eed5ba4edULL);
+  for (size_t j = 0; j < d; j++) {
+    float shared = amount * 0.02f * ((titans_rng_u64(&rng) >> 63) ? 1.0f : -1.0f);
+    for (size_t v = 0; v < V; v++) m->w.tok_emb[v * d + j] += shared;
+  }
+}
+
 TITANSDEF void titans_model_init_lookup(titans_model *m, const titans_lookup_init *li) {
   if (li->key_shift) titans__shift_memory_keys(m);
   if (li->attn_identity > 0.0f) titans__identity_attention(m, li->attn_identity);
+  if (li->emb_shared > 0.0f) titans__share_embedding_direction(m, li->emb_shared);
   if (li->emb_scale != 1.0f)
     for (size_t i = 0; i < (size_t)m->cfg.vocab * (size_t)m->cfg.d; i++) m->w.tok_emb[i] *= li->emb_scale;
 }

@@ -30,7 +30,7 @@ typedef struct task_list {
 typedef struct options {
   const char *cmd, *out, *model, *results, *plot_in;
   int block, d, layers, heads, mem_heads, mem_depth, chunk, window, segment, slots, gated_delta, lookup_init;
-  double theta_max;
+  double theta_max, emb_shared;
   int vocab, random_filler, curriculum, threads, seed_given, batch_given;
   double alpha, lr;
   long steps, batch, warmup, log_every, eval_every, eval_examples;
@@ -67,7 +67,8 @@ static const char *usage_text =
     "        --mem-depth N  --chunk B  --window W (64)  --segment C  --slots N  --theta-max X\n"
     "        --gated-delta (the memory as a gated delta rule: depth 1, chunk 1, no momentum, unbounded step,\n"
     "        titans_mem_config_gated_delta)  --lookup-init (titans_lookup_init_default: memory keys on the\n"
-    "        previous token)\n"
+    "        previous token)  --emb-shared X (every token embedding starts with one shared vector, X times\n"
+    "        the normal std: attention can then attend by position; titans_lookup_init.emb_shared)\n"
     "train:  --steps 1000  --batch 32  --lr 3e-3  --warmup (steps / 10)  --seed 1  --threads N\n"
     "        --log-every 50  --eval-every 200 (0: at the end only)  --eval-examples 256\n"
     "        --out PATH (mqar.safetensors; plot: mqar.svg)  --results FILE (append one line per evaluated task)\n";
@@ -153,6 +154,8 @@ static options parse_options(const char *cmd, int argc, char **argv) {
       o.gated_delta = 1;
     else if (!strcmp(s, "--lookup-init"))
       o.lookup_init = 1;
+    else if (!strcmp(s, "--emb-shared"))
+      o.emb_shared = arg_double(&a, s, 0.0, 100.0);
     else if (!strcmp(s, "--vocab"))
       o.vocab = (int)arg_long(&a, s, 4, 1 << 24);
     else if (!strcmp(s, "--alpha"))
@@ -303,11 +306,12 @@ static mqar_config task_at(const task_list *tl, int i, int vocab, double alpha, 
 }
 
 /* What sets a run apart from its block's defaults, for a results line: "gated-delta", its chunk when not 1,
-   "lookup" (--lookup-init), joined by '+'; "-" for none. */
+   "lookup" (--lookup-init), "sharedX" (--emb-shared X), joined by '+'; "-" for none. */
 static void variant_name(char *out, size_t size, const options *o, const titans_config *c) {
   int used = snprintf(out, size, "%s", o->gated_delta ? "gated-delta" : "");
   if (o->gated_delta && c->mem.chunk != 1) used += snprintf(out + used, size - (size_t)used, "-b%d", c->mem.chunk);
-  if (o->lookup_init) snprintf(out + used, size - (size_t)used, "%slookup", used ? "+" : "");
+  if (o->lookup_init) used += snprintf(out + used, size - (size_t)used, "%slookup", used ? "+" : "");
+  if (o->emb_shared > 0) snprintf(out + used, size - (size_t)used, "%sshared%g", used ? "+" : "", o->emb_shared);
   if (!out[0]) snprintf(out, size, "-");
 }
 
@@ -359,9 +363,9 @@ static void write_checkpoint(titans_model *m, const options *o, double mean_acc)
   format_tasks(tasks, sizeof tasks, &o->train);
   snprintf(meta, sizeof meta,
            "mqar: alpha=%g random_filler=%d train=%s curriculum=%d steps=%ld batch=%ld lr=%g seed=%llu gated_delta=%d "
-           "lookup_init=%d mean_accuracy=%.4f",
+           "lookup_init=%d emb_shared=%g mean_accuracy=%.4f",
            o->alpha, o->random_filler, tasks, o->curriculum, o->steps, o->batch, o->lr, (unsigned long long)o->seed,
-           o->gated_delta, o->lookup_init, mean_acc);
+           o->gated_delta, o->lookup_init, o->emb_shared, mean_acc);
   if (titans_model_save_ex(m, NULL, meta, o->out) != TITANS_OK) usage_fail(o->cmd, "saving %s: %s", o->out, m->error);
   printf("saved %s (task in its metadata: %s)\n", o->out, meta);
 }
@@ -381,6 +385,11 @@ static int cmd_train(options *o) {
   titans_model_init_weights(&m, o->seed);
   if (o->lookup_init) {
     titans_lookup_init li = titans_lookup_init_default();
+    titans_model_init_lookup(&m, &li);
+  }
+  if (o->emb_shared > 0) {
+    titans_lookup_init li = {.key_shift = 0, .attn_identity = 0.0f, .emb_scale = 1.0f,
+                             .emb_shared = (float)o->emb_shared}; /* the shared vector alone */
     titans_model_init_lookup(&m, &li);
   }
   titans_train_config tc = titans_train_config_for_steps(o->steps);
@@ -454,6 +463,7 @@ static int cmd_eval(options *o) {
   if (!meta_field(meta, "random_filler", v, sizeof v)) o->random_filler = atoi(v);
   if (!meta_field(meta, "gated_delta", v, sizeof v)) o->gated_delta = atoi(v);
   if (!meta_field(meta, "lookup_init", v, sizeof v)) o->lookup_init = atoi(v);
+  if (!meta_field(meta, "emb_shared", v, sizeof v)) o->emb_shared = atof(v);
   /* the held-out examples of the run's seed, in the run's batches (the same sums, so the same answers) */
   if (!o->seed_given && !meta_field(meta, "seed", v, sizeof v)) o->seed = strtoull(v, NULL, 10);
   if (!o->batch_given && !meta_field(meta, "batch", v, sizeof v)) o->batch = atol(v);

@@ -1658,7 +1658,8 @@ static int cmd_train(int argc, char **argv) {
     scale_memory_init(&model, (float)o.w0_scale);
     if (o.conv_uniform) uniform_memory_convs(&model, o.seed);
     /* --key-shift, --attn-identity, --emb-scale: the library's look-up initialisation (docs/model.md 5.1) */
-    titans_lookup_init lookup = {o.key_shift, (float)o.attn_identity, (float)o.emb_scale};
+    titans_lookup_init lookup = {.key_shift = o.key_shift, .attn_identity = (float)o.attn_identity,
+                                 .emb_scale = (float)o.emb_scale, .emb_shared = 0.0f};
     titans_model_init_lookup(&model, &lookup);
     titans_train_config tc = titans_train_config_default();
     tc.lr = (float)o.lr;

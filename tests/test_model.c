@@ -207,6 +207,45 @@ static void test_mac_learns_from_changes_the_model(void) {
   titans_model_free(&m);
 }
 
+/* emb_shared alone: every embedding row moves by the same vector, entries +-0.02 x amount, the same
+   vector whatever the seed; attention and the key conv do not move. plain: seed 5, no look-up init. */
+static void test_shared_embedding_direction(const titans_config *c, const titans_model *plain) {
+  titans_lookup_init li = {.key_shift = 0, .attn_identity = 0.0f, .emb_scale = 1.0f, .emb_shared = 1.5f};
+  size_t V = (size_t)c->vocab, d = (size_t)c->d, bad_shape = 0, bad_seed = 0, plus = 0, moved = 0;
+  titans_model a, other, plain6;
+  titans_model_init(&a, c);
+  titans_model_init(&other, c);
+  titans_model_init(&plain6, c);
+  titans_model_init_weights(&a, 5);
+  titans_model_init_weights(&other, 6);
+  titans_model_init_weights(&plain6, 6);
+  titans_model_init_lookup(&a, &li);
+  titans_model_init_lookup(&other, &li);
+  for (size_t j = 0; j < d; j++) {
+    float shift = a.w.tok_emb[j] - plain->w.tok_emb[j];
+    plus += shift > 0.0f;
+    bad_shape += fabsf(fabsf(shift) - 1.5f * 0.02f) > 1e-6f;
+    for (size_t v = 0; v < V; v++) {
+      size_t i = v * d + j;
+      bad_shape += fabsf(a.w.tok_emb[i] - plain->w.tok_emb[i] - shift) > 1e-6f;
+      bad_seed += fabsf(other.w.tok_emb[i] - plain6.w.tok_emb[i] - shift) > 1e-6f;
+    }
+  }
+  for (int l = 0; l < c->n_layers; l++)
+    moved += memcmp(a.w.layers[l].attn_wq, plain->w.layers[l].attn_wq, d * d * sizeof(float)) != 0 ||
+             memcmp(a.w.layers[l].mem.conv_k, plain->w.layers[l].mem.conv_k,
+                    (size_t)c->mem.heads * (size_t)c->mem.head_dim * (size_t)c->mem.conv_width * sizeof(float)) != 0;
+  th_check(!bad_shape && plus > 0 && plus < d,
+           "lookup init emb_shared 1.5: every row moved by one vector of +-0.03 (%zu wrong, %zu of %zu positive)",
+           bad_shape, plus, d);
+  th_check(!bad_seed && !moved,
+           "lookup init emb_shared: the same vector for seed 6 (%zu wrong); attention and key conv unchanged "
+           "(%zu layers moved)", bad_seed, moved);
+  titans_model_free(&a);
+  titans_model_free(&other);
+  titans_model_free(&plain6);
+}
+
 /* The look-up initialisation (titans_model_init_lookup) sets what it says and nothing else, and
    cfg.mem.key_ngram holds the key conv on the previous token through training steps, and is
    written in the configuration only when set. */
@@ -218,8 +257,8 @@ static void test_lookup_init(void) {
   titans_model_init_weights(&m, 5);
   titans_model_init_weights(&plain, 5);
   titans_lookup_init li = titans_lookup_init_default();
-  th_check(li.key_shift == 1 && li.attn_identity == 1.5f && li.emb_scale == 10.0f,
-           "lookup init: the defaults are key shift, identity attention 1.5, embeddings x 10");
+  th_check(li.key_shift == 1 && li.attn_identity == 1.5f && li.emb_scale == 10.0f && li.emb_shared == 0.0f,
+           "lookup init: the defaults are key shift, identity attention 1.5, embeddings x 10, no shared vector");
   titans_model_init_lookup(&m, &li);
   size_t K = (size_t)c.mem.conv_width, dm = (size_t)c.mem.heads * (size_t)c.mem.head_dim, d = (size_t)c.d;
   size_t bad_conv = 0, bad_attn = 0, bad_emb = 0, bad_wq = 0;
@@ -240,6 +279,7 @@ static void test_lookup_init(void) {
            "lookup init: key conv on the previous token, wq = wk, identity attention, embeddings x 10 (%zu, %zu, %zu, "
            "%zu wrong)",
            bad_conv, bad_wq, bad_attn, bad_emb);
+  test_shared_embedding_direction(&c, &plain);
   /* key_ngram: a config field, refused without a conv, kept through training steps */
   char err[TITANS_ERR_MSG_SIZE], json[4096];
   titans_config bad = c;
