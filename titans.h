@@ -78,6 +78,8 @@
                          titans_trainer_set_reduce_overlap (the data-parallel sum overlapped with the backward)
                          API: titans_gemm takes 10 arguments, each matrix with its leading dimension as one
                          titans_cmat / titans_mat (titans_cm(a, lda), titans_m(c, ldc)): sgemm-style calls break
+                         one exp (Cody-Waite, degree 7) for the activations, softmaxes and attention: sigmoid,
+                         SiLU, tanh and softmax results change in their last bits
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -2841,47 +2843,92 @@ static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans_
 }
 #endif
 
+/* Multiply-adds with one rounding rule, so a scalar tail element gets the bits of a vector lane
+   whatever the compiler's contraction setting (C++ and GNU C contract a * b + c into an fma by default,
+   ISO C does not): fused whenever the hardware fuses (the SIMD layer's fma, or fmaf where it is fast),
+   a plain multiply-add otherwise (then no compiler can fuse either). The exp below and the attention
+   (section 5) compute with them wherever a scalar and a vector path must agree bit for bit. */
+static inline float titans__fmaf(float a, float b, float c) {
+#if !defined(TITANS__SCALAR) || defined(FP_FAST_FMAF)
+  return fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+#ifdef TITANS__SCALAR
+static inline titans__vf titans__vfmaf(titans__vf a, titans__vf b, titans__vf c) { return titans__fmaf(a, b, c); }
+#else
+static inline titans__vf titans__vfmaf(titans__vf a, titans__vf b, titans__vf c) { return titans__vfma(a, b, c); }
+#endif
+
 /* ---- exp, sigmoid, tanh ------------------------------------------------------------------------
-   exp(x) = 2^n exp(r) with n = round(x / ln2) and r = x - n ln2 in [-ln2/2, ln2/2] (ln2 split in a
-   9-bit head, so n * head is exact, and a tail). exp(r) = 1 + r + r^2 g(r), g a degree-4 Chebyshev
-   fit of (exp(r) - 1 - r) / r^2 (made for this file; polynomial error 1.1e-8 relative, 0.1 ulp).
-   x is clamped to [-104, 89]: exp is 0 below -103.98 and +Inf above 88.73 in float, and the clamp
-   keeps n in [-150, 128]. 2^n is applied in two steps: n1 = clamp(n, -125, 127) is added to the
-   exponent bits of p (exact: the result stays normal), then one multiply by 2^(n - n1), n - n1 in
-   [-25, 1], rounds once into a subnormal or overflows to +Inf. With a single float multiply there is
-   nothing for -ffast-math reassociation to regroup. NaN passes through the clamp and propagates. */
-static const float titans__exp_g[5] = {1.39263919e-3f, 8.363345811e-3f, 4.166655336e-2f, 1.666657599e-1f, 0.5f};
+   The library's one exponential, for the activations, the softmaxes and the attention: a scalar
+   (titans__expf) and a vector (titans__vexp) form that give the same bits lane for lane, so a vector
+   loop's scalar tail agrees with its body. exp(x) = 2^n e^r: n = round(x / ln2), rounded by adding
+   1.5 * 2^23 in the fma that multiplies by 1/ln2; Cody-Waite reduction r = x - n ln2 in about
+   [-ln2/2, ln2/2] (ln2 split in a 9-bit head, so n * head is exact, and a tail); e^r = 1 + r + r^2 g(r),
+   g the degree-5 polynomial of Cephes' expf (e^r of degree 7). Every multiply-add is an explicit
+   titans__fmaf / titans__vfmaf, so no compiler's contraction setting can round the two forms
+   differently. x is clamped to [-104, 89]: exp is 0 below -103.98 and +Inf above 88.73 in float, and
+   the clamp keeps n in [-150, 128]. 2^n is applied in two steps: n1 = clamp(n, -125, 127) is added to
+   the exponent bits of e^r (exact: the result stays normal), then one multiply by 2^(n - n1),
+   n - n1 in [-25, 1], rounds once into a subnormal or overflows to +Inf. With a single float multiply
+   there is nothing for -ffast-math reassociation to regroup. NaN stays NaN. Error: within 2 ulp of the
+   correctly rounded result over the whole float range, subnormal results in subnormal ulps
+   (tests/test_ops.c). (A libm call per attention weight cost a third of the attention's forward.) */
+#define TITANS__EXP_LO (-104.0f)         /* clamped below: exp rounds to 0 */
+#define TITANS__EXP_HI 89.0f             /* clamped above: exp overflows to +Inf */
+#define TITANS__EXP_SHIFT 12582912.0f    /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
+static const float titans__exp_c[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                       4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 static const float titans__ln2_hi = 0.693359375f, titans__ln2_lo = -2.12194440e-4f; /* hi + lo = ln 2 */
 
-/* Scalar exp: the vector code's algorithm, for the tails of vector loops. */
+/* n (an integral float, |n| < 2^22) shifted into a float's exponent field, as a two's complement
+   uint32_t: the bits titans__ops_vpow2i and titans__ops_vldexp add, read from n + 1.5 * 2^23 in
+   unsigned arithmetic (no float to int conversion, which a NaN would make undefined). */
+static inline uint32_t titans__exp_field(float n) {
+  float t = n + TITANS__EXP_SHIFT;
+  uint32_t bits;
+  memcpy(&bits, &t, sizeof(bits));
+  return (bits - 0x4B400000u) << 23;
+}
+
 static inline float titans__expf(float x) {
-  if (x != x) return x;
-  x = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-  float n = floorf(x * 1.44269504f + 0.5f);
-  float r = x - n * titans__ln2_hi;
-  r = r - n * titans__ln2_lo;
-  const float *c = titans__exp_g;
-  float g = (((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4];
-  return ldexpf(1.0f + r * (1.0f + r * g), (int)n);
+  if (x != x) return x + x; /* the bit arithmetic below could turn a NaN into a number */
+  float xc = x < TITANS__EXP_LO ? TITANS__EXP_LO : (x > TITANS__EXP_HI ? TITANS__EXP_HI : x);
+  float n = titans__fmaf(xc, 1.44269504088896341f, TITANS__EXP_SHIFT) - TITANS__EXP_SHIFT;
+  float r = titans__fmaf(n, -titans__ln2_hi, xc);
+  r = titans__fmaf(n, -titans__ln2_lo, r);
+  float y = titans__exp_c[0];
+  for (int i = 1; i < 6; i++) y = titans__fmaf(y, r, titans__exp_c[i]);
+  y = titans__fmaf(y, r * r, r) + 1.0f;
+  float n1 = n < -125.0f ? -125.0f : (n > 127.0f ? 127.0f : n);
+  uint32_t bits;
+  memcpy(&bits, &y, sizeof(bits));
+  bits += titans__exp_field(n1); /* y 2^n1, exact */
+  memcpy(&y, &bits, sizeof(y));
+  float p2;
+  bits = titans__exp_field(n - n1) + (127u << 23); /* 2^(n - n1) */
+  memcpy(&p2, &bits, sizeof(p2));
+  return y * p2;
 }
 
 #if defined(TITANS__SCALAR)
 static inline titans__vf titans__vexp(titans__vf x) { return titans__expf(x); }
 #else
+/* titans__expf on every lane, the same operations in the same order (NaN passes through the clamps) */
 static inline titans__vf titans__vexp(titans__vf x) {
-  x = titans__ops_vclamp(x, -104.0f, 89.0f);
-  titans__vf n = titans__ops_vround(titans__vmul(x, titans__vset1(1.44269504f)));
-  titans__vf r = titans__vfma(n, titans__vset1(-titans__ln2_hi), x);
-  r = titans__vfma(n, titans__vset1(-titans__ln2_lo), r);
-  const float *c = titans__exp_g;
-  titans__vf g = titans__vfma(titans__vset1(c[0]), r, titans__vset1(c[1]));
-  g = titans__vfma(g, r, titans__vset1(c[2]));
-  g = titans__vfma(g, r, titans__vset1(c[3]));
-  g = titans__vfma(g, r, titans__vset1(c[4]));
-  titans__vf one = titans__vset1(1.0f);
-  titans__vf p = titans__vfma(r, titans__vfma(r, g, one), one);
+  titans__vf xc = titans__ops_vclamp(x, TITANS__EXP_LO, TITANS__EXP_HI);
+  titans__vf shift = titans__vset1(TITANS__EXP_SHIFT);
+  titans__vf n = titans__vsub(titans__vfmaf(xc, titans__vset1(1.44269504088896341f), shift), shift);
+  titans__vf r = titans__vfmaf(n, titans__vset1(-titans__ln2_hi), xc);
+  r = titans__vfmaf(n, titans__vset1(-titans__ln2_lo), r);
+  titans__vf y = titans__vset1(titans__exp_c[0]);
+  for (int i = 1; i < 6; i++) y = titans__vfmaf(y, r, titans__vset1(titans__exp_c[i]));
+  y = titans__vadd(titans__vfmaf(y, titans__vmul(r, r), r), titans__vset1(1.0f));
   titans__vf n1 = titans__ops_vclamp(n, -125.0f, 127.0f);
-  return titans__vmul(titans__ops_vldexp(p, n1), titans__ops_vpow2i(titans__vsub(n, n1)));
+  return titans__vmul(titans__ops_vldexp(y, n1), titans__ops_vpow2i(titans__vsub(n, n1)));
 }
 #endif
 
@@ -5557,28 +5604,9 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
    elements in order (keys along the vector lanes, read from panels), whichever queries and keys are
    computed with it; a sum of scaled rows adds one fma per element and term (multiply-add in the
    scalar tail) in term order, however the terms are grouped into calls or register blocks; exp is one
-   function. They are private (not titans_gemm, titans__dot or titans__axpy) so the guarantee does not
-   depend on how the core picks its kernels. */
-
-/* Multiply-adds with one rounding rule for the whole part, so a scalar tail element gets the bits of a
-   vector lane whatever the compiler's contraction setting (C++ and GNU C contract a * b + c into an
-   fma by default, ISO C does not): fused whenever the hardware fuses (the SIMD layer's fma, or fmaf
-   where it is fast), a plain multiply-add otherwise (then no compiler can fuse either). */
-static inline float titans__attn_fma(float a, float b, float c) {
-#if !defined(TITANS__SCALAR) || defined(FP_FAST_FMAF)
-  return fmaf(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
-
-#ifdef TITANS__SCALAR
-static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__vf c) {
-  return titans__attn_fma(a, b, c);
-}
-#else
-static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__vf c) { return titans__vfma(a, b, c); }
-#endif
+   function with a scalar and a vector form of the same bits (titans__expf / titans__vexp, section 3,
+   which also gives the multiply-adds titans__fmaf / titans__vfmaf). They are private (not titans_gemm,
+   titans__dot or titans__axpy) so the guarantee does not depend on how the core picks its kernels. */
 
 /* out[r] = a_r . b_r for the n row pairs (row stride ld), each as the score kernel computes a score:
    one fma chain over the elements in order from the first (the backward's D = dout.out, so that
@@ -5589,12 +5617,12 @@ static void titans__attn_row_dots(float *out, const float *a, const float *b, si
   for (; r + 16 <= n; r += 16) { /* 16 chains: the rows are often cold, and their loads overlap */
     float s[16] = {0};
     for (size_t i = 0; i < d_a; i++)
-      for (size_t g = 0; g < 16; g++) s[g] = titans__attn_fma(a[(r + g) * ld + i], b[(r + g) * ld + i], s[g]);
+      for (size_t g = 0; g < 16; g++) s[g] = titans__fmaf(a[(r + g) * ld + i], b[(r + g) * ld + i], s[g]);
     for (size_t g = 0; g < 16; g++) out[r + g] = s[g];
   }
   for (; r < n; r++) {
     float s = 0.0f;
-    for (size_t i = 0; i < d_a; i++) s = titans__attn_fma(a[r * ld + i], b[r * ld + i], s);
+    for (size_t i = 0; i < d_a; i++) s = titans__fmaf(a[r * ld + i], b[r * ld + i], s);
     out[r] = s;
   }
 }
@@ -5676,7 +5704,7 @@ TITANS__GEMM_INLINE void titans__attn_score_kernel(float *out, size_t lo, const 
     for (int r = 0; r < NR; r++) {
       titans__vf ar = titans__vset1(a[r][i]);
       TITANS__GEMM_UNROLL
-      for (int u = 0; u < NV; u++) acc[r][u] = titans__attn_vfma(ar, x[u], acc[r][u]);
+      for (int u = 0; u < NV; u++) acc[r][u] = titans__vfmaf(ar, x[u], acc[r][u]);
     }
   }
   titans__vf vs = titans__vset1(scale);
@@ -5767,7 +5795,7 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
       if (masked && !vis[(size_t)r * cy + t * ct]) continue;
       titans__vf a = titans__vset1(coef[(size_t)r * cy + t * ct]);
       TITANS__GEMM_UNROLL
-      for (int u = 0; u < NC; u++) acc[r][u] = titans__attn_vfma(a, xv[u], acc[r][u]);
+      for (int u = 0; u < NC; u++) acc[r][u] = titans__vfmaf(a, xv[u], acc[r][u]);
     }
   }
   TITANS__GEMM_UNROLL
@@ -5808,64 +5836,12 @@ static void titans__attn_madd(float *const *y, size_t ny, const float *coef, siz
       for (size_t e = nv; e < n; e++) {
         float acc = y[r + g][e];
         for (size_t t = 0; t < nt; t++)
-          if (!vr || vr[g * cy + t * ct]) acc = titans__attn_fma(cr[g * cy + t * ct], x[t][e], acc);
+          if (!vr || vr[g * cy + t * ct]) acc = titans__fmaf(cr[g * cy + t * ct], x[t][e], acc);
         y[r + g][e] = acc;
       }
   }
 }
 #undef TITANS__ATTN_MADD_CASE
-
-/* exp(x) for the softmax, as a scalar and as a vector function that give the same bits lane for lane
-   (a vector loop's scalar tail then agrees with its body, and every path of the kernels computes a
-   weight the same way): Cody-Waite reduction x = n ln2 + r, a degree-7 polynomial for e^r (Cephes expf
-   coefficients), 2^n written into the exponent bits. Every multiply-add is an explicit fma, so no
-   compiler's contraction setting can round the two versions differently. Relative error below 1.4 ulp
-   on [-87, 1]; 0 below -87.3 (where expf is subnormal); NaN stays NaN. (A libm call per pair cost a
-   third of the forward.) It shares the Cody-Waite constants of titans__expf; its own polynomial and
-   explicit fmas are what make its scalar and vector results equal bit for bit. */
-#define TITANS__ATTN_EXP_LO (-87.33654f) /* below: 0 */
-#define TITANS__ATTN_EXP_HI 88.0f        /* clamped above: e^88 is still finite */
-#define TITANS__ATTN_EXP_SHIFT 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
-static const float titans__attn_exp_c[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-
-static inline float titans__attn_exp(float x) {
-  float xc = x < TITANS__ATTN_EXP_LO ? TITANS__ATTN_EXP_LO : x; /* NaN passes through, as in the vector clamp */
-  xc = xc > TITANS__ATTN_EXP_HI ? TITANS__ATTN_EXP_HI : xc;
-  float t = titans__attn_fma(xc, 1.44269504088896341f, TITANS__ATTN_EXP_SHIFT), n = t - TITANS__ATTN_EXP_SHIFT;
-  float r = titans__attn_fma(n, -titans__ln2_hi, xc);
-  r = titans__attn_fma(n, -titans__ln2_lo, r);
-  float y = titans__attn_exp_c[0];
-  for (int i = 1; i < 6; i++) y = titans__attn_fma(y, r, titans__attn_exp_c[i]);
-  y = titans__attn_fma(y, r * r, r) + 1.0f;
-  /* 2^n, n in [-126, 127], from t's bits (0x4B400000 + n), in unsigned arithmetic: the same bits as
-     titans__ops_vpow2i(n), and defined for a NaN, where converting n to an int is not */
-  uint32_t bits;
-  memcpy(&bits, &t, sizeof(bits));
-  bits = (bits - (0x4B400000u - 127u)) << 23;
-  float p2n;
-  memcpy(&p2n, &bits, sizeof(p2n));
-  y = y * p2n;
-  return x < TITANS__ATTN_EXP_LO ? 0.0f : y;
-}
-
-#if defined(TITANS__SCALAR)
-static inline titans__vf titans__attn_vexp(titans__vf x) { return titans__attn_exp(x); }
-#else
-/* titans__attn_exp on every lane, the same operations in the same order */
-static inline titans__vf titans__attn_vexp(titans__vf x) {
-  titans__vf xc = titans__ops_vclamp(x, TITANS__ATTN_EXP_LO, TITANS__ATTN_EXP_HI);
-  titans__vf t = titans__attn_vfma(xc, titans__vset1(1.44269504088896341f), titans__vset1(TITANS__ATTN_EXP_SHIFT));
-  titans__vf n = titans__vsub(t, titans__vset1(TITANS__ATTN_EXP_SHIFT));
-  titans__vf r = titans__attn_vfma(n, titans__vset1(-titans__ln2_hi), xc);
-  r = titans__attn_vfma(n, titans__vset1(-titans__ln2_lo), r);
-  titans__vf y = titans__vset1(titans__attn_exp_c[0]);
-  for (int i = 1; i < 6; i++) y = titans__attn_vfma(y, r, titans__vset1(titans__attn_exp_c[i]));
-  y = titans__vadd(titans__attn_vfma(y, titans__vmul(r, r), r), titans__vset1(1.0f));
-  y = titans__vmul(y, titans__ops_vpow2i(n));
-  return titans__ops_vsel_lt(x, titans__vset1(TITANS__ATTN_EXP_LO), titans__vset1(0.0f), y);
-}
-#endif
 
 /* s[t] = exp(s[t] - m) for t < n (the softmax's weights from scaled scores: exactly 1 where s = m).
    Returns their sum as titans__attn_row_sum adds them when `sum`. */
@@ -5873,7 +5849,7 @@ static float titans__attn_exp_row(float *s, size_t n, float m, int sum) {
   titans__vf acc = titans__vset1(0.0f), vm = titans__vset1(m);
   size_t t = 0;
   for (; t + TITANS__VW <= n; t += TITANS__VW) {
-    titans__vf p = titans__attn_vexp(titans__vsub(titans__vload(s + t), vm));
+    titans__vf p = titans__vexp(titans__vsub(titans__vload(s + t), vm));
     titans__vstore(s + t, p);
     acc = titans__vadd(acc, p);
   }
@@ -5881,7 +5857,7 @@ static float titans__attn_exp_row(float *s, size_t n, float m, int sum) {
   if (t < n) { /* the tail through one vector (the same bits as the scalar exp), then added in order */
     float pad[TITANS__VW] = {0};
     memcpy(pad, s + t, (n - t) * sizeof(float));
-    titans__vstore(pad, titans__attn_vexp(titans__vsub(titans__vload(pad), vm)));
+    titans__vstore(pad, titans__vexp(titans__vsub(titans__vload(pad), vm)));
     memcpy(s + t, pad, (n - t) * sizeof(float));
     for (; t < n; t++) total += s[t];
   }
@@ -6141,7 +6117,7 @@ static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsi
     if (a[r] >= b[r]) continue;
     if (mt[r] > R->m[r]) {
       if (R->m[r] != -INFINITY) { /* nothing to rescale before the first key */
-        float c = titans__attn_exp(R->m[r] - mt[r]);
+        float c = titans__expf(R->m[r] - mt[r]);
         R->l[r] *= c;
         for (size_t i = 0; i < d_a; i++) R->o[r][i] *= c;
       }
