@@ -40,8 +40,10 @@
        named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk; an
        attention call, titans_attn_shape; an optimizer span, titans_adamw_arrays; a product,
        titans__gemm_job), or by value when it is a pointer and its stride (a matrix operand of
-       titans_gemm and its leading dimension, titans_cmat / titans_mat). The exception: the inlined
-       SIMD tiles, whose extra arguments are compile-time tile sizes.
+       titans_gemm and its leading dimension, titans_cmat / titans_mat). The exception: the SIMD tiles
+       and the blocks that instantiate them (titans_gemm's titans__gemm_* kernels, titans__mem_update_tile,
+       titans__attn_madd_kernel), whose extra arguments are compile-time tile sizes and a product's
+       operands, one by one.
 
    CONTENTS
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer
