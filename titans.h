@@ -78,10 +78,8 @@
                          cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged);
                          titans_config_default_persist (the default N_p for a config's memory chunk);
                          titans_trainer_set_reduce_overlap (the data-parallel sum overlapped with the backward)
-                         API: titans_gemm takes 10 arguments, each matrix with its leading dimension as one
-                         titans_cmat / titans_mat (titans_cm(a, lda), titans_m(c, ldc)): sgemm-style calls break
-                         one exp (Cody-Waite, degree 7) for the activations, softmaxes and attention: sigmoid,
-                         SiLU, tanh and softmax results change in their last bits
+                         API: titans_gemm takes 10 arguments, a matrix and its ld as titans_cm(a, lda) / titans_m;
+                         one exp (degree 7) for kernels and attention: activations change in their last bits
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
