@@ -39,9 +39,11 @@
      - Functions take at most 10 parameters: arrays that travel together go as one small struct of
        named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk; an
        attention call, titans_attn_shape; an optimizer span, titans_adamw_arrays; a product,
-       titans__gemm_job). The exceptions: titans_gemm keeps the 13 arguments of BLAS's sgemm, which
-       every reader of a product knows; the inlined SIMD tiles, whose extra arguments are compile-time
-       tile sizes.
+       titans__gemm_job), or by value when it is a pointer and its stride (a matrix operand of
+       titans_gemm and its leading dimension, titans_cmat / titans_mat). The exception: the SIMD tiles
+       and the blocks that instantiate them (titans_gemm's titans__gemm_* kernels, titans__mem_update_tile,
+       titans__attn_madd_kernel), whose extra arguments are compile-time tile sizes and a product's
+       operands, one by one.
 
    CONTENTS
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer
@@ -76,6 +78,8 @@
                          cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged);
                          titans_config_default_persist (the default N_p for a config's memory chunk);
                          titans_trainer_set_reduce_overlap (the data-parallel sum overlapped with the backward)
+                         API: titans_gemm takes 10 arguments, a matrix and its ld as titans_cm(a, lda) / titans_m;
+                         one exp (degree 7) for kernels and attention: activations change in their last bits
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -155,19 +159,47 @@ TITANSDEF int titans_threads(void);
 
 /* ---- 2. GEMM (declarations) ------------------------------------------------------------------- */
 
-/* Row-major C[m x n] = alpha * op(A) * op(B) + beta * C.
-   op(A) is m x k: A is stored [m, lda] (lda >= k) when trans_a == 0, [k, lda] (lda >= m) when 1.
-   op(B) is k x n: B is stored [k, ldb] (ldb >= n) when trans_b == 0, [n, ldb] (ldb >= k) when 1.
+/* A matrix operand of titans_gemm: the address of its first element and its leading dimension ld (the
+   distance between the starts of two rows, in floats; at least the row's width). A and B are read
+   (titans_cmat), C is written (titans_mat). titans_cm(p, ld) and titans_m(p, ld) build them in the call:
+       titans_gemm(0, 1, rows, d_out, d_in, 1.0f, titans_cm(x, d_in), titans_cm(w, d_in), 0.0f, titans_m(y, d_out));
+   is y = x W^T for x [rows, d_in], W [d_out, d_in], y [rows, d_out]. */
+typedef struct titans_cmat {
+  const float *p; /* the element (0, 0) */
+  size_t ld;      /* floats from one row's start to the next */
+} titans_cmat;
+typedef struct titans_mat {
+  float *p;  /* the element (0, 0) */
+  size_t ld; /* floats from one row's start to the next */
+} titans_mat;
+static inline titans_cmat titans_cm(const float *p, size_t ld) {
+  titans_cmat a;
+  a.p = p;
+  a.ld = ld;
+  return a;
+}
+static inline titans_mat titans_m(float *p, size_t ld) {
+  titans_mat c;
+  c.p = p;
+  c.ld = ld;
+  return c;
+}
+
+/* Row-major C[m x n] = alpha * op(A) * op(B) + beta * C: BLAS's sgemm (row-major), each matrix pointer
+   paired with its leading dimension (a.ld is sgemm's lda, b.ld its ldb, c.ld its ldc).
+   op(A) is m x k: A is stored [m, a.ld] (a.ld >= k) when trans_a == 0, [k, a.ld] (a.ld >= m) when 1.
+   op(B) is k x n: B is stored [k, b.ld] (b.ld >= n) when trans_b == 0, [n, b.ld] (b.ld >= k) when 1.
+   C is stored [m, c.ld] (c.ld >= n).
    When beta == 0, C is not read (NaN in C does not propagate). When k == 0 or alpha == 0, C = beta * C
-   and A, B are not read (as BLAS). Columns of A, B, C past the widths (the padding up to lda, ldb, ldc)
-   are never read or written. Never allocates: scratch lives on the stack (at most about 330 KiB per
+   and A, B are not read (as BLAS). Columns of A, B, C past the widths (the padding up to a.ld, b.ld,
+   c.ld) are never read or written. Never allocates: scratch lives on the stack (at most about 330 KiB per
    thread); threads over output tiles with OpenMP when the product is large (m*n*k >= 2^20 per thread)
    and the caller is not already inside a parallel region (where cores are shared with other busy
    processes, OMP_WAIT_POLICY=passive keeps OpenMP's spin-waiting from stalling a threaded call until
    the OS runs the other thread). Each C element is summed over k in a fixed order that depends on the
    shape only, whatever the thread count: results are bit-identical for any number of threads. */
-TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
-                           size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc);
+TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, titans_cmat a,
+                           titans_cmat b, float beta, titans_mat c);
 
 #ifdef TITANS_COUNT_FLOPS
 /* The multiply-adds of every titans_gemm call since the program started (m n k of each call that reads
@@ -2681,12 +2713,12 @@ TITANSDEF unsigned long long titans_gemm_madds(void) {
 }
 #endif
 
-TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
-                           size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, titans_cmat a,
+                           titans_cmat b, float beta, titans_mat c) {
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) { /* C = beta * C, A and B not read (as BLAS) */
     for (size_t i = 0; i < m; i++)
-      for (size_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      for (size_t j = 0; j < n; j++) c.p[i * c.ld + j] = beta == 0.0f ? 0.0f : beta * c.p[i * c.ld + j];
     return;
   }
 #ifdef TITANS_COUNT_FLOPS
@@ -2704,14 +2736,14 @@ TITANSDEF void titans_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t 
   g.m = m;
   g.n = n;
   g.k = k;
-  g.lda = lda;
-  g.ldb = ldb;
-  g.ldc = ldc;
+  g.lda = a.ld;
+  g.ldb = b.ld;
+  g.ldc = c.ld;
   g.alpha = alpha;
   g.beta = beta;
-  g.a = a;
-  g.b = b;
-  g.c = c;
+  g.a = a.p;
+  g.b = b.p;
+  g.c = c.p;
   g.method = titans__gemm_method(trans_a, trans_b, m, n, k);
 #ifdef _OPENMP
   {
@@ -2816,47 +2848,92 @@ static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans_
 }
 #endif
 
+/* Multiply-adds with one rounding rule, so a scalar tail element gets the bits of a vector lane
+   whatever the compiler's contraction setting (C++ and GNU C contract a * b + c into an fma by default,
+   ISO C does not): fused whenever the hardware fuses (the SIMD layer's fma, or fmaf where it is fast),
+   a plain multiply-add otherwise (then no compiler can fuse either). The exp below and the attention
+   (section 5) compute with them wherever a scalar and a vector path must agree bit for bit. */
+static inline float titans__fmaf(float a, float b, float c) {
+#if !defined(TITANS__SCALAR) || defined(FP_FAST_FMAF)
+  return fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+#ifdef TITANS__SCALAR
+static inline titans__vf titans__vfmaf(titans__vf a, titans__vf b, titans__vf c) { return titans__fmaf(a, b, c); }
+#else
+static inline titans__vf titans__vfmaf(titans__vf a, titans__vf b, titans__vf c) { return titans__vfma(a, b, c); }
+#endif
+
 /* ---- exp, sigmoid, tanh ------------------------------------------------------------------------
-   exp(x) = 2^n exp(r) with n = round(x / ln2) and r = x - n ln2 in [-ln2/2, ln2/2] (ln2 split in a
-   9-bit head, so n * head is exact, and a tail). exp(r) = 1 + r + r^2 g(r), g a degree-4 Chebyshev
-   fit of (exp(r) - 1 - r) / r^2 (made for this file; polynomial error 1.1e-8 relative, 0.1 ulp).
-   x is clamped to [-104, 89]: exp is 0 below -103.98 and +Inf above 88.73 in float, and the clamp
-   keeps n in [-150, 128]. 2^n is applied in two steps: n1 = clamp(n, -125, 127) is added to the
-   exponent bits of p (exact: the result stays normal), then one multiply by 2^(n - n1), n - n1 in
-   [-25, 1], rounds once into a subnormal or overflows to +Inf. With a single float multiply there is
-   nothing for -ffast-math reassociation to regroup. NaN passes through the clamp and propagates. */
-static const float titans__exp_g[5] = {1.39263919e-3f, 8.363345811e-3f, 4.166655336e-2f, 1.666657599e-1f, 0.5f};
+   The library's one exponential, for the activations, the softmaxes and the attention: a scalar
+   (titans__expf) and a vector (titans__vexp) form that give the same bits lane for lane, so a vector
+   loop's scalar tail agrees with its body. exp(x) = 2^n e^r: n = round(x / ln2), rounded by adding
+   1.5 * 2^23 in the fma that multiplies by 1/ln2; Cody-Waite reduction r = x - n ln2 in about
+   [-ln2/2, ln2/2] (ln2 split in a 9-bit head, so n * head is exact, and a tail); e^r = 1 + r + r^2 g(r),
+   g the degree-5 polynomial of Cephes' expf (e^r of degree 7). Every multiply-add is an explicit
+   titans__fmaf / titans__vfmaf, so no compiler's contraction setting can round the two forms
+   differently. x is clamped to [-104, 89]: exp is 0 below -103.98 and +Inf above 88.73 in float, and
+   the clamp keeps n in [-150, 128]. 2^n is applied in two steps: n1 = clamp(n, -125, 127) is added to
+   the exponent bits of e^r (exact: the result stays normal), then one multiply by 2^(n - n1),
+   n - n1 in [-25, 1], rounds once into a subnormal or overflows to +Inf. With a single float multiply
+   there is nothing for -ffast-math reassociation to regroup. NaN stays NaN. Error: within 2 ulp of the
+   correctly rounded result over the whole float range, subnormal results in subnormal ulps
+   (tests/test_ops.c). (A libm call per attention weight cost a third of the attention's forward.) */
+#define TITANS__EXP_LO (-104.0f)         /* clamped below: exp rounds to 0 */
+#define TITANS__EXP_HI 89.0f             /* clamped above: exp overflows to +Inf */
+#define TITANS__EXP_SHIFT 12582912.0f    /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
+static const float titans__exp_c[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                       4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 static const float titans__ln2_hi = 0.693359375f, titans__ln2_lo = -2.12194440e-4f; /* hi + lo = ln 2 */
 
-/* Scalar exp: the vector code's algorithm, for the tails of vector loops. */
+/* n (an integral float, |n| < 2^22) shifted into a float's exponent field, as a two's complement
+   uint32_t: the bits titans__ops_vpow2i and titans__ops_vldexp add, read from n + 1.5 * 2^23 in
+   unsigned arithmetic (no float to int conversion, which a NaN would make undefined). */
+static inline uint32_t titans__exp_field(float n) {
+  float t = n + TITANS__EXP_SHIFT;
+  uint32_t bits;
+  memcpy(&bits, &t, sizeof(bits));
+  return (bits - 0x4B400000u) << 23;
+}
+
 static inline float titans__expf(float x) {
-  if (x != x) return x;
-  x = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-  float n = floorf(x * 1.44269504f + 0.5f);
-  float r = x - n * titans__ln2_hi;
-  r = r - n * titans__ln2_lo;
-  const float *c = titans__exp_g;
-  float g = (((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4];
-  return ldexpf(1.0f + r * (1.0f + r * g), (int)n);
+  if (x != x) return x + x; /* the bit arithmetic below could turn a NaN into a number */
+  float xc = x < TITANS__EXP_LO ? TITANS__EXP_LO : (x > TITANS__EXP_HI ? TITANS__EXP_HI : x);
+  float n = titans__fmaf(xc, 1.44269504088896341f, TITANS__EXP_SHIFT) - TITANS__EXP_SHIFT;
+  float r = titans__fmaf(n, -titans__ln2_hi, xc);
+  r = titans__fmaf(n, -titans__ln2_lo, r);
+  float y = titans__exp_c[0];
+  for (int i = 1; i < 6; i++) y = titans__fmaf(y, r, titans__exp_c[i]);
+  y = titans__fmaf(y, r * r, r) + 1.0f;
+  float n1 = n < -125.0f ? -125.0f : (n > 127.0f ? 127.0f : n);
+  uint32_t bits;
+  memcpy(&bits, &y, sizeof(bits));
+  bits += titans__exp_field(n1); /* y 2^n1, exact */
+  memcpy(&y, &bits, sizeof(y));
+  float p2;
+  bits = titans__exp_field(n - n1) + (127u << 23); /* 2^(n - n1) */
+  memcpy(&p2, &bits, sizeof(p2));
+  return y * p2;
 }
 
 #if defined(TITANS__SCALAR)
 static inline titans__vf titans__vexp(titans__vf x) { return titans__expf(x); }
 #else
+/* titans__expf on every lane, the same operations in the same order (NaN passes through the clamps) */
 static inline titans__vf titans__vexp(titans__vf x) {
-  x = titans__ops_vclamp(x, -104.0f, 89.0f);
-  titans__vf n = titans__ops_vround(titans__vmul(x, titans__vset1(1.44269504f)));
-  titans__vf r = titans__vfma(n, titans__vset1(-titans__ln2_hi), x);
-  r = titans__vfma(n, titans__vset1(-titans__ln2_lo), r);
-  const float *c = titans__exp_g;
-  titans__vf g = titans__vfma(titans__vset1(c[0]), r, titans__vset1(c[1]));
-  g = titans__vfma(g, r, titans__vset1(c[2]));
-  g = titans__vfma(g, r, titans__vset1(c[3]));
-  g = titans__vfma(g, r, titans__vset1(c[4]));
-  titans__vf one = titans__vset1(1.0f);
-  titans__vf p = titans__vfma(r, titans__vfma(r, g, one), one);
+  titans__vf xc = titans__ops_vclamp(x, TITANS__EXP_LO, TITANS__EXP_HI);
+  titans__vf shift = titans__vset1(TITANS__EXP_SHIFT);
+  titans__vf n = titans__vsub(titans__vfmaf(xc, titans__vset1(1.44269504088896341f), shift), shift);
+  titans__vf r = titans__vfmaf(n, titans__vset1(-titans__ln2_hi), xc);
+  r = titans__vfmaf(n, titans__vset1(-titans__ln2_lo), r);
+  titans__vf y = titans__vset1(titans__exp_c[0]);
+  for (int i = 1; i < 6; i++) y = titans__vfmaf(y, r, titans__vset1(titans__exp_c[i]));
+  y = titans__vadd(titans__vfmaf(y, titans__vmul(r, r), r), titans__vset1(1.0f));
   titans__vf n1 = titans__ops_vclamp(n, -125.0f, 127.0f);
-  return titans__vmul(titans__ops_vldexp(p, n1), titans__ops_vpow2i(titans__vsub(n, n1)));
+  return titans__vmul(titans__ops_vldexp(y, n1), titans__ops_vpow2i(titans__vsub(n, n1)));
 }
 #endif
 
@@ -4227,8 +4304,8 @@ static void titans__mem_chunk_keys(const titans__mem_dims *m, int residual, cons
 
   /* Key path through the chunk-start weights: zk[i] = ak[i] Wg_i^T, ak[i+1] = SiLU(zk[i]). */
   for (size_t i = 0; i < L; i++) {
-    titans_gemm(0, 1, n, m->n[i + 1], m->n[i], 1.0f, wk->ak[i], m->n[i], wgrad + m->wofs[i], m->n[i], 0.0f, wk->zk[i],
-                m->n[i + 1]);
+    titans_gemm(0, 1, n, m->n[i + 1], m->n[i], 1.0f, titans_cm(wk->ak[i], m->n[i]),
+                titans_cm(wgrad + m->wofs[i], m->n[i]), 0.0f, titans_m(wk->zk[i], m->n[i + 1]));
     if (i + 1 < L) titans__silu_keep(wk->ak[i + 1], wk->sk[i], wk->zk[i], n * m->n[i + 1]);
   }
   /* Errors of the inner loss: delta[L-1] = 2 (M(k) - v); delta[i] = (delta[i+1] W_{i+1}) o SiLU'(zk[i]). */
@@ -4239,8 +4316,8 @@ static void titans__mem_chunk_keys(const titans__mem_dims *m, int residual, cons
     }
   for (size_t i = L - 1; i-- > 0;) {
     size_t wi = m->n[i + 1];
-    titans_gemm(0, 0, n, wi, m->n[i + 2], 1.0f, wk->delta[i + 1], m->n[i + 2], wgrad + m->wofs[i + 1], wi, 0.0f,
-                wk->gk[i], wi);
+    titans_gemm(0, 0, n, wi, m->n[i + 2], 1.0f, titans_cm(wk->delta[i + 1], m->n[i + 2]),
+                titans_cm(wgrad + m->wofs[i + 1], wi), 0.0f, titans_m(wk->gk[i], wi));
     for (size_t j = 0; j < n * wi; j++) wk->delta[i][j] = wk->gk[i][j] * titans__silu_d1(wk->zk[i][j], wk->sk[i][j]);
   }
   titans__mem_bound_steps(m, wk, n);
@@ -4260,13 +4337,16 @@ static void titans__mem_chunk_forward(const titans__mem_dims *m, int residual, f
      zq[i] = diag(A) aq[i] W_i^T + diag(B) aq[i] S_i^T - (C o (aq[i] ak[i]^T)) delta[i]. */
   for (size_t i = 0; i < L; i++) {
     size_t ni = m->n[i], no = m->n[i + 1];
-    titans_gemm(0, 1, n, no, ni, 1.0f, wk->aq[i], ni, w + m->wofs[i], ni, 0.0f, wk->p1[i], no);
-    titans_gemm(0, 1, n, no, ni, 1.0f, wk->aq[i], ni, s + m->wofs[i], ni, 0.0f, wk->p2[i], no);
-    titans_gemm(0, 1, n, n, ni, 1.0f, wk->aq[i], ni, wk->ak[i], ni, 0.0f, wk->mx[i], n);
+    titans_gemm(0, 1, n, no, ni, 1.0f, titans_cm(wk->aq[i], ni), titans_cm(w + m->wofs[i], ni), 0.0f,
+                titans_m(wk->p1[i], no));
+    titans_gemm(0, 1, n, no, ni, 1.0f, titans_cm(wk->aq[i], ni), titans_cm(s + m->wofs[i], ni), 0.0f,
+                titans_m(wk->p2[i], no));
+    titans_gemm(0, 1, n, n, ni, 1.0f, titans_cm(wk->aq[i], ni), titans_cm(wk->ak[i], ni), 0.0f, titans_m(wk->mx[i], n));
     titans__ops_mul(wk->cm, wk->cC, wk->mx[i], n * n);
     for (size_t t = 0; t < n; t++)
       titans__ops_lincomb(wk->zq[i] + t * no, wk->cA[t], wk->p1[i] + t * no, wk->cB[t], wk->p2[i] + t * no, no);
-    titans_gemm(0, 0, n, no, n, -1.0f, wk->cm, n, wk->delta[i], no, 1.0f, wk->zq[i], no);
+    titans_gemm(0, 0, n, no, n, -1.0f, titans_cm(wk->cm, n), titans_cm(wk->delta[i], no), 1.0f,
+                titans_m(wk->zq[i], no));
     if (i + 1 < L) titans__silu_keep(wk->aq[i + 1], wk->sq[i], wk->zq[i], n * no);
   }
   if (y)
@@ -4303,10 +4383,10 @@ static void titans__mem_chunk_end_state(const titans__mem_dims *m, float *w_out,
     }
     titans__ops_lincomb(wo, An, wi, Bn, si, sz);
     titans__scale_rows(wk->tmp, crow, wk->ak[i], n, ni);
-    titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, wo, ni);
+    titans_gemm(1, 0, no, ni, n, -1.0f, titans_cm(wk->delta[i], no), titans_cm(wk->tmp, ni), 1.0f, titans_m(wo, ni));
     titans__ops_scale_to(so, si, En, sz);
     titans__scale_rows(wk->tmp, drow, wk->ak[i], n, ni);
-    titans_gemm(1, 0, no, ni, n, -1.0f, wk->delta[i], no, wk->tmp, ni, 1.0f, so, ni);
+    titans_gemm(1, 0, no, ni, n, -1.0f, titans_cm(wk->delta[i], no), titans_cm(wk->tmp, ni), 1.0f, titans_m(so, ni));
     if (flush || wc) {
       titans__mem_state_out(wc, wo, sz, flush);
       titans__mem_state_out(sc, so, sz, flush);
@@ -4473,16 +4553,16 @@ static void titans__mem_end_state_backward(const titans__mem_dims *m, titans__me
     wk->dB[n - 1] += dots[1];
     wk->dE[n - 1] += dots[2];
     /* through ak: R1 = delta dW', R2 = delta dS' [n, ni] */
-    titans_gemm(0, 0, n, ni, no, 1.0f, wk->delta[i], no, dWe, ni, 0.0f, wk->tmp, ni);
-    titans_gemm(0, 0, n, ni, no, 1.0f, wk->delta[i], no, dSe, ni, 0.0f, wk->tmp2, ni);
+    titans_gemm(0, 0, n, ni, no, 1.0f, titans_cm(wk->delta[i], no), titans_cm(dWe, ni), 0.0f, titans_m(wk->tmp, ni));
+    titans_gemm(0, 0, n, ni, no, 1.0f, titans_cm(wk->delta[i], no), titans_cm(dSe, ni), 0.0f, titans_m(wk->tmp2, ni));
     titans__rowdot_acc(dcrow, -1.0f, wk->tmp, wk->ak[i], n, ni);
     titans__rowdot_acc(ddrow, -1.0f, wk->tmp2, wk->ak[i], n, ni);
     for (size_t t = 0; t < n; t++)
       for (size_t j = 0; j < ni; j++)
         wk->dak[i][t * ni + j] -= crow[t] * wk->tmp[t * ni + j] + drow[t] * wk->tmp2[t * ni + j];
     /* through delta: Q1 = ak dW'^T, Q2 = ak dS'^T [n, no] */
-    titans_gemm(0, 1, n, no, ni, 1.0f, wk->ak[i], ni, dWe, ni, 0.0f, wk->tmp, no);
-    titans_gemm(0, 1, n, no, ni, 1.0f, wk->ak[i], ni, dSe, ni, 0.0f, wk->tmp2, no);
+    titans_gemm(0, 1, n, no, ni, 1.0f, titans_cm(wk->ak[i], ni), titans_cm(dWe, ni), 0.0f, titans_m(wk->tmp, no));
+    titans_gemm(0, 1, n, no, ni, 1.0f, titans_cm(wk->ak[i], ni), titans_cm(dSe, ni), 0.0f, titans_m(wk->tmp2, no));
     for (size_t t = 0; t < n; t++)
       for (size_t j = 0; j < no; j++)
         wk->ddelta[i][t * no + j] -= crow[t] * wk->tmp[t * no + j] + drow[t] * wk->tmp2[t * no + j];
@@ -4502,7 +4582,7 @@ static void titans__mem_query_backward(const titans__mem_dims *m, int residual, 
     /* zq[i] = diag(A) p1 + diag(B) p2 - (C o mx) delta[i] */
     titans__rowdot_acc(wk->dA, 1.0f, wk->dz, wk->p1[i], n, no);
     titans__rowdot_acc(wk->dB, 1.0f, wk->dz, wk->p2[i], n, no);
-    titans_gemm(0, 1, n, n, no, 1.0f, wk->dz, no, wk->delta[i], no, 0.0f, wk->t1, n);
+    titans_gemm(0, 1, n, n, no, 1.0f, titans_cm(wk->dz, no), titans_cm(wk->delta[i], no), 0.0f, titans_m(wk->t1, n));
     for (size_t t = 0; t < n; t++)
       for (size_t j = 0; j < n; j++) {
         size_t tj = t * n + j;
@@ -4510,16 +4590,18 @@ static void titans__mem_query_backward(const titans__mem_dims *m, int residual, 
         wk->dmx[tj] = -wk->cC[tj] * wk->t1[tj];
         wk->cm[tj] = wk->cC[tj] * wk->mx[i][tj];
       }
-    titans_gemm(1, 0, n, no, n, -1.0f, wk->cm, n, wk->dz, no, 1.0f, wk->ddelta[i], no);
+    titans_gemm(1, 0, n, no, n, -1.0f, titans_cm(wk->cm, n), titans_cm(wk->dz, no), 1.0f, titans_m(wk->ddelta[i], no));
     titans__scale_rows(wk->dp1, wk->cA, wk->dz, n, no);
     titans__scale_rows(wk->dp2, wk->cB, wk->dz, n, no);
     /* p1 = aq W^T, p2 = aq S^T, mx = aq ak^T */
-    titans_gemm(0, 0, n, ni, no, 1.0f, wk->dp1, no, w + o, ni, 0.0f, wk->daq, ni);
-    titans_gemm(0, 0, n, ni, no, 1.0f, wk->dp2, no, s + o, ni, 1.0f, wk->daq, ni);
-    titans_gemm(0, 0, n, ni, n, 1.0f, wk->dmx, n, wk->ak[i], ni, 1.0f, wk->daq, ni);
-    titans_gemm(1, 0, no, ni, n, 1.0f, wk->dp1, no, wk->aq[i], ni, 1.0f, wk->dW + o, ni);
-    titans_gemm(1, 0, no, ni, n, 1.0f, wk->dp2, no, wk->aq[i], ni, 1.0f, wk->dS + o, ni);
-    titans_gemm(1, 0, n, ni, n, 1.0f, wk->dmx, n, wk->aq[i], ni, 1.0f, wk->dak[i], ni);
+    titans_gemm(0, 0, n, ni, no, 1.0f, titans_cm(wk->dp1, no), titans_cm(w + o, ni), 0.0f, titans_m(wk->daq, ni));
+    titans_gemm(0, 0, n, ni, no, 1.0f, titans_cm(wk->dp2, no), titans_cm(s + o, ni), 1.0f, titans_m(wk->daq, ni));
+    titans_gemm(0, 0, n, ni, n, 1.0f, titans_cm(wk->dmx, n), titans_cm(wk->ak[i], ni), 1.0f, titans_m(wk->daq, ni));
+    titans_gemm(1, 0, no, ni, n, 1.0f, titans_cm(wk->dp1, no), titans_cm(wk->aq[i], ni), 1.0f,
+                titans_m(wk->dW + o, ni));
+    titans_gemm(1, 0, no, ni, n, 1.0f, titans_cm(wk->dp2, no), titans_cm(wk->aq[i], ni), 1.0f,
+                titans_m(wk->dS + o, ni));
+    titans_gemm(1, 0, n, ni, n, 1.0f, titans_cm(wk->dmx, n), titans_cm(wk->aq[i], ni), 1.0f, titans_m(wk->dak[i], ni));
     if (i > 0) {
       /* aq[i] = SiLU(zq[i-1]) */
       for (size_t j = 0; j < n * ni; j++) wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j], wk->sq[i - 1][j]);
@@ -4544,8 +4626,9 @@ static void titans__mem_key_backward(const titans__mem_dims *m, int residual, ti
       dg[j] = wk->ddelta[i][j] * titans__silu_d1(z, sg);
       wk->dzk[i][j] += wk->ddelta[i][j] * wk->gk[i][j] * titans__silu_d2(z, sg);
     }
-    titans_gemm(0, 1, n, nn, no, 1.0f, dg, no, w + o1, no, 1.0f, wk->ddelta[i + 1], nn);
-    titans_gemm(1, 0, nn, no, n, 1.0f, wk->delta[i + 1], nn, dg, no, 1.0f, wk->dW + o1, no);
+    titans_gemm(0, 1, n, nn, no, 1.0f, titans_cm(dg, no), titans_cm(w + o1, no), 1.0f, titans_m(wk->ddelta[i + 1], nn));
+    titans_gemm(1, 0, nn, no, n, 1.0f, titans_cm(wk->delta[i + 1], nn), titans_cm(dg, no), 1.0f,
+                titans_m(wk->dW + o1, no));
   }
   /* delta[L-1] = 2 (zk[L-1] + residual k - v) */
   for (size_t j = 0; j < n * dh; j++) {
@@ -4557,8 +4640,9 @@ static void titans__mem_key_backward(const titans__mem_dims *m, int residual, ti
   /* zk[i] = ak[i] W_i^T, ak[i] = SiLU(zk[i-1]) */
   for (size_t i = L; i-- > 0;) {
     size_t ni = m->n[i], no = m->n[i + 1], o = m->wofs[i];
-    titans_gemm(1, 0, no, ni, n, 1.0f, wk->dzk[i], no, wk->ak[i], ni, 1.0f, wk->dW + o, ni);
-    titans_gemm(0, 0, n, ni, no, 1.0f, wk->dzk[i], no, w + o, ni, 1.0f, wk->dak[i], ni);
+    titans_gemm(1, 0, no, ni, n, 1.0f, titans_cm(wk->dzk[i], no), titans_cm(wk->ak[i], ni), 1.0f,
+                titans_m(wk->dW + o, ni));
+    titans_gemm(0, 0, n, ni, no, 1.0f, titans_cm(wk->dzk[i], no), titans_cm(w + o, ni), 1.0f, titans_m(wk->dak[i], ni));
     if (i > 0)
       for (size_t j = 0; j < n * ni; j++)
         wk->dzk[i - 1][j] += wk->dak[i][j] * titans__silu_d1(wk->zk[i - 1][j], wk->sk[i - 1][j]);
@@ -4877,7 +4961,8 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
   size_t bt = B * T, K1 = m->K > 0 ? m->K - 1 : 0;
   const float *proj_w[3] = {w->wq, w->wk, w->wv}, *conv_w[3] = {w->conv_q, w->conv_k, w->conv_v};
   for (int si = 0; si < nstreams; si++) {
-    titans_gemm(0, 1, bt, m->dm, m->d, 1.0f, x, m->d, proj_w[si], m->d, 0.0f, bf->proj[si], m->dm);
+    titans_gemm(0, 1, bt, m->dm, m->d, 1.0f, titans_cm(x, m->d), titans_cm(proj_w[si], m->d), 0.0f,
+                titans_m(bf->proj[si], m->dm));
     if (m->K > 0) {
       if (saved && saved[si]) memcpy(saved[si], tails[si], B * K1 * m->dm * sizeof(float));
       for (size_t r = 0; r < B; r++) {
@@ -4895,7 +4980,7 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
   const float *gate_w[3] = {w->lr_w, w->mom_w, w->decay_w}, *gate_b[3] = {w->lr_b, w->mom_b, w->decay_b};
   for (int gi = 0; gi < 3; gi++) {
     float *g = bf->gates[gi];
-    titans_gemm(0, 1, bt, m->H, m->d, 1.0f, x, m->d, gate_w[gi], m->d, 0.0f, g, m->H);
+    titans_gemm(0, 1, bt, m->H, m->d, 1.0f, titans_cm(x, m->d), titans_cm(gate_w[gi], m->d), 0.0f, titans_m(g, m->H));
     for (size_t t = 0; t < bt; t++)
       for (size_t h = 0; h < m->H; h++) g[t * m->H + h] += gate_b[gi][h];
     if (gi == 0 && w->lr_k) titans__mem_gate_key_forward(m, w->lr_k, bf->qk[1], g, bt);
@@ -4974,8 +5059,10 @@ static void titans__mem_streams_backward(const titans__mem_dims *m, const titans
                                     m->K, m->dm);
       }
     }
-    titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dproj, m->dm, x, m->d, 1.0f, proj_g[si], m->d);
-    titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dproj, m->dm, proj_w[si], m->d, 1.0f, dx, m->d);
+    titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, titans_cm(gr->dproj, m->dm), titans_cm(x, m->d), 1.0f,
+                titans_m(proj_g[si], m->d));
+    titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, titans_cm(gr->dproj, m->dm), titans_cm(proj_w[si], m->d), 1.0f,
+                titans_m(dx, m->d));
   }
 }
 
@@ -5003,10 +5090,10 @@ static void titans__mem_gates_inputs_backward(const titans__mem_dims *m, const t
   float *gate_gw[3] = {grad->lr_w, grad->mom_w, grad->decay_w}, *gate_gb[3] = {grad->lr_b, grad->mom_b, grad->decay_b};
   for (int gi = 0; gi < 3; gi++) {
     float *dg = gr->dgates[gi];
-    titans_gemm(1, 0, m->H, m->d, bt, 1.0f, dg, m->H, x, m->d, 1.0f, gate_gw[gi], m->d);
+    titans_gemm(1, 0, m->H, m->d, bt, 1.0f, titans_cm(dg, m->H), titans_cm(x, m->d), 1.0f, titans_m(gate_gw[gi], m->d));
     for (size_t t = 0; t < bt; t++)
       for (size_t h = 0; h < m->H; h++) gate_gb[gi][h] += dg[t * m->H + h];
-    titans_gemm(0, 0, bt, m->d, m->H, 1.0f, dg, m->H, gate_w[gi], m->d, 1.0f, dx, m->d);
+    titans_gemm(0, 0, bt, m->d, m->H, 1.0f, titans_cm(dg, m->H), titans_cm(gate_w[gi], m->d), 1.0f, titans_m(dx, m->d));
   }
 }
 
@@ -5028,10 +5115,11 @@ static void titans__mem_inputs_backward(const titans__mem_dims *m, const titans_
 static void titans__mem_output_forward(const titans__mem_dims *m, const titans_mem_weights *w, titans__mem_bufs *bf,
                                        float *out, const float *x, size_t bt) {
   titans_rmsnorm_forward(bf->yn, bf->rstd, bf->y, w->out_norm, bt * m->H, m->dh);
-  titans_gemm(0, 1, bt, m->dm, m->d, 1.0f, x, m->d, w->wg, m->d, 0.0f, bf->g, m->dm);
+  titans_gemm(0, 1, bt, m->dm, m->d, 1.0f, titans_cm(x, m->d), titans_cm(w->wg, m->d), 0.0f, titans_m(bf->g, m->dm));
   titans_silu_forward(bf->gated, bf->g, bt * m->dm);
   for (size_t j = 0; j < bt * m->dm; j++) bf->gated[j] *= bf->yn[j];
-  titans_gemm(0, 1, bt, m->d, m->dm, 1.0f, bf->gated, m->dm, w->wo, m->dm, 0.0f, out, m->d);
+  titans_gemm(0, 1, bt, m->d, m->dm, 1.0f, titans_cm(bf->gated, m->dm), titans_cm(w->wo, m->dm), 0.0f,
+              titans_m(out, m->d));
 }
 
 /* out = wo (RMSNorm(y) * SiLU(g)): from dout [bt, d] writes gr->dy and accumulates d wo, d wg, d out_norm, dx. */
@@ -5039,8 +5127,10 @@ static void titans__mem_output_backward(const titans__mem_dims *m, const titans_
                                         const titans_mem_weights *grad, titans__mem_bufs *bf, titans__mem_grads *gr,
                                         float *dx, const float *dout, const float *x, size_t bt) {
   size_t n = bt * m->dm;
-  titans_gemm(1, 0, m->d, m->dm, bt, 1.0f, dout, m->d, bf->gated, m->dm, 1.0f, grad->wo, m->dm);
-  titans_gemm(0, 0, bt, m->dm, m->d, 1.0f, dout, m->d, w->wo, m->dm, 0.0f, gr->dgated, m->dm);
+  titans_gemm(1, 0, m->d, m->dm, bt, 1.0f, titans_cm(dout, m->d), titans_cm(bf->gated, m->dm), 1.0f,
+              titans_m(grad->wo, m->dm));
+  titans_gemm(0, 0, bt, m->dm, m->d, 1.0f, titans_cm(dout, m->d), titans_cm(w->wo, m->dm), 0.0f,
+              titans_m(gr->dgated, m->dm));
   for (size_t j = 0; j < n; j++) {
     float g = bf->g[j];
     gr->dyn[j] = gr->dgated[j] * g * titans__sigmoidf(g);
@@ -5048,8 +5138,9 @@ static void titans__mem_output_backward(const titans__mem_dims *m, const titans_
   }
   memset(gr->dg, 0, n * sizeof(float));
   titans_silu_backward(gr->dg, gr->tmp, bf->g, n);
-  titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, gr->dg, m->dm, x, m->d, 1.0f, grad->wg, m->d);
-  titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, gr->dg, m->dm, w->wg, m->d, 1.0f, dx, m->d);
+  titans_gemm(1, 0, m->dm, m->d, bt, 1.0f, titans_cm(gr->dg, m->dm), titans_cm(x, m->d), 1.0f,
+              titans_m(grad->wg, m->d));
+  titans_gemm(0, 0, bt, m->d, m->dm, 1.0f, titans_cm(gr->dg, m->dm), titans_cm(w->wg, m->d), 1.0f, titans_m(dx, m->d));
   memset(gr->dy, 0, n * sizeof(float));
   titans_rmsnorm_backward(gr->dy, grad->out_norm, gr->dyn, bf->y, w->out_norm, bf->rstd, bt * m->H, m->dh);
 }
@@ -5264,8 +5355,8 @@ static void titans__mem_read_block(const titans__mem_dims *m, int residual, floa
                                    size_t ld, const float *w, size_t n, titans__mem_work *wk) {
   titans__copy_rows(wk->aq[0], q, n, m->dh, ld);
   for (size_t i = 0; i < m->L; i++) {
-    titans_gemm(0, 1, n, m->n[i + 1], m->n[i], 1.0f, wk->aq[i], m->n[i], w + m->wofs[i], m->n[i], 0.0f, wk->zq[i],
-                m->n[i + 1]);
+    titans_gemm(0, 1, n, m->n[i + 1], m->n[i], 1.0f, titans_cm(wk->aq[i], m->n[i]), titans_cm(w + m->wofs[i], m->n[i]),
+                0.0f, titans_m(wk->zq[i], m->n[i + 1]));
     if (i + 1 < m->L) titans__silu_keep(wk->aq[i + 1], wk->sq[i], wk->zq[i], n * m->n[i + 1]);
   }
   for (size_t t = 0; t < n; t++)
@@ -5374,8 +5465,8 @@ static void titans__mem_read_backward_one(const titans__mem_dims *m, int residua
     if (residual) titans__add_rows(gr->dvec[0] + o, ld, wk->dz, n, m->dh);
     for (size_t i = m->L; i-- > 0;) {
       size_t ni = m->n[i], no = m->n[i + 1], wo = m->wofs[i];
-      titans_gemm(1, 0, no, ni, n, 1.0f, wk->dz, no, wk->aq[i], ni, 1.0f, dW + wo, ni);
-      titans_gemm(0, 0, n, ni, no, 1.0f, wk->dz, no, w + wo, ni, 0.0f, wk->daq, ni);
+      titans_gemm(1, 0, no, ni, n, 1.0f, titans_cm(wk->dz, no), titans_cm(wk->aq[i], ni), 1.0f, titans_m(dW + wo, ni));
+      titans_gemm(0, 0, n, ni, no, 1.0f, titans_cm(wk->dz, no), titans_cm(w + wo, ni), 0.0f, titans_m(wk->daq, ni));
       if (i > 0)
         for (size_t j = 0; j < n * ni; j++)
           wk->dz[j] = wk->daq[j] * titans__silu_d1(wk->zq[i - 1][j], wk->sq[i - 1][j]);
@@ -5518,28 +5609,9 @@ TITANSDEF int titans_mem_read(titans_mem_state *st, size_t row, size_t head, flo
    elements in order (keys along the vector lanes, read from panels), whichever queries and keys are
    computed with it; a sum of scaled rows adds one fma per element and term (multiply-add in the
    scalar tail) in term order, however the terms are grouped into calls or register blocks; exp is one
-   function. They are private (not titans_gemm, titans__dot or titans__axpy) so the guarantee does not
-   depend on how the core picks its kernels. */
-
-/* Multiply-adds with one rounding rule for the whole part, so a scalar tail element gets the bits of a
-   vector lane whatever the compiler's contraction setting (C++ and GNU C contract a * b + c into an
-   fma by default, ISO C does not): fused whenever the hardware fuses (the SIMD layer's fma, or fmaf
-   where it is fast), a plain multiply-add otherwise (then no compiler can fuse either). */
-static inline float titans__attn_fma(float a, float b, float c) {
-#if !defined(TITANS__SCALAR) || defined(FP_FAST_FMAF)
-  return fmaf(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
-
-#ifdef TITANS__SCALAR
-static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__vf c) {
-  return titans__attn_fma(a, b, c);
-}
-#else
-static inline titans__vf titans__attn_vfma(titans__vf a, titans__vf b, titans__vf c) { return titans__vfma(a, b, c); }
-#endif
+   function with a scalar and a vector form of the same bits (titans__expf / titans__vexp, section 3,
+   which also gives the multiply-adds titans__fmaf / titans__vfmaf). They are private (not titans_gemm,
+   titans__dot or titans__axpy) so the guarantee does not depend on how the core picks its kernels. */
 
 /* out[r] = a_r . b_r for the n row pairs (row stride ld), each as the score kernel computes a score:
    one fma chain over the elements in order from the first (the backward's D = dout.out, so that
@@ -5550,12 +5622,12 @@ static void titans__attn_row_dots(float *out, const float *a, const float *b, si
   for (; r + 16 <= n; r += 16) { /* 16 chains: the rows are often cold, and their loads overlap */
     float s[16] = {0};
     for (size_t i = 0; i < d_a; i++)
-      for (size_t g = 0; g < 16; g++) s[g] = titans__attn_fma(a[(r + g) * ld + i], b[(r + g) * ld + i], s[g]);
+      for (size_t g = 0; g < 16; g++) s[g] = titans__fmaf(a[(r + g) * ld + i], b[(r + g) * ld + i], s[g]);
     for (size_t g = 0; g < 16; g++) out[r + g] = s[g];
   }
   for (; r < n; r++) {
     float s = 0.0f;
-    for (size_t i = 0; i < d_a; i++) s = titans__attn_fma(a[r * ld + i], b[r * ld + i], s);
+    for (size_t i = 0; i < d_a; i++) s = titans__fmaf(a[r * ld + i], b[r * ld + i], s);
     out[r] = s;
   }
 }
@@ -5637,7 +5709,7 @@ TITANS__GEMM_INLINE void titans__attn_score_kernel(float *out, size_t lo, const 
     for (int r = 0; r < NR; r++) {
       titans__vf ar = titans__vset1(a[r][i]);
       TITANS__GEMM_UNROLL
-      for (int u = 0; u < NV; u++) acc[r][u] = titans__attn_vfma(ar, x[u], acc[r][u]);
+      for (int u = 0; u < NV; u++) acc[r][u] = titans__vfmaf(ar, x[u], acc[r][u]);
     }
   }
   titans__vf vs = titans__vset1(scale);
@@ -5728,7 +5800,7 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
       if (masked && !vis[(size_t)r * cy + t * ct]) continue;
       titans__vf a = titans__vset1(coef[(size_t)r * cy + t * ct]);
       TITANS__GEMM_UNROLL
-      for (int u = 0; u < NC; u++) acc[r][u] = titans__attn_vfma(a, xv[u], acc[r][u]);
+      for (int u = 0; u < NC; u++) acc[r][u] = titans__vfmaf(a, xv[u], acc[r][u]);
     }
   }
   TITANS__GEMM_UNROLL
@@ -5769,64 +5841,12 @@ static void titans__attn_madd(float *const *y, size_t ny, const float *coef, siz
       for (size_t e = nv; e < n; e++) {
         float acc = y[r + g][e];
         for (size_t t = 0; t < nt; t++)
-          if (!vr || vr[g * cy + t * ct]) acc = titans__attn_fma(cr[g * cy + t * ct], x[t][e], acc);
+          if (!vr || vr[g * cy + t * ct]) acc = titans__fmaf(cr[g * cy + t * ct], x[t][e], acc);
         y[r + g][e] = acc;
       }
   }
 }
 #undef TITANS__ATTN_MADD_CASE
-
-/* exp(x) for the softmax, as a scalar and as a vector function that give the same bits lane for lane
-   (a vector loop's scalar tail then agrees with its body, and every path of the kernels computes a
-   weight the same way): Cody-Waite reduction x = n ln2 + r, a degree-7 polynomial for e^r (Cephes expf
-   coefficients), 2^n written into the exponent bits. Every multiply-add is an explicit fma, so no
-   compiler's contraction setting can round the two versions differently. Relative error below 1.4 ulp
-   on [-87, 1]; 0 below -87.3 (where expf is subnormal); NaN stays NaN. (A libm call per pair cost a
-   third of the forward.) It shares the Cody-Waite constants of titans__expf; its own polynomial and
-   explicit fmas are what make its scalar and vector results equal bit for bit. */
-#define TITANS__ATTN_EXP_LO (-87.33654f) /* below: 0 */
-#define TITANS__ATTN_EXP_HI 88.0f        /* clamped above: e^88 is still finite */
-#define TITANS__ATTN_EXP_SHIFT 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
-static const float titans__attn_exp_c[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-
-static inline float titans__attn_exp(float x) {
-  float xc = x < TITANS__ATTN_EXP_LO ? TITANS__ATTN_EXP_LO : x; /* NaN passes through, as in the vector clamp */
-  xc = xc > TITANS__ATTN_EXP_HI ? TITANS__ATTN_EXP_HI : xc;
-  float t = titans__attn_fma(xc, 1.44269504088896341f, TITANS__ATTN_EXP_SHIFT), n = t - TITANS__ATTN_EXP_SHIFT;
-  float r = titans__attn_fma(n, -titans__ln2_hi, xc);
-  r = titans__attn_fma(n, -titans__ln2_lo, r);
-  float y = titans__attn_exp_c[0];
-  for (int i = 1; i < 6; i++) y = titans__attn_fma(y, r, titans__attn_exp_c[i]);
-  y = titans__attn_fma(y, r * r, r) + 1.0f;
-  /* 2^n, n in [-126, 127], from t's bits (0x4B400000 + n), in unsigned arithmetic: the same bits as
-     titans__ops_vpow2i(n), and defined for a NaN, where converting n to an int is not */
-  uint32_t bits;
-  memcpy(&bits, &t, sizeof(bits));
-  bits = (bits - (0x4B400000u - 127u)) << 23;
-  float p2n;
-  memcpy(&p2n, &bits, sizeof(p2n));
-  y = y * p2n;
-  return x < TITANS__ATTN_EXP_LO ? 0.0f : y;
-}
-
-#if defined(TITANS__SCALAR)
-static inline titans__vf titans__attn_vexp(titans__vf x) { return titans__attn_exp(x); }
-#else
-/* titans__attn_exp on every lane, the same operations in the same order */
-static inline titans__vf titans__attn_vexp(titans__vf x) {
-  titans__vf xc = titans__ops_vclamp(x, TITANS__ATTN_EXP_LO, TITANS__ATTN_EXP_HI);
-  titans__vf t = titans__attn_vfma(xc, titans__vset1(1.44269504088896341f), titans__vset1(TITANS__ATTN_EXP_SHIFT));
-  titans__vf n = titans__vsub(t, titans__vset1(TITANS__ATTN_EXP_SHIFT));
-  titans__vf r = titans__attn_vfma(n, titans__vset1(-titans__ln2_hi), xc);
-  r = titans__attn_vfma(n, titans__vset1(-titans__ln2_lo), r);
-  titans__vf y = titans__vset1(titans__attn_exp_c[0]);
-  for (int i = 1; i < 6; i++) y = titans__attn_vfma(y, r, titans__vset1(titans__attn_exp_c[i]));
-  y = titans__vadd(titans__attn_vfma(y, titans__vmul(r, r), r), titans__vset1(1.0f));
-  y = titans__vmul(y, titans__ops_vpow2i(n));
-  return titans__ops_vsel_lt(x, titans__vset1(TITANS__ATTN_EXP_LO), titans__vset1(0.0f), y);
-}
-#endif
 
 /* s[t] = exp(s[t] - m) for t < n (the softmax's weights from scaled scores: exactly 1 where s = m).
    Returns their sum as titans__attn_row_sum adds them when `sum`. */
@@ -5834,7 +5854,7 @@ static float titans__attn_exp_row(float *s, size_t n, float m, int sum) {
   titans__vf acc = titans__vset1(0.0f), vm = titans__vset1(m);
   size_t t = 0;
   for (; t + TITANS__VW <= n; t += TITANS__VW) {
-    titans__vf p = titans__attn_vexp(titans__vsub(titans__vload(s + t), vm));
+    titans__vf p = titans__vexp(titans__vsub(titans__vload(s + t), vm));
     titans__vstore(s + t, p);
     acc = titans__vadd(acc, p);
   }
@@ -5842,7 +5862,7 @@ static float titans__attn_exp_row(float *s, size_t n, float m, int sum) {
   if (t < n) { /* the tail through one vector (the same bits as the scalar exp), then added in order */
     float pad[TITANS__VW] = {0};
     memcpy(pad, s + t, (n - t) * sizeof(float));
-    titans__vstore(pad, titans__attn_vexp(titans__vsub(titans__vload(pad), vm)));
+    titans__vstore(pad, titans__vexp(titans__vsub(titans__vload(pad), vm)));
     memcpy(s + t, pad, (n - t) * sizeof(float));
     for (; t < n; t++) total += s[t];
   }
@@ -6102,7 +6122,7 @@ static void titans__attn_tile_softmax(titans__attn_rows *R, float *S, const unsi
     if (a[r] >= b[r]) continue;
     if (mt[r] > R->m[r]) {
       if (R->m[r] != -INFINITY) { /* nothing to rescale before the first key */
-        float c = titans__attn_exp(R->m[r] - mt[r]);
+        float c = titans__expf(R->m[r] - mt[r]);
         R->l[r] *= c;
         for (size_t i = 0; i < d_a; i++) R->o[r][i] *= c;
       }
@@ -8617,9 +8637,9 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
     size_t nf = titans__attn_panel_floats(S, d);
     if (nf == 0 || !(kt = titans__arena_alloc(ar, nf))) return TITANS_ERR_NOMEM;
   }
-  titans_gemm(0, 1, B * Tq, d, d, 1.0f, xq, d, L->attn_wq, d, 0.0f, sv->q, d);
-  titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wk, d, 0.0f, sv->k, d);
-  titans_gemm(0, 1, B * S, d, d, 1.0f, src, d, L->attn_wv, d, 0.0f, sv->v, d);
+  titans_gemm(0, 1, B * Tq, d, d, 1.0f, titans_cm(xq, d), titans_cm(L->attn_wq, d), 0.0f, titans_m(sv->q, d));
+  titans_gemm(0, 1, B * S, d, d, 1.0f, titans_cm(src, d), titans_cm(L->attn_wk, d), 0.0f, titans_m(sv->k, d));
+  titans_gemm(0, 1, B * S, d, d, 1.0f, titans_cm(src, d), titans_cm(L->attn_wv, d), 0.0f, titans_m(sv->v, d));
   for (size_t b = 0; b < B; b++) {
     const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] this row's positions */
     float *q = sv->q + b * Tq * d, *k = sv->k + b * S * d, *v = sv->v + b * S * d, *att = sv->att + b * Tq * d;
@@ -8633,7 +8653,7 @@ static int titans__attn_sub_forward(const titans_config *c, const titans_layer *
     const titans_attn_shape sh = {qp, kp, Tq, P, Tk, H, da, window};
     TITANS__TRY(titans__attention_forward_ws(att, sv->lse + b * Tq * H, q, k, v, &sh, kt));
   }
-  titans_gemm(0, 1, B * Tq, d, d, 1.0f, sv->att, d, L->attn_wo, d, 0.0f, out, d);
+  titans_gemm(0, 1, B * Tq, d, d, 1.0f, titans_cm(sv->att, d), titans_cm(L->attn_wo, d), 0.0f, titans_m(out, d));
   return TITANS_OK;
 }
 
@@ -8653,8 +8673,8 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
   float *kvt = nf ? titans__arena_alloc(ar, 2 * nf) : NULL; /* [2, panels of S rows] one row's keys and values */
   if (!datt || !dq || !dk || !dv || (S > 0 && !kvt)) return TITANS_ERR_NOMEM;
   /* out = att wo^T */
-  titans_gemm(1, 0, d, d, B * Tq, 1.0f, dout, d, sv->att, d, 1.0f, G->attn_wo, d);
-  titans_gemm(0, 0, B * Tq, d, d, 1.0f, dout, d, L->attn_wo, d, 0.0f, datt, d);
+  titans_gemm(1, 0, d, d, B * Tq, 1.0f, titans_cm(dout, d), titans_cm(sv->att, d), 1.0f, titans_m(G->attn_wo, d));
+  titans_gemm(0, 0, B * Tq, d, d, 1.0f, titans_cm(dout, d), titans_cm(L->attn_wo, d), 0.0f, titans_m(datt, d));
   for (size_t b = 0; b < B; b++) {
     const int64_t *qp = qpos + b * pos_stride, *kp = kpos + b * pos_stride; /* [Tq], [Tk] */
     const titans_attn_grads g = {dq + b * Tq * d, dk + b * S * d, dv + b * S * d, datt + b * Tq * d};
@@ -8667,12 +8687,12 @@ static int titans__attn_sub_backward(const titans_config *c, const titans_layer 
     titans_rope_backward(dk + (b * S + P) * d, kp, Tk, H, da);
   }
   /* q = xq wq^T, k = src wk^T, v = src wv^T */
-  titans_gemm(1, 0, d, d, B * Tq, 1.0f, dq, d, xq, d, 1.0f, G->attn_wq, d);
-  titans_gemm(0, 0, B * Tq, d, d, 1.0f, dq, d, L->attn_wq, d, 1.0f, dxq, d);
-  titans_gemm(1, 0, d, d, B * S, 1.0f, dk, d, src, d, 1.0f, G->attn_wk, d);
-  titans_gemm(0, 0, B * S, d, d, 1.0f, dk, d, L->attn_wk, d, 1.0f, dsrc, d);
-  titans_gemm(1, 0, d, d, B * S, 1.0f, dv, d, src, d, 1.0f, G->attn_wv, d);
-  titans_gemm(0, 0, B * S, d, d, 1.0f, dv, d, L->attn_wv, d, 1.0f, dsrc, d);
+  titans_gemm(1, 0, d, d, B * Tq, 1.0f, titans_cm(dq, d), titans_cm(xq, d), 1.0f, titans_m(G->attn_wq, d));
+  titans_gemm(0, 0, B * Tq, d, d, 1.0f, titans_cm(dq, d), titans_cm(L->attn_wq, d), 1.0f, titans_m(dxq, d));
+  titans_gemm(1, 0, d, d, B * S, 1.0f, titans_cm(dk, d), titans_cm(src, d), 1.0f, titans_m(G->attn_wk, d));
+  titans_gemm(0, 0, B * S, d, d, 1.0f, titans_cm(dk, d), titans_cm(L->attn_wk, d), 1.0f, titans_m(dsrc, d));
+  titans_gemm(1, 0, d, d, B * S, 1.0f, titans_cm(dv, d), titans_cm(src, d), 1.0f, titans_m(G->attn_wv, d));
+  titans_gemm(0, 0, B * S, d, d, 1.0f, titans_cm(dv, d), titans_cm(L->attn_wv, d), 1.0f, titans_m(dsrc, d));
   return TITANS_OK;
 }
 
@@ -8735,11 +8755,11 @@ typedef struct titans__ffn_save {
 static void titans__ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
                              const float *x, size_t rows) {
   size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
-  titans_gemm(0, 1, rows, ff, d, 1.0f, x, d, L->ffn_w1, d, 0.0f, sv->u1, ff);
-  titans_gemm(0, 1, rows, ff, d, 1.0f, x, d, L->ffn_w3, d, 0.0f, sv->u3, ff);
+  titans_gemm(0, 1, rows, ff, d, 1.0f, titans_cm(x, d), titans_cm(L->ffn_w1, d), 0.0f, titans_m(sv->u1, ff));
+  titans_gemm(0, 1, rows, ff, d, 1.0f, titans_cm(x, d), titans_cm(L->ffn_w3, d), 0.0f, titans_m(sv->u3, ff));
   titans_silu_forward(sv->act, sv->u1, rows * ff);
   for (size_t j = 0; j < rows * ff; j++) sv->act[j] *= sv->u3[j];
-  titans_gemm(0, 1, rows, d, ff, 1.0f, sv->act, ff, L->ffn_w2, ff, 0.0f, out, d);
+  titans_gemm(0, 1, rows, d, ff, 1.0f, titans_cm(sv->act, ff), titans_cm(L->ffn_w2, ff), 0.0f, titans_m(out, d));
 }
 
 /* The FFN's saved rows of a training forward: u1, u3, act [rows, d_ff] from the arena. */
@@ -8771,8 +8791,8 @@ static int titans__ffn_backward(const titans_config *c, const titans_layer *L, c
   float *dact = titans__arena_alloc(ar, rows * ff), *du1 = titans__arena_zalloc(ar, rows * ff);
   float *du3 = titans__arena_alloc(ar, rows * ff);
   if (!dact || !du1 || !du3) return TITANS_ERR_NOMEM;
-  titans_gemm(1, 0, d, ff, rows, 1.0f, dout, d, sv->act, ff, 1.0f, G->ffn_w2, ff);
-  titans_gemm(0, 0, rows, ff, d, 1.0f, dout, d, L->ffn_w2, ff, 0.0f, dact, ff);
+  titans_gemm(1, 0, d, ff, rows, 1.0f, titans_cm(dout, d), titans_cm(sv->act, ff), 1.0f, titans_m(G->ffn_w2, ff));
+  titans_gemm(0, 0, rows, ff, d, 1.0f, titans_cm(dout, d), titans_cm(L->ffn_w2, ff), 0.0f, titans_m(dact, ff));
   /* act = SiLU(u1) * u3: du3 = dact * SiLU(u1) (= act / u3, recomputed to avoid the division), du1 via SiLU' */
   titans_silu_forward(du3, sv->u1, rows * ff);
   for (size_t j = 0; j < rows * ff; j++) {
@@ -8780,10 +8800,10 @@ static int titans__ffn_backward(const titans_config *c, const titans_layer *L, c
     dact[j] *= sv->u3[j];
   }
   titans_silu_backward(du1, dact, sv->u1, rows * ff);
-  titans_gemm(1, 0, ff, d, rows, 1.0f, du1, ff, x, d, 1.0f, G->ffn_w1, d);
-  titans_gemm(1, 0, ff, d, rows, 1.0f, du3, ff, x, d, 1.0f, G->ffn_w3, d);
-  titans_gemm(0, 0, rows, d, ff, 1.0f, du1, ff, L->ffn_w1, d, 1.0f, dx, d);
-  titans_gemm(0, 0, rows, d, ff, 1.0f, du3, ff, L->ffn_w3, d, 1.0f, dx, d);
+  titans_gemm(1, 0, ff, d, rows, 1.0f, titans_cm(du1, ff), titans_cm(x, d), 1.0f, titans_m(G->ffn_w1, d));
+  titans_gemm(1, 0, ff, d, rows, 1.0f, titans_cm(du3, ff), titans_cm(x, d), 1.0f, titans_m(G->ffn_w3, d));
+  titans_gemm(0, 0, rows, d, ff, 1.0f, titans_cm(du1, ff), titans_cm(L->ffn_w1, d), 1.0f, titans_m(dx, d));
+  titans_gemm(0, 0, rows, d, ff, 1.0f, titans_cm(du3, ff), titans_cm(L->ffn_w3, d), 1.0f, titans_m(dx, d));
   return TITANS_OK;
 }
 
@@ -9102,7 +9122,7 @@ static size_t titans__rows_index_carve(titans__rows_work *w, unsigned char *base
 
 /* y [n, d_out] = x [n, d_in] W^T for W [d_out, d_in] */
 static void titans__linear(float *y, const float *x, const float *W, size_t n, size_t d_out, size_t d_in) {
-  titans_gemm(0, 1, n, d_out, d_in, 1.0f, x, d_in, W, d_in, 0.0f, y, d_out);
+  titans_gemm(0, 1, n, d_out, d_in, 1.0f, titans_cm(x, d_in), titans_cm(W, d_in), 0.0f, titans_m(y, d_out));
 }
 
 /* One token in each of n streams, as titans__session_attend_rows reads it. */
@@ -9739,9 +9759,9 @@ static size_t titans__lm2_stream_unit(const titans_config *c) { return (size_t)c
    are given (training projects all rows at once; a session keeps kb, vb per segment). */
 static void titans__lm2_read_attend(float *a, float *emem, const float *kb, const float *vb, const float *q, size_t n,
                                     size_t Ns, size_t d) {
-  titans_gemm(0, 1, n, Ns, d, 1.0f / sqrtf((float)d), q, d, kb, d, 0.0f, a, Ns);
+  titans_gemm(0, 1, n, Ns, d, 1.0f / sqrtf((float)d), titans_cm(q, d), titans_cm(kb, d), 0.0f, titans_m(a, Ns));
   titans_softmax_forward(a, a, n, Ns);
-  titans_gemm(0, 0, n, d, Ns, 1.0f, a, Ns, vb, d, 0.0f, emem, d);
+  titans_gemm(0, 0, n, d, Ns, 1.0f, titans_cm(a, Ns), titans_cm(vb, d), 0.0f, titans_m(emem, d));
 }
 
 /* g [n, d] = sigma(emem w_out^T); mix [n, d] = E + g * emem. */
@@ -9787,9 +9807,9 @@ static void titans__lm2_write(const titans_lm2_weights *W, float *bank_out, cons
   const float *ku = v->ku, *vu = v->vu;
   size_t n = v->n, Ns = v->Ns, d = v->d;
   titans__linear(qu, bank_in, W->uq, Ns, d, d);
-  titans_gemm(0, 1, Ns, n, d, 1.0f / sqrtf((float)d), qu, d, ku, d, 0.0f, aw, n);
+  titans_gemm(0, 1, Ns, n, d, 1.0f / sqrtf((float)d), titans_cm(qu, d), titans_cm(ku, d), 0.0f, titans_m(aw, n));
   titans_softmax_forward(aw, aw, Ns, n); /* each slot attends over the segment's tokens */
-  titans_gemm(0, 0, Ns, d, n, 1.0f, aw, n, vu, d, 0.0f, u, d);
+  titans_gemm(0, 0, Ns, d, n, 1.0f, titans_cm(aw, n), titans_cm(vu, d), 0.0f, titans_m(u, d));
   titans__lm2_update(W, bank_out, v->gi, v->tu, v->gf, u, bank_in, Ns, d);
 }
 
@@ -9892,12 +9912,13 @@ static void titans__lm2_read_backward(float *dq, float *dkb, float *dvb, float *
   size_t n = r->n, Ns = r->Ns, d = r->d;
   float scale = 1.0f / sqrtf((float)d);
   float *ds = da + n * Ns; /* [n, N_s] the scores' gradient */
-  titans_gemm(0, 1, n, Ns, d, 1.0f, demem, d, vb, d, 0.0f, da, Ns); /* emem = a vb */
-  titans_gemm(1, 0, Ns, d, n, 1.0f, a, Ns, demem, d, 0.0f, dvb, d);
+  titans_gemm(0, 1, n, Ns, d, 1.0f, titans_cm(demem, d), titans_cm(vb, d), 0.0f, titans_m(da, Ns)); /* emem = a vb */
+  titans_gemm(1, 0, Ns, d, n, 1.0f, titans_cm(a, Ns), titans_cm(demem, d), 0.0f, titans_m(dvb, d));
   memset(ds, 0, n * Ns * sizeof(float));
   titans_softmax_backward(ds, da, a, n, Ns);
-  titans_gemm(0, 0, n, d, Ns, scale, ds, Ns, kb, d, 1.0f, dq, d); /* scores = q kb^T / sqrt(d) */
-  titans_gemm(1, 0, Ns, d, n, scale, ds, Ns, q, d, 0.0f, dkb, d);
+  /* scores = q kb^T / sqrt(d) */
+  titans_gemm(0, 0, n, d, Ns, scale, titans_cm(ds, Ns), titans_cm(kb, d), 1.0f, titans_m(dq, d));
+  titans_gemm(1, 0, Ns, d, n, scale, titans_cm(ds, Ns), titans_cm(q, d), 0.0f, titans_m(dkb, d));
 }
 
 /* The gradients of one segment's write (one batch row), as titans__lm2_write_backward forms them. */
@@ -9929,17 +9950,17 @@ static void titans__lm2_write_backward(const titans_lm2_weights *W, const titans
     dbank[j] += cj * gf[j];
   }
   /* zi = u w_in^T, zf = u w_f^T + b_f */
-  titans_gemm(0, 0, Ns, d, d, 1.0f, dzi, d, W->w_in, d, 1.0f, du, d);
-  titans_gemm(0, 0, Ns, d, d, 1.0f, dzf, d, W->w_f, d, 1.0f, du, d);
+  titans_gemm(0, 0, Ns, d, d, 1.0f, titans_cm(dzi, d), titans_cm(W->w_in, d), 1.0f, titans_m(du, d));
+  titans_gemm(0, 0, Ns, d, d, 1.0f, titans_cm(dzf, d), titans_cm(W->w_f, d), 1.0f, titans_m(du, d));
   /* u = aw vu, aw = softmax(qu ku^T / sqrt(d)) over the segment */
-  titans_gemm(0, 1, Ns, n, d, 1.0f, du, d, vu, d, 0.0f, daw, n);
-  titans_gemm(1, 0, n, d, Ns, 1.0f, aw, n, du, d, 1.0f, dvu, d);
+  titans_gemm(0, 1, Ns, n, d, 1.0f, titans_cm(du, d), titans_cm(vu, d), 0.0f, titans_m(daw, n));
+  titans_gemm(1, 0, n, d, Ns, 1.0f, titans_cm(aw, n), titans_cm(du, d), 1.0f, titans_m(dvu, d));
   memset(ds, 0, Ns * n * sizeof(float));
   titans_softmax_backward(ds, daw, aw, Ns, n);
-  titans_gemm(1, 0, n, d, Ns, scale, ds, n, qu, d, 1.0f, dku, d);
-  titans_gemm(0, 0, Ns, d, n, scale, ds, n, ku, d, 0.0f, dqu, d);
+  titans_gemm(1, 0, n, d, Ns, scale, titans_cm(ds, n), titans_cm(qu, d), 1.0f, titans_m(dku, d));
+  titans_gemm(0, 0, Ns, d, n, scale, titans_cm(ds, n), titans_cm(ku, d), 0.0f, titans_m(dqu, d));
   /* qu = bank_in uq^T */
-  titans_gemm(0, 0, Ns, d, d, 1.0f, dqu, d, W->uq, d, 1.0f, dbank, d);
+  titans_gemm(0, 0, Ns, d, d, 1.0f, titans_cm(dqu, d), titans_cm(W->uq, d), 1.0f, titans_m(dbank, d));
 }
 
 static int titans__lm2_backward(const titans_config *c, const titans_layer *L, const titans_layer *G,
@@ -9971,8 +9992,8 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
     demem[j] = dmix[j] * gj;
     dz[j] = dmix[j] * sv->emem[j] * gj * (1.0f - gj);
   }
-  titans_gemm(1, 0, d, d, BT, 1.0f, dz, d, sv->emem, d, 1.0f, GW->w_out, d);
-  titans_gemm(0, 0, BT, d, d, 1.0f, dz, d, W->w_out, d, 1.0f, demem, d);
+  titans_gemm(1, 0, d, d, BT, 1.0f, titans_cm(dz, d), titans_cm(sv->emem, d), 1.0f, titans_m(GW->w_out, d));
+  titans_gemm(0, 0, BT, d, d, 1.0f, titans_cm(dz, d), titans_cm(W->w_out, d), 1.0f, titans_m(demem, d));
   /* every read: dq, and the read keys' and values' gradients (each (segment, row) pair writes its own
      rows: independent tasks), then the bank's through wk, wv */
 #ifdef _OPENMP
@@ -9984,10 +10005,10 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
     titans__lm2_read_backward(dq + k.t * d, dkb + k.o, dvb + k.o, read_scratch + (size_t)i * read_work,
                               demem + k.t * d, &r);
   }
-  titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dkb, d, sv->bank, d, 1.0f, GW->wk, d);
-  titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, dvb, d, sv->bank, d, 1.0f, GW->wv, d);
-  titans_gemm(0, 0, S * B * Ns, d, d, 1.0f, dkb, d, W->wk, d, 1.0f, dbank, d);
-  titans_gemm(0, 0, S * B * Ns, d, d, 1.0f, dvb, d, W->wv, d, 1.0f, dbank, d);
+  titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, titans_cm(dkb, d), titans_cm(sv->bank, d), 1.0f, titans_m(GW->wk, d));
+  titans_gemm(1, 0, d, d, S * B * Ns, 1.0f, titans_cm(dvb, d), titans_cm(sv->bank, d), 1.0f, titans_m(GW->wv, d));
+  titans_gemm(0, 0, S * B * Ns, d, d, 1.0f, titans_cm(dkb, d), titans_cm(W->wk, d), 1.0f, titans_m(dbank, d));
+  titans_gemm(0, 0, S * B * Ns, d, d, 1.0f, titans_cm(dvb, d), titans_cm(W->wv, d), 1.0f, titans_m(dbank, d));
   /* the writes in reverse, each batch row's chain a task of its own: dbank[s + 1] is complete (its read,
      and the write that read it) when write s runs. (A stream's last write, s = S - 1, fed only the carried
      bank, whose gradient is dropped.) */
@@ -10005,9 +10026,9 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
      qu = bank_in uq^T (u, bank_in: the first NB writes' rows, contiguous) */
   if (NB > 0) {
     size_t rows = NB * B * Ns;
-    titans_gemm(1, 0, d, d, rows, 1.0f, dzi, d, sv->u, d, 1.0f, GW->w_in, d);
-    titans_gemm(1, 0, d, d, rows, 1.0f, dzf, d, sv->u, d, 1.0f, GW->w_f, d);
-    titans_gemm(1, 0, d, d, rows, 1.0f, dqu, d, sv->bank, d, 1.0f, GW->uq, d);
+    titans_gemm(1, 0, d, d, rows, 1.0f, titans_cm(dzi, d), titans_cm(sv->u, d), 1.0f, titans_m(GW->w_in, d));
+    titans_gemm(1, 0, d, d, rows, 1.0f, titans_cm(dzf, d), titans_cm(sv->u, d), 1.0f, titans_m(GW->w_f, d));
+    titans_gemm(1, 0, d, d, rows, 1.0f, titans_cm(dqu, d), titans_cm(sv->bank, d), 1.0f, titans_m(GW->uq, d));
     for (size_t r = 0; r < rows; r++) titans__axpy(GW->b_f, 1.0f, dzf + r * d, d);
   }
   for (size_t b = 0; b < B; b++) /* rows that started at m0; a carried bank is a constant (truncated BPTT) */
@@ -10017,8 +10038,8 @@ static int titans__lm2_backward(const titans_config *c, const titans_layer *L, c
   float *gproj[3] = {GW->wq, GW->uk, GW->uv};
   const float *wproj[3] = {W->wq, W->uk, W->uv};
   for (int i = 0; i < 3; i++) {
-    titans_gemm(1, 0, d, d, BT, 1.0f, dproj[i], d, E, d, 1.0f, gproj[i], d);
-    titans_gemm(0, 0, BT, d, d, 1.0f, dproj[i], d, wproj[i], d, 1.0f, dE, d);
+    titans_gemm(1, 0, d, d, BT, 1.0f, titans_cm(dproj[i], d), titans_cm(E, d), 1.0f, titans_m(gproj[i], d));
+    titans_gemm(0, 0, BT, d, d, 1.0f, titans_cm(dproj[i], d), titans_cm(wproj[i], d), 1.0f, titans_m(dE, d));
   }
   /* E = SWA(xn; persist || xn), in a stream with the carried rows */
   if (lf->attn_tail) return titans__swa_stream_backward(c, L, G, lf, ar, dxn, dE, B, T);
@@ -10136,7 +10157,8 @@ static int titans__lm2_step(titans_session *s, int l, float *mix, const float *x
   /* the write's scores qu_j . ku / sqrt(d), folded into each slot's running softmax */
   titans__linear(w->k, w->y, L->lm2.uk, 1, d, d);
   titans__linear(w->v, w->y, L->lm2.uv, 1, d, d);
-  titans_gemm(0, 1, 1, Ns, d, 1.0f / sqrtf((float)d), w->k, d, ls.qu, d, 0.0f, w->a, Ns);
+  titans_gemm(0, 1, 1, Ns, d, 1.0f / sqrtf((float)d), titans_cm(w->k, d), titans_cm(ls.qu, d), 0.0f,
+              titans_m(w->a, Ns));
   for (size_t j = 0; j < Ns; j++) {
     float *acc = ls.acc + j * d, sc = w->a[j];
     if (i == 0 || ls.wsum[j] == 0.0f) { /* the segment's first token starts the sums (0: no term yet) */
@@ -10319,7 +10341,7 @@ static int titans__model_forward(titans_trainer *t, const titans__batch *batch, 
   if (!f->xf || !f->rstdf || !f->logits) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
   titans_rmsnorm_forward(f->xf, f->rstdf, f->x[c->n_layers], mo->w.norm_f, n, d);
   const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
-  titans_gemm(0, 1, n, V, d, 1.0f, f->xf, d, head, d, 0.0f, f->logits, V);
+  titans_gemm(0, 1, n, V, d, 1.0f, titans_cm(f->xf, d), titans_cm(head, d), 0.0f, titans_m(f->logits, V));
   return TITANS_OK;
 }
 
@@ -10379,8 +10401,8 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
   float *ghead = c->tied ? g.tok_emb : g.lm_head;
   /* logits = xf head^T */
-  titans_gemm(1, 0, V, d, n, 1.0f, dlogits, V, f->xf, d, 1.0f, ghead, d);
-  titans_gemm(0, 0, n, d, V, 1.0f, dlogits, V, head, d, 0.0f, dxf, d);
+  titans_gemm(1, 0, V, d, n, 1.0f, titans_cm(dlogits, V), titans_cm(f->xf, d), 1.0f, titans_m(ghead, d));
+  titans_gemm(0, 0, n, d, V, 1.0f, titans_cm(dlogits, V), titans_cm(head, d), 0.0f, titans_m(dxf, d));
   titans_rmsnorm_backward(dx, g.norm_f, dxf, f->x[c->n_layers], mo->w.norm_f, f->rstdf, n, d);
   /* a reduction that overlaps the backward gets each range as soon as nothing below adds to it */
   if (!c->tied) titans__hand_out(t, (size_t)(g.norm_f - t->grads));

@@ -76,8 +76,10 @@ static float *A, *B, *C;
 
 static void call(int lib, const shape *s) {
   size_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
-  if (lib == LIB_TITANS) titans_gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, lda, B, ldb, 0.0f, C, s->n);
-  else if (lib == LIB_REF) titans_gemm_ref(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, lda, B, ldb, 0.0f, C, s->n);
+  if (lib == LIB_TITANS) titans_gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, titans_cm(A, lda), titans_cm(B, ldb), 0.0f,
+                                     titans_m(C, s->n));
+  else if (lib == LIB_REF) titans_gemm_ref(s->ta, s->tb, s->m, s->n, s->k, 1.0f, titans_cm(A, lda), titans_cm(B, ldb),
+                                           0.0f, titans_m(C, s->n));
   else
     ob_sgemm(101, s->ta ? 112 : 111, s->tb ? 112 : 111, (int)s->m, (int)s->n, (int)s->k, 1.0f, A, (int)lda, B,
              (int)ldb, 0.0f, C, (int)s->n);
@@ -115,13 +117,13 @@ static result measure(int lib, const shape *s) {
    rows 0..3 and the last, tolerance as in tests/test_gemm.c. Returns the largest diff / bound. */
 static double check(const shape *s) {
   size_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
-  titans_gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, lda, B, ldb, 0.0f, C, s->n);
+  titans_gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, titans_cm(A, lda), titans_cm(B, ldb), 0.0f, titans_m(C, s->n));
   float *r = titans_alloc_floats(s->n);
   double worst = 0.0;
   for (size_t i = 0; i < s->m; i++) {
     if (i >= 4 && i + 1 != s->m) continue;
     const float *ai = s->ta ? A + i : A + i * lda;
-    titans_gemm_ref(s->ta, s->tb, 1, s->n, s->k, 1.0f, ai, lda, B, ldb, 0.0f, r, s->n);
+    titans_gemm_ref(s->ta, s->tb, 1, s->n, s->k, 1.0f, titans_cm(ai, lda), titans_cm(B, ldb), 0.0f, titans_m(r, s->n));
     for (size_t j = 0; j < s->n; j++) {
       double sum = 0.0;
       for (size_t p = 0; p < s->k; p++) {

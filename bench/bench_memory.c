@@ -414,11 +414,15 @@ static double replay_chunk_gemms(const dims *m, int backward, double min_seconds
         size_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
         /* literal flags, as at the library's call sites (a compiler may specialise an inlined GEMM on them) */
         if (g->ta) {
-          if (g->tb) titans_gemm(1, 1, g->m, g->n, g->k, 1.0f, a, lda, bm, ldb, 0.0f, c, g->n);
-          else titans_gemm(1, 0, g->m, g->n, g->k, 1.0f, a, lda, bm, ldb, 0.0f, c, g->n);
+          if (g->tb) titans_gemm(1, 1, g->m, g->n, g->k, 1.0f, titans_cm(a, lda), titans_cm(bm, ldb), 0.0f,
+                                 titans_m(c, g->n));
+          else titans_gemm(1, 0, g->m, g->n, g->k, 1.0f, titans_cm(a, lda), titans_cm(bm, ldb), 0.0f,
+                           titans_m(c, g->n));
         } else {
-          if (g->tb) titans_gemm(0, 1, g->m, g->n, g->k, 1.0f, a, lda, bm, ldb, 0.0f, c, g->n);
-          else titans_gemm(0, 0, g->m, g->n, g->k, 1.0f, a, lda, bm, ldb, 0.0f, c, g->n);
+          if (g->tb) titans_gemm(0, 1, g->m, g->n, g->k, 1.0f, titans_cm(a, lda), titans_cm(bm, ldb), 0.0f,
+                                 titans_m(c, g->n));
+          else titans_gemm(0, 0, g->m, g->n, g->k, 1.0f, titans_cm(a, lda), titans_cm(bm, ldb), 0.0f,
+                           titans_m(c, g->n));
         }
       }
       rounds++;

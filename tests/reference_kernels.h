@@ -6,19 +6,19 @@
 #include <math.h>
 
 /* titans_gemm's contract (C = alpha op(A) op(B) + beta C) in plain loops: no SIMD, no threads. */
-static inline void titans_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const float *a,
-                                      size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+static inline void titans_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, titans_cmat a,
+                                   titans_cmat b, float beta, titans_mat c) {
   for (size_t i = 0; i < m; i++) {
     for (size_t j = 0; j < n; j++) {
       float acc = 0.0f;
       if (alpha != 0.0f) /* alpha == 0: A and B are not read (as BLAS) */
         for (size_t p = 0; p < k; p++) {
-          float av = trans_a ? a[p * lda + i] : a[i * lda + p];
-          float bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+          float av = trans_a ? a.p[p * a.ld + i] : a.p[i * a.ld + p];
+          float bv = trans_b ? b.p[j * b.ld + p] : b.p[p * b.ld + j];
           acc += av * bv;
         }
       float ab = alpha == 0.0f || k == 0 ? 0.0f : alpha * acc;
-      c[i * ldc + j] = ab + (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]);
+      c.p[i * c.ld + j] = ab + (beta == 0.0f ? 0.0f : beta * c.p[i * c.ld + j]);
     }
   }
 }

@@ -75,8 +75,8 @@ static void one(stats *st, int ta, int tb, size_t m, size_t n, size_t k, float a
       for (size_t j = 0; j < n; j++) c0[i * ldc + j] = NAN;
   memcpy(c1, c0, (m * ldc + 1) * sizeof(float));
   memcpy(c2, c0, (m * ldc + 1) * sizeof(float));
-  titans_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c1, ldc);
-  titans_gemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c2, ldc);
+  titans_gemm(ta, tb, m, n, k, alpha, titans_cm(a, lda), titans_cm(b, ldb), beta, titans_m(c1, ldc));
+  titans_gemm_ref(ta, tb, m, n, k, alpha, titans_cm(a, lda), titans_cm(b, ldb), beta, titans_m(c2, ldc));
   double r = bound_ratio(c1, c2, c0, ldc, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, &st->diff);
   if (r > st->ratio) st->ratio = r;
   for (size_t i = 0; i < m; i++)
@@ -115,8 +115,8 @@ typedef struct guarded_call {
 
 static void guarded_call_run(void *arg) {
   const guarded_call *g = (const guarded_call *)arg;
-  titans_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->ta ? g->m : g->k, g->b, g->tb ? g->k : g->n, 0.5f, g->c,
-              g->n);
+  titans_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, titans_cm(g->a, g->ta ? g->m : g->k),
+              titans_cm(g->b, g->tb ? g->k : g->n), 0.5f, titans_m(g->c, g->n));
 }
 
 /* titans_gemm on tight operands (ld = width), each against a guard page (tests/guard.h); returns the
@@ -177,13 +177,13 @@ int main(void) {
   /* k == 0 and alpha == 0: C = beta * C; m == 0 or n == 0 touches nothing (A and B may be NULL) */
   {
     float c[6] = {1, 2, 3, 4, 5, 6}, want[6] = {0.5f, 1, 1.5f, 2, 2.5f, 3};
-    titans_gemm(0, 0, 2, 3, 0, 1.0f, NULL, 1, NULL, 3, 0.5f, c, 3);
+    titans_gemm(0, 0, 2, 3, 0, 1.0f, titans_cm(NULL, 1), titans_cm(NULL, 3), 0.5f, titans_m(c, 3));
     th_close("k == 0: C = beta C (relative)", th_max_rel_diff(c, want, 6, 1.0), 0.0);
-    titans_gemm(1, 1, 0, 3, 5, 1.0f, NULL, 1, NULL, 5, 0.5f, c, 3);
-    titans_gemm(0, 1, 2, 0, 5, 1.0f, NULL, 5, NULL, 5, 0.5f, c, 3);
+    titans_gemm(1, 1, 0, 3, 5, 1.0f, titans_cm(NULL, 1), titans_cm(NULL, 5), 0.5f, titans_m(c, 3));
+    titans_gemm(0, 1, 2, 0, 5, 1.0f, titans_cm(NULL, 5), titans_cm(NULL, 5), 0.5f, titans_m(c, 3));
     th_close("m == 0 or n == 0: C untouched", th_max_abs_diff(c, want, 6), 0.0);
     float cn[4] = {NAN, NAN, NAN, NAN}, z[4] = {0, 0, 0, 0};
-    titans_gemm(0, 0, 2, 2, 0, 1.0f, NULL, 1, NULL, 2, 0.0f, cn, 2);
+    titans_gemm(0, 0, 2, 2, 0, 1.0f, titans_cm(NULL, 1), titans_cm(NULL, 2), 0.0f, titans_m(cn, 2));
     th_close("k == 0, beta == 0 over NaN: C = 0", th_max_abs_diff(cn, z, 4), 0.0);
   }
 
@@ -194,11 +194,12 @@ int main(void) {
     fill(a, 30, &rng);
     fill(b, 20, &rng);
     unsigned long long before = titans_gemm_madds();
-    titans_gemm(0, 0, 6, 4, 5, 1.0f, a, 5, b, 4, 0.0f, c, 4);
-    titans_gemm(1, 1, 4, 6, 5, 1.0f, b, 4, a, 5, 0.0f, c, 6); /* op(A) = B^T [4 x 5], op(B) = A^T [5 x 6] */
-    titans_gemm(0, 0, 6, 4, 0, 1.0f, a, 5, b, 4, 0.5f, c, 4);
-    titans_gemm(0, 0, 6, 4, 5, 0.0f, a, 5, b, 4, 0.5f, c, 4);
-    titans_gemm(0, 0, 0, 4, 5, 1.0f, a, 5, b, 4, 0.0f, c, 4);
+    titans_gemm(0, 0, 6, 4, 5, 1.0f, titans_cm(a, 5), titans_cm(b, 4), 0.0f, titans_m(c, 4));
+    /* op(A) = B^T [4 x 5], op(B) = A^T [5 x 6] */
+    titans_gemm(1, 1, 4, 6, 5, 1.0f, titans_cm(b, 4), titans_cm(a, 5), 0.0f, titans_m(c, 6));
+    titans_gemm(0, 0, 6, 4, 0, 1.0f, titans_cm(a, 5), titans_cm(b, 4), 0.5f, titans_m(c, 4));
+    titans_gemm(0, 0, 6, 4, 5, 0.0f, titans_cm(a, 5), titans_cm(b, 4), 0.5f, titans_m(c, 4));
+    titans_gemm(0, 0, 0, 4, 5, 1.0f, titans_cm(a, 5), titans_cm(b, 4), 0.0f, titans_m(c, 4));
     th_check(titans_gemm_madds() - before == 2 * 6 * 4 * 5,
              "the multiply-add counter adds m n k per product: %llu (want %d)", titans_gemm_madds() - before,
              2 * 6 * 4 * 5);
@@ -207,7 +208,7 @@ int main(void) {
 #pragma omp parallel for num_threads(2) schedule(static)
     for (int i = 0; i < 1000; i++) {
       float cl[6 * 4];
-      titans_gemm(0, 0, 6, 4, 5, 1.0f, a, 5, b, 4, 0.0f, cl, 4);
+      titans_gemm(0, 0, 6, 4, 5, 1.0f, titans_cm(a, 5), titans_cm(b, 4), 0.0f, titans_m(cl, 4));
     }
     th_check(titans_gemm_madds() - before == 1000ULL * 120, "... from two threads at once: %llu (want %llu)",
              titans_gemm_madds() - before, 1000ULL * 120);
@@ -274,13 +275,13 @@ int main(void) {
         memcpy(c2, c1, m * n * sizeof(float));
         memcpy(c3, c1, m * n * sizeof(float));
         omp_set_num_threads(1);
-        titans_gemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, 0.5f, c1, n);
+        titans_gemm(ta, tb, m, n, k, 0.75f, titans_cm(a, lda), titans_cm(b, ldb), 0.5f, titans_m(c1, n));
         omp_set_num_threads(2);
-        titans_gemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, 0.5f, c2, n);
+        titans_gemm(ta, tb, m, n, k, 0.75f, titans_cm(a, lda), titans_cm(b, ldb), 0.5f, titans_m(c2, n));
 #pragma omp parallel num_threads(2)
         {
 #pragma omp single
-          titans_gemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, 0.5f, c3, n);
+          titans_gemm(ta, tb, m, n, k, 0.75f, titans_cm(a, lda), titans_cm(b, ldb), 0.5f, titans_m(c3, n));
         }
         th_check(memcmp(c1, c2, m * n * sizeof(float)) == 0 && memcmp(c1, c3, m * n * sizeof(float)) == 0,
                  "%s %zux%zux%zu: 1 thread, 2 threads and inside a parallel region bit-identical (max diff %.3g)",
