@@ -76,8 +76,9 @@
                          titans_attention_backward takes (titans_attn_grads, titans_attn_saved,
                          titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays;
                          cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged);
-                         titans_config_default_persist (the default N_p for a config's memory chunk);
-                         titans_trainer_set_reduce_overlap (the data-parallel sum overlapped with the backward)
+                         titans_lookup_init.emb_shared (one vector every token embedding starts with);
+                         titans_config_default_persist; titans_trainer_set_reduce_overlap (the data-parallel
+                         sum overlapped with the backward)
                          API: titans_gemm takes 10 arguments, a matrix and its ld as titans_cm(a, lda) / titans_m;
                          one exp (degree 7) for kernels and attention: activations change in their last bits
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save

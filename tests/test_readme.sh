@@ -56,7 +56,7 @@ check "all $links relative links of README.md and docs/ name files that exist${b
 echo "== the header's top block"
 version=$(sed -n 's/^#define TITANS_VERSION "\(.*\)"/\1/p' "$root/titans.h")
 check "its revision history has a line for TITANS_VERSION ${version:-?}" \
-  sh -c "[ -n '$version' ] && sed -n '1,/^\*\//p' '$root/titans.h' | grep -A 9 '^   REVISION HISTORY' | grep -q '^     $version ('"
+  sh -c "[ -n '$version' ] && sed -n '/^   REVISION HISTORY/,/^\*\//p' '$root/titans.h' | grep -q '^     $version ('"
 
 cd "$tmp" || exit 1
 i=0
