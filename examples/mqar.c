@@ -383,13 +383,12 @@ static int cmd_train(options *o) {
   titans_model m;
   if (titans_model_init(&m, &c)) usage_fail(o->cmd, "%s", m.error);
   titans_model_init_weights(&m, o->seed);
-  if (o->lookup_init) {
-    titans_lookup_init li = titans_lookup_init_default();
-    titans_model_init_lookup(&m, &li);
-  }
-  if (o->emb_shared > 0) {
-    titans_lookup_init li = {.key_shift = 0, .attn_identity = 0.0f, .emb_scale = 1.0f,
-                             .emb_shared = (float)o->emb_shared}; /* the shared vector alone */
+  if (o->lookup_init || o->emb_shared > 0) {
+    /* --lookup-init: the library's look-up start; --emb-shared alone: the shared vector and nothing else.
+       One call, so that the shared vector is added before the embeddings' scale as documented. */
+    titans_lookup_init li = {.key_shift = 0, .attn_identity = 0.0f, .emb_scale = 1.0f, .emb_shared = 0.0f};
+    if (o->lookup_init) li = titans_lookup_init_default();
+    li.emb_shared = (float)o->emb_shared;
     titans_model_init_lookup(&m, &li);
   }
   titans_train_config tc = titans_train_config_for_steps(o->steps);
