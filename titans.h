@@ -2788,9 +2788,6 @@ static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans_
 static inline titans__vf titans__ops_vclamp(titans__vf x, float lo, float hi) {
   return _mm512_max_ps(_mm512_set1_ps(lo), _mm512_min_ps(_mm512_set1_ps(hi), x));
 }
-static inline titans__vf titans__ops_vround(titans__vf x) {
-  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
 /* 2^n for integral n in [-126, 127], written into the exponent field */
 static inline titans__vf titans__ops_vpow2i(titans__vf n) {
   __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
@@ -2811,9 +2808,6 @@ static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans_
 static inline titans__vf titans__ops_vclamp(titans__vf x, float lo, float hi) {
   return _mm256_max_ps(_mm256_set1_ps(lo), _mm256_min_ps(_mm256_set1_ps(hi), x));
 }
-static inline titans__vf titans__ops_vround(titans__vf x) {
-  return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
 static inline titans__vf titans__ops_vpow2i(titans__vf n) {
   __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
   return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
@@ -2833,7 +2827,6 @@ static inline titans__vf titans__ops_vsel_lt(titans__vf a, titans__vf b, titans_
 static inline titans__vf titans__ops_vclamp(titans__vf x, float lo, float hi) {
   return vmaxq_f32(vdupq_n_f32(lo), vminq_f32(vdupq_n_f32(hi), x));
 }
-static inline titans__vf titans__ops_vround(titans__vf x) { return vrndnq_f32(x); }
 static inline titans__vf titans__ops_vpow2i(titans__vf n) {
   return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23));
 }
