@@ -40,10 +40,10 @@
        named pointers with their shapes, by const pointer (a memory chunk, titans__mem_chunk; an
        attention call, titans_attn_shape; an optimizer span, titans_adamw_arrays; a product,
        titans__gemm_job), or by value when it is a pointer and its stride (a matrix operand of
-       titans_gemm and its leading dimension, titans_cmat / titans_mat). The exception: the SIMD tiles
-       and the blocks that instantiate them (titans_gemm's titans__gemm_* kernels, titans__mem_update_tile,
-       titans__attn_madd_kernel), whose extra arguments are compile-time tile sizes and a product's
-       operands, one by one.
+       titans_gemm and its leading dimension, titans_cmat / titans_mat). The SIMD tiles too (titans_gemm's
+       titans__gemm_* kernels, titans__mem_update_tile, titans__attn_madd_kernel): their extra arguments
+       are compile-time tile sizes, and the always-inlined ones take a product by value
+       (titans__gemm_job) and load its fields into locals first, so that they stay in registers.
 
    CONTENTS
      1. Core: status codes, allocation, checked sizes, RNG, SIMD layer
@@ -1986,14 +1986,17 @@ typedef struct titans__gemm_job {
 
 /* ---- direct method: op(B) rows read in place -------------------------------------------------- */
 
-/* One R x (NV * VW) tile: C = alpha * op(A) op(B) + beta * C with op(B)[p, j] = b[p * ldb + j] and
-   op(A)[r, p] = a[r * lda + p] (TA == 0) or a[p * lda + r] (TA == 1; the layout is a compile-time
-   constant so that the R row offsets need no registers). When masked (then NV == 1) only the lanes in
-   mlast exist. */
+/* One R x (NV * VW) tile at column j of g's block (g: an R-row block of C, as titans__gemm_direct_block
+   takes it; passed by value, so that once inlined its fields are registers): C = alpha * op(A) op(B) +
+   beta * C with op(B)[p, j] = b[p * ldb + j] and op(A)[r, p] = a[r * lda + p] (TA == 0) or
+   a[p * lda + r] (TA == 1; the layout is a compile-time constant so that the R row offsets need no
+   registers). When masked (then NV == 1) only the lanes in mlast exist. */
 TITANS__GEMM_INLINE void titans__gemm_direct_tile(const int TA, const size_t R, const size_t NV, const int masked,
-                                                  float *c /* [R, ldc] */, size_t ldc, const float *a, size_t lda,
-                                                  const float *b /* [k, ldb] */, size_t ldb, size_t k,
-                                                  titans__gemm_mask mlast, float alpha, float beta) {
+                                                  titans__gemm_job g, size_t j, titans__gemm_mask mlast) {
+  float *c = g.c + j;                 /* [R, ldc] */
+  const float *a = g.a, *b = g.b + j; /* a: [R, lda] or [k, lda] (TA); b: [k, ldb] */
+  const size_t ldc = g.ldc, lda = g.lda, ldb = g.ldb, k = g.k;
+  const float alpha = g.alpha, beta = g.beta;
   titans__vf acc[TITANS__GEMM_DACC]; /* [R][NV]: sized to what tiles use, or GCC keeps it in memory */
   TITANS__GEMM_UNROLL
   for (size_t r = 0; r < R; r++)
@@ -2027,73 +2030,63 @@ TITANS__GEMM_INLINE void titans__gemm_direct_tile(const int TA, const size_t R, 
 }
 
 /* Columns [0, n) of an R-row block: tiles of NV vectors, then narrower ones, the last vector masked. */
-TITANS__GEMM_INLINE void titans__gemm_direct_rows(const int TA, const size_t R, const size_t NV, float *c, size_t ldc,
-                                                  const float *a, size_t lda, const float *b, size_t ldb, size_t n,
-                                                  size_t k, float alpha, float beta) {
+TITANS__GEMM_INLINE void titans__gemm_direct_rows(const int TA, const size_t R, const size_t NV, titans__gemm_job g) {
+  const size_t n = g.n;
   titans__gemm_mask full = titans__gemm_mask_n(TITANS__VW);
   size_t j = 0;
-  for (; j + NV * TITANS__VW <= n; j += NV * TITANS__VW)
-    titans__gemm_direct_tile(TA, R, NV, 0, c + j, ldc, a, lda, b + j, ldb, k, full, alpha, beta);
+  for (; j + NV * TITANS__VW <= n; j += NV * TITANS__VW) titans__gemm_direct_tile(TA, R, NV, 0, g, j, full);
   if (NV > 4 && j + 4 * TITANS__VW <= n) { /* what remains: at most one tile of each halved width */
-    titans__gemm_direct_tile(TA, R, 4, 0, c + j, ldc, a, lda, b + j, ldb, k, full, alpha, beta);
+    titans__gemm_direct_tile(TA, R, 4, 0, g, j, full);
     j += 4 * TITANS__VW;
   }
   if (NV > 2 && j + 2 * TITANS__VW <= n) {
-    titans__gemm_direct_tile(TA, R, 2, 0, c + j, ldc, a, lda, b + j, ldb, k, full, alpha, beta);
+    titans__gemm_direct_tile(TA, R, 2, 0, g, j, full);
     j += 2 * TITANS__VW;
   }
-  for (; j + TITANS__VW <= n; j += TITANS__VW)
-    titans__gemm_direct_tile(TA, R, 1, 0, c + j, ldc, a, lda, b + j, ldb, k, full, alpha, beta);
-  if (j < n)
-    titans__gemm_direct_tile(TA, R, 1, 1, c + j, ldc, a, lda, b + j, ldb, k, titans__gemm_mask_n(n - j), alpha, beta);
+  for (; j + TITANS__VW <= n; j += TITANS__VW) titans__gemm_direct_tile(TA, R, 1, 0, g, j, full);
+  if (j < n) titans__gemm_direct_tile(TA, R, 1, 1, g, j, titans__gemm_mask_n(n - j));
 }
 
-/* An R-row block (R <= 8): NV chosen so that R x NV stays near 16-24 accumulators (8 for one row). */
-TITANS__GEMM_INLINE void titans__gemm_direct_block(const int TA, size_t rows, float *c, size_t ldc, const float *a,
-                                                   size_t lda, const float *b, size_t ldb, size_t n, size_t k,
-                                                   float alpha, float beta) {
-  switch (rows) {
-    case 1: titans__gemm_direct_rows(TA, 1, 8, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
-    case 2: titans__gemm_direct_rows(TA, 2, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
-    case 3: titans__gemm_direct_rows(TA, 3, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
-    case 4: titans__gemm_direct_rows(TA, 4, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
-    case 5: titans__gemm_direct_rows(TA, 5, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
-    case 6: titans__gemm_direct_rows(TA, 6, 4, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
-    case 7: titans__gemm_direct_rows(TA, 7, 2, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
-    default: titans__gemm_direct_rows(TA, 8, 2, c, ldc, a, lda, b, ldb, n, k, alpha, beta); break;
+/* An R-row block (R = g.m <= 8) of C: g's c, a and b start at the block (its row 0, column 0). NV
+   chosen so that R x NV stays near 16-24 accumulators (8 for one row). */
+TITANS__GEMM_INLINE void titans__gemm_direct_block(const int TA, titans__gemm_job g) {
+  switch (g.m) {
+    case 1: titans__gemm_direct_rows(TA, 1, 8, g); break;
+    case 2: titans__gemm_direct_rows(TA, 2, 4, g); break;
+    case 3: titans__gemm_direct_rows(TA, 3, 4, g); break;
+    case 4: titans__gemm_direct_rows(TA, 4, 4, g); break;
+    case 5: titans__gemm_direct_rows(TA, 5, 4, g); break;
+    case 6: titans__gemm_direct_rows(TA, 6, 4, g); break;
+    case 7: titans__gemm_direct_rows(TA, 7, 2, g); break;
+    default: titans__gemm_direct_rows(TA, 8, 2, g); break;
   }
 }
 
 /* One function per layout of A: GCC allocates the registers of the many tile loops better in two
-   smaller functions than in one (it kept loop counters in vector registers). */
-TITANS__GEMM_NOINLINE void titans__gemm_direct_block_n(size_t rows, float *c, size_t ldc, const float *a, size_t lda,
-                                                       const float *b, size_t ldb, size_t n, size_t k, float alpha,
-                                                       float beta) {
-  titans__gemm_direct_block(0, rows, c, ldc, a, lda, b, ldb, n, k, alpha, beta);
-}
-TITANS__GEMM_NOINLINE void titans__gemm_direct_block_t(size_t rows, float *c, size_t ldc, const float *a, size_t lda,
-                                                       const float *b, size_t ldb, size_t n, size_t k, float alpha,
-                                                       float beta) {
-  titans__gemm_direct_block(1, rows, c, ldc, a, lda, b, ldb, n, k, alpha, beta);
-}
+   smaller functions than in one (it kept loop counters in vector registers). The block is copied
+   whole from *g, so that its fields are loaded once, not after every store to C. */
+TITANS__GEMM_NOINLINE void titans__gemm_direct_block_n(const titans__gemm_job *g) { titans__gemm_direct_block(0, *g); }
+TITANS__GEMM_NOINLINE void titans__gemm_direct_block_t(const titans__gemm_job *g) { titans__gemm_direct_block(1, *g); }
 
 /* C [m, n] = alpha * op(A) op(B) + beta * C by direct tiles of up to 8 rows. Column blocks outside, so
    that the [k, cb] strip of B is read from memory once and from L2 by the following row tiles. */
 static void titans__gemm_direct(const titans__gemm_job *g) {
   const int trans_a = g->trans_a;
-  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
-  const float alpha = g->alpha, beta = g->beta, *a = g->a, *b = g->b;
+  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldc = g->ldc;
+  const float *a = g->a, *b = g->b;
   float *c = g->c;
   size_t cb = (size_t)131072 / (k ? k : 1); /* 512 KiB of B per column block */
   cb = cb < 128 ? 128 : cb - cb % 128;
   if (m <= TITANS__GEMM_DR) cb = n; /* one row tile: nothing to reuse */
+  titans__gemm_job blk = *g; /* each block: rows [i, i + rows), columns [j, j + nb) of C */
   for (size_t j = 0; j < n; j += cb) {
     size_t nb = n - j < cb ? n - j : cb;
     for (size_t i = 0; i < m; i += TITANS__GEMM_DR) {
       size_t rows = m - i < TITANS__GEMM_DR ? m - i : TITANS__GEMM_DR;
-      float *ci = c + i * ldc + j;
-      if (trans_a) titans__gemm_direct_block_t(rows, ci, ldc, a + i, lda, b + j, ldb, nb, k, alpha, beta);
-      else titans__gemm_direct_block_n(rows, ci, ldc, a + i * lda, lda, b + j, ldb, nb, k, alpha, beta);
+      blk.m = rows, blk.n = nb, blk.c = c + i * ldc + j, blk.b = b + j;
+      blk.a = trans_a ? a + i : a + i * lda;
+      if (trans_a) titans__gemm_direct_block_t(&blk);
+      else titans__gemm_direct_block_n(&blk);
     }
   }
 }
@@ -2127,10 +2120,11 @@ TITANS__GEMM_NOINLINE void titans__gemm_bdirect(const titans__gemm_job *g) {
 
 /* R x S dot products: C[r, s] = alpha * sum_p a[r * lda + p] * b[s * ldb + p] + beta * C[r, s] for
    s < ns (rows s >= ns of b are not read; their slots repeat row ns - 1 and are not stored). */
-TITANS__GEMM_INLINE void titans__gemm_dot_tile(const size_t R, const size_t S, float *c /* [R, ldc] */, size_t ldc,
-                                               const float *a /* [R, lda] */, size_t lda,
-                                               const float *b /* [ns, ldb] */, size_t ldb, size_t ns, size_t k,
-                                               float alpha, float beta) {
+TITANS__GEMM_INLINE void titans__gemm_dot_tile(const size_t R, const size_t S, titans_mat cm, titans_cmat am,
+                                               titans_cmat bm, size_t ns, size_t k, float alpha, float beta) {
+  float *c = cm.p;                  /* [R, ldc] */
+  const float *a = am.p, *b = bm.p; /* [R, lda], [ns, ldb] */
+  const size_t ldc = cm.ld, lda = am.ld, ldb = bm.ld;
   const float *bs[8];
   titans__vf acc[4][8];
   TITANS__GEMM_UNROLL
@@ -2182,15 +2176,16 @@ TITANS__GEMM_INLINE void titans__gemm_dot_tile(const size_t R, const size_t S, f
   }
 }
 
-/* The S columns starting at b for an R-row block of a: a tile of S = 8 (R <= 2) or two of S = 4. */
-TITANS__GEMM_INLINE void titans__gemm_dot_cols8(const size_t R, float *c, size_t ldc, const float *a, size_t lda,
-                                                const float *b, size_t ldb, size_t ns, size_t k, float alpha,
-                                                float beta) {
+/* The S columns starting at b for an R-row block of a: a tile of S = 8 (R <= 2) or two of S = 4.
+   c [R, ldc], a [R, lda], b [ns, ldb] (rows along k). */
+TITANS__GEMM_INLINE void titans__gemm_dot_cols8(const size_t R, titans_mat c, titans_cmat a, titans_cmat b, size_t ns,
+                                                size_t k, float alpha, float beta) {
   if (R <= 2) {
-    titans__gemm_dot_tile(R, 8, c, ldc, a, lda, b, ldb, ns, k, alpha, beta);
+    titans__gemm_dot_tile(R, 8, c, a, b, ns, k, alpha, beta);
   } else {
-    titans__gemm_dot_tile(R, 4, c, ldc, a, lda, b, ldb, ns < 4 ? ns : 4, k, alpha, beta);
-    if (ns > 4) titans__gemm_dot_tile(R, 4, c + 4, ldc, a, lda, b + 4 * ldb, ldb, ns - 4, k, alpha, beta);
+    titans__gemm_dot_tile(R, 4, c, a, b, ns < 4 ? ns : 4, k, alpha, beta);
+    if (ns > 4)
+      titans__gemm_dot_tile(R, 4, titans_m(c.p + 4, c.ld), a, titans_cm(b.p + 4 * b.ld, b.ld), ns - 4, k, alpha, beta);
   }
 }
 
@@ -2200,11 +2195,13 @@ static void titans__gemm_dot_block(const titans__gemm_job *g, size_t i, size_t j
   const size_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
   const float alpha = g->alpha, beta = g->beta, *a = g->a + i * lda, *b = g->b + j * ldb;
   float *c = g->c + i * ldc + j;
+  const titans_mat cm = titans_m(c, ldc);
+  const titans_cmat am = titans_cm(a, lda), bm = titans_cm(b, ldb);
   switch (rows) {
-    case 1: titans__gemm_dot_cols8(1, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
-    case 2: titans__gemm_dot_cols8(2, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
-    case 3: titans__gemm_dot_cols8(3, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
-    default: titans__gemm_dot_cols8(4, c, ldc, a, lda, b, ldb, ns, k, alpha, beta); break;
+    case 1: titans__gemm_dot_cols8(1, cm, am, bm, ns, k, alpha, beta); break;
+    case 2: titans__gemm_dot_cols8(2, cm, am, bm, ns, k, alpha, beta); break;
+    case 3: titans__gemm_dot_cols8(3, cm, am, bm, ns, k, alpha, beta); break;
+    default: titans__gemm_dot_cols8(4, cm, am, bm, ns, k, alpha, beta); break;
   }
 }
 
@@ -2259,10 +2256,12 @@ TITANS__GEMM_INLINE __m512 titans__gemm_bcast(const size_t G, const float *b, in
   return masked ? _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1u), b) : _mm512_loadu_ps(b);
 }
 
-TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, float *c /* [m, ldc] */, size_t ldc, size_t m,
-                                                const float *at /* [ceil(k / G), 16] */,
-                                                const float *b /* [nj, ldb] */, size_t ldb, size_t nj, size_t k,
-                                                float alpha, float beta) {
+/* at [ceil(k / G), 16]: op(A) packed by titans__gemm_tdot_pack. */
+TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, titans_mat cm, size_t m, const float *at,
+                                                titans_cmat bm, size_t nj, size_t k, float alpha, float beta) {
+  float *c = cm.p;       /* [m, ldc] */
+  const float *b = bm.p; /* [nj, ldb] */
+  const size_t ldc = cm.ld, ldb = bm.ld;
   __m512 acc[16];
   const float *bs[16];
   TITANS__GEMM_UNROLL
@@ -2364,29 +2363,34 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_pack(float *at, const size_t G, int t
   }
 }
 
-/* One k slice: pack op(A), then the column tiles. */
-TITANS__GEMM_INLINE void titans__gemm_tdot_slice(const size_t G, float *at, int trans_a, size_t m, size_t n,
-                                                 size_t p0, size_t kd, float alpha, const float *a, size_t lda,
-                                                 const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+/* One k slice of g's product, columns p0 .. p0 + kd of op(A) (rows of B), C scaled by beta (g's for the
+   first slice, 1 for the others): pack op(A) into at, then the column tiles. g is passed by value so
+   that, once inlined, its fields are registers, not loads after every store to C. */
+TITANS__GEMM_INLINE void titans__gemm_tdot_slice(const size_t G, float *at, titans__gemm_job g, size_t p0, size_t kd,
+                                                 float beta) {
+  const int trans_a = g.trans_a;
+  const size_t m = g.m, n = g.n, lda = g.lda, ldb = g.ldb, ldc = g.ldc;
+  const float alpha = g.alpha, *a = g.a, *b = g.b;
+  float *c = g.c;
   titans__gemm_tdot_pack(at, G, trans_a, m, a, lda, p0, kd);
   for (size_t j = 0; j < n; j += 16)
-    titans__gemm_tdot_tile(G, c + j, ldc, m, at, b + j * ldb + p0, ldb, n - j < 16 ? n - j : 16, kd, alpha, beta);
+    titans__gemm_tdot_tile(G, titans_m(c + j, ldc), m, at, titans_cm(b + j * ldb + p0, ldb), n - j < 16 ? n - j : 16,
+                           kd, alpha, beta);
 }
 
 TITANS__GEMM_NOINLINE void titans__gemm_tdot(const titans__gemm_job *g) {
-  const int trans_a = g->trans_a;
-  const size_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
-  const float alpha = g->alpha, beta = g->beta, *a = g->a, *b = g->b;
-  float *c = g->c;
+  const titans__gemm_job t = *g;
+  const size_t m = t.m, k = t.k;
+  const float beta = t.beta;
   TITANS__GEMM_ALIGN float at[TITANS__GEMM_KD * 16]; /* op(A) slice, lanes as above */
   for (size_t p0 = 0; p0 < k; p0 += TITANS__GEMM_KD) {
     size_t kd = k - p0 < TITANS__GEMM_KD ? k - p0 : TITANS__GEMM_KD;
     float bs = p0 == 0 ? beta : 1.0f; /* later slices add to C */
-    if (m <= 1) titans__gemm_tdot_slice(16, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
-    else if (m <= 2) titans__gemm_tdot_slice(8, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
-    else if (m <= 4) titans__gemm_tdot_slice(4, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
-    else if (m <= 8) titans__gemm_tdot_slice(2, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
-    else titans__gemm_tdot_slice(1, at, trans_a, m, n, p0, kd, alpha, a, lda, b, ldb, bs, c, ldc);
+    if (m <= 1) titans__gemm_tdot_slice(16, at, t, p0, kd, bs);
+    else if (m <= 2) titans__gemm_tdot_slice(8, at, t, p0, kd, bs);
+    else if (m <= 4) titans__gemm_tdot_slice(4, at, t, p0, kd, bs);
+    else if (m <= 8) titans__gemm_tdot_slice(2, at, t, p0, kd, bs);
+    else titans__gemm_tdot_slice(1, at, t, p0, kd, bs);
   }
 }
 #endif
@@ -2456,9 +2460,11 @@ static void titans__gemm_pack_a(float *ap, const float *a, size_t lda, size_t i0
    packed panel ap [kc][MR] (zero padded) or, when in_place, the rows a + r * lda themselves (rows past mr
    repeat row mr - 1). bp is zero padded, so the loop always runs on the full tile; only the stores are
    cut to mr x nr. */
-TITANS__GEMM_INLINE void titans__gemm_micro_body(const int in_place, float *c /* [mr, ldc] */, size_t ldc,
-                                                 const float *a, size_t lda, const float *bp /* [kc, NR] */,
+TITANS__GEMM_INLINE void titans__gemm_micro_body(const int in_place, titans_mat cm, titans_cmat am, const float *bp,
                                                  size_t kc, float alpha, float beta, size_t mr, size_t nr) {
+  float *c = cm.p;       /* [mr, ldc]; bp: [kc, NR] */
+  const float *a = am.p; /* [kc, MR] packed, or [mr, lda] in place */
+  const size_t ldc = cm.ld, lda = am.ld;
   titans__vf acc[TITANS__GEMM_MR][TITANS__GEMM_NV];
   const float *ar[TITANS__GEMM_MR];
   TITANS__GEMM_UNROLL
@@ -2504,16 +2510,15 @@ TITANS__GEMM_INLINE void titans__gemm_micro_body(const int in_place, float *c /*
   }
 }
 
-/* Not inlined: the kernel's registers are then allocated on their own, whatever the loops around it. */
-TITANS__GEMM_NOINLINE void titans__gemm_micro(float *c, size_t ldc, const float *ap /* [kc, MR] */,
-                                            const float *bp /* [kc, NR] */, size_t kc, float alpha, float beta,
-                                            size_t mr, size_t nr) {
-  titans__gemm_micro_body(0, c, ldc, ap, 0, bp, kc, alpha, beta, mr, nr);
+/* Not inlined: the kernel's registers are then allocated on their own, whatever the loops around it.
+   c [mr, ldc], ap [kc, MR] (packed), a [mr, lda] (in place), bp [kc, NR]. */
+TITANS__GEMM_NOINLINE void titans__gemm_micro(titans_mat c, const float *ap, const float *bp, size_t kc, float alpha,
+                                            float beta, size_t mr, size_t nr) {
+  titans__gemm_micro_body(0, c, titans_cm(ap, 0), bp, kc, alpha, beta, mr, nr);
 }
-TITANS__GEMM_NOINLINE void titans__gemm_micro_in_place(float *c, size_t ldc, const float *a /* [mr, lda] */,
-                                                     size_t lda, const float *bp /* [kc, NR] */, size_t kc,
+TITANS__GEMM_NOINLINE void titans__gemm_micro_in_place(titans_mat c, titans_cmat a, const float *bp, size_t kc,
                                                      float alpha, float beta, size_t mr, size_t nr) {
-  titans__gemm_micro_body(1, c, ldc, a, lda, bp, kc, alpha, beta, mr, nr);
+  titans__gemm_micro_body(1, c, a, bp, kc, alpha, beta, mr, nr);
 }
 
 /* A stream of prefetches into L2 over a block of rows (rows x row_bytes, stride apart), issued a few
@@ -2574,9 +2579,9 @@ TITANS__GEMM_NOINLINE void titans__gemm_packed(const titans__gemm_job *g) {
         if (!trans_a) { /* rows of A are read in place: packing them costs more than it saves */
           for (size_t ir = 0; ir < mb; ir += MR)
             for (size_t jr = 0; jr < nc; jr += NR)
-              titans__gemm_micro_in_place(c + (ic + ir) * ldc + jc + jr, ldc, a + (ic + ir) * lda + pc, lda,
-                                          bpack + jr * kc, kc, alpha, beta_s, mb - ir < MR ? mb - ir : MR,
-                                          nc - jr < NR ? nc - jr : NR);
+              titans__gemm_micro_in_place(titans_m(c + (ic + ir) * ldc + jc + jr, ldc),
+                                          titans_cm(a + (ic + ir) * lda + pc, lda), bpack + jr * kc, kc, alpha, beta_s,
+                                          mb - ir < MR ? mb - ir : MR, nc - jr < NR ? nc - jr : NR);
           continue;
         }
         titans__gemm_pack_a(apack, a, lda, ic, mb, pc, kc);
@@ -2594,8 +2599,8 @@ TITANS__GEMM_NOINLINE void titans__gemm_packed(const titans__gemm_job *g) {
         for (size_t ir = 0; ir < mb; ir += MR)
           for (size_t jr = 0; jr < nc; jr += NR) {
             titans__gemm_pf_step(&pfa);
-            titans__gemm_micro(c + (ic + ir) * ldc + jc + jr, ldc, apack + ir * kc, bpack + jr * kc, kc, alpha, beta_s,
-                               mb - ir < MR ? mb - ir : MR, nc - jr < NR ? nc - jr : NR);
+            titans__gemm_micro(titans_m(c + (ic + ir) * ldc + jc + jr, ldc), apack + ir * kc, bpack + jr * kc, kc,
+                               alpha, beta_s, mb - ir < MR ? mb - ir : MR, nc - jr < NR ? nc - jr : NR);
           }
       }
     }
@@ -4181,12 +4186,24 @@ typedef struct titans__mem_layer_step {
   size_t n, no, ni;     /* tokens; the layer's output and input widths */
 } titans__mem_layer_step;
 
-/* One R x NV tile of titans__mem_state_update: rows o .. o + R of W and S [no, ni], vectors j .. j + NV. */
-TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV, float *wo, float *so, const float *w,
-                                                 const float *s, float *wc, float *sc, int flush, int stream,
-                                                 titans__vf vA, titans__vf vB, titans__vf vE, const float *delta,
-                                                 const float *tc, const float *td, size_t n, size_t no, size_t ni,
-                                                 size_t o, size_t j) {
+/* The state arrays titans__mem_state_update reads and writes, and how: they travel together to its tiles. */
+typedef struct titans__mem_state_io {
+  float *wo, *so;     /* [no, ni] (leading dim ni) the new W and S (may be w, s) */
+  const float *w, *s; /* [no, ni] (leading dim ni) W and S at the chunk's start */
+  float *wc, *sc;     /* [no, ni] (leading dim ni) copies of the new W and S (NULL: none) */
+  int flush, stream;  /* flush the new state's subnormals; stream the copies (both aligned) */
+} titans__mem_state_io;
+
+/* One R x NV tile of titans__mem_state_update: rows o .. o + R of W and S [no, ni], vectors j .. j + NV.
+   vA, vB, vE: u's A_n, B_n, E_n in every lane. */
+TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV, const titans__mem_state_io *io,
+                                                 const titans__mem_layer_step *u, titans__vf vA, titans__vf vB,
+                                                 titans__vf vE, size_t o, size_t j) {
+  float *wo = io->wo, *so = io->so, *wc = io->wc, *sc = io->sc;
+  const float *w = io->w, *s = io->s;
+  const int flush = io->flush, stream = io->stream;
+  const float *delta = u->delta, *tc = u->tc, *td = u->td; /* [n, no], [n, ni], [n, ni] */
+  const size_t n = u->n, no = u->no, ni = u->ni;
   titans__vf aw[4 * 2], as[4 * 2]; /* [R][NV] sums over the tokens */
   TITANS__GEMM_UNROLL
   for (size_t z = 0; z < R * NV; z++) aw[z] = as[z] = titans__vset1(0.0f);
@@ -4242,9 +4259,7 @@ TITANS__GEMM_INLINE void titans__mem_update_tile(const size_t R, const size_t NV
 static int titans__mem_state_update(float *wo, float *so, const float *w, const float *s, const titans__mem_sink *copy,
                                     const titans__mem_layer_step *u) {
   float *wc = copy->w_copy, *sc = copy->s_copy;
-  int flush = copy->flush;
-  const float *delta = u->delta, *tc = u->tc, *td = u->td;
-  size_t n = u->n, no = u->no, ni = u->ni;
+  const size_t no = u->no, ni = u->ni;
   titans__vf vA = titans__vset1(u->An), vB = titans__vset1(u->Bn), vE = titans__vset1(u->En);
 #if defined(TITANS__AVX512) || defined(TITANS__AVX2)
   const uintptr_t vbytes = TITANS__VW * sizeof(float);
@@ -4252,17 +4267,15 @@ static int titans__mem_state_update(float *wo, float *so, const float *w, const 
 #else
   int stream = 0;
 #endif
+  const titans__mem_state_io io = {wo, so, w, s, wc, sc, copy->flush, stream};
   size_t o = 0;
   for (; o + 4 <= no; o += 4) {
     size_t j = 0;
-    for (; j + 2 * TITANS__VW <= ni; j += 2 * TITANS__VW)
-      titans__mem_update_tile(4, 2, wo, so, w, s, wc, sc, flush, stream, vA, vB, vE, delta, tc, td, n, no, ni, o, j);
-    for (; j < ni; j += TITANS__VW)
-      titans__mem_update_tile(4, 1, wo, so, w, s, wc, sc, flush, stream, vA, vB, vE, delta, tc, td, n, no, ni, o, j);
+    for (; j + 2 * TITANS__VW <= ni; j += 2 * TITANS__VW) titans__mem_update_tile(4, 2, &io, u, vA, vB, vE, o, j);
+    for (; j < ni; j += TITANS__VW) titans__mem_update_tile(4, 1, &io, u, vA, vB, vE, o, j);
   }
   for (; o < no; o++)
-    for (size_t j = 0; j < ni; j += TITANS__VW)
-      titans__mem_update_tile(1, 1, wo, so, w, s, wc, sc, flush, stream, vA, vB, vE, delta, tc, td, n, no, ni, o, j);
+    for (size_t j = 0; j < ni; j += TITANS__VW) titans__mem_update_tile(1, 1, &io, u, vA, vB, vE, o, j);
   return stream;
 }
 
@@ -5771,15 +5784,27 @@ static void titans__attn_scores(float *S, size_t lds, const float *const *a, siz
   }
 }
 
-/* y_r += sum_t coef(r, t) x_t over the visible terms t < nt, for NR <= 4 rows and the NC <= 4 vector
-   chunks from offset i, where coef(r, t) = coef[r cy + t ct] and visible means vis[r cy + t ct] != 0
-   (vis is laid out as coef; masked == 0: every term). Each element of a row is a chain of fmas over t
+/* The terms of titans__attn_madd for a block of rows, coef(r, t) x_t over t < nt: they travel together
+   from titans__attn_madd to its kernel. */
+typedef struct titans__attn_madd_terms {
+  const float *coef;        /* coef(r, t) = coef[r cy + t ct] */
+  const unsigned char *vis; /* laid out as coef: the term is visible where != 0 (NULL: every term) */
+  size_t cy, ct;            /* coef's (and vis's) strides along the rows r and the terms t */
+  const float *const *x;    /* [nt] pointers to the terms' vectors x_t */
+  size_t nt;
+} titans__attn_madd_terms;
+
+/* y_r += sum_t coef(r, t) x_t over the visible terms t < nt (those of tm), for NR <= 4 rows and the NC <= 4
+   vector chunks from offset i (masked == 0: every term). Each element of a row is a chain of fmas over t
    in order (a multiply-add in the scalar tail), so any split of the terms or the rows into calls gives
    the same bits; the NR x NC accumulators stay in registers and every x_t chunk is loaded once for the
    NR rows. */
-TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *coef, size_t cy, size_t ct,
-                                                  const unsigned char *vis, const float *const *x, size_t nt, size_t i,
-                                                  int NR, int NC, int masked) {
+TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const titans__attn_madd_terms *tm, size_t i, int NR,
+                                                  int NC, int masked) {
+  const float *coef = tm->coef;
+  const unsigned char *vis = tm->vis;
+  const size_t cy = tm->cy, ct = tm->ct, nt = tm->nt;
+  const float *const *x = tm->x;
   titans__vf acc[4][4];
   TITANS__GEMM_UNROLL
   for (int r = 0; r < NR; r++)
@@ -5805,8 +5830,8 @@ TITANS__GEMM_INLINE void titans__attn_madd_kernel(float *const *y, const float *
 
 #define TITANS__ATTN_MADD_CASE(NR, NC)                                                                      \
   do {                                                                                                      \
-    if (vis) titans__attn_madd_kernel(y + r, cr, cy, ct, vr, x, nt, i, NR, NC, 1);                          \
-    else titans__attn_madd_kernel(y + r, cr, cy, ct, NULL, x, nt, i, NR, NC, 0);                            \
+    if (vis) titans__attn_madd_kernel(y + r, &tm, i, NR, NC, 1);                                            \
+    else titans__attn_madd_kernel(y + r, &tm, i, NR, NC, 0);                                                \
   } while (0)
 
 /* y_r += sum_t coef(r, t) x_t (titans__attn_madd_kernel's terms and bits) for r < ny over n floats; vis
@@ -5818,6 +5843,7 @@ static void titans__attn_madd(float *const *y, size_t ny, const float *coef, siz
     size_t nr = ny - r < 4 ? ny - r : 4;
     const float *cr = coef + r * cy;
     const unsigned char *vr = vis ? vis + r * cy : NULL;
+    const titans__attn_madd_terms tm = {cr, vr, cy, ct, x, nt};
     size_t i = 0;
     for (; i + 4 * TITANS__VW <= nv; i += 4 * TITANS__VW) {
       if (nr == 4) TITANS__ATTN_MADD_CASE(4, 4);
