@@ -81,6 +81,8 @@
                          sum overlapped with the backward)
                          API: titans_gemm takes 10 arguments, a matrix and its ld as titans_cm(a, lda) / titans_m;
                          one exp (degree 7) for kernels and attention: activations change in their last bits
+                         titans_lookup_init.head_gain (the final norm's gain at the start); the default
+                         look-up start sets it to 0.5 (titans_lookup_init_default changes the models it builds)
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -1007,12 +1009,17 @@ typedef struct titans_lookup_init {
                           has a direction every token shares, from which attention's queries and keys can
                           score by relative position alone (RoPE, no biases): the previous-token head an
                           induction head needs. 0: unchanged (docs/model.md 5.1) */
+  float head_gain;     /* > 0: the final norm's gain (norm_f) starts at this value, scaling every logit of
+                          the tied head. With emb_scale X the residual is mostly the token's own embedding,
+                          and the head predicts that token again with a logit of about X^2 |e|^2: a loss of
+                          22 and gradients above the clip for the first ~40 steps. 0: unchanged (1) */
 } titans_lookup_init;
 
-/* {key_shift 1, attn_identity 1.5, emb_scale 10, emb_shared 0}: the values ./titans train --task starts from. */
+/* {key_shift 1, attn_identity 1.5, emb_scale 10, emb_shared 0, head_gain 0.5}: the values ./titans train --task
+   starts from. */
 TITANSDEF titans_lookup_init titans_lookup_init_default(void);
 /* Applies li to freshly initialised weights (after titans_model_init_weights and the gates), in the order
-   key shift, attention, the embeddings' shared vector, their scale. A model that keeps the key there while it trains also sets
+   key shift, attention, the embeddings' shared vector, their scale, the head's gain. A model that keeps the key there while it trains also sets
    cfg.mem.key_ngram (1, or the n of its n-gram keys). */
 TITANSDEF void titans_model_init_lookup(titans_model *m, const titans_lookup_init *li);
 /* Points w (with its own layers array of n_layers entries, caller-provided) into any slab of the model's
@@ -8406,6 +8413,7 @@ TITANSDEF titans_lookup_init titans_lookup_init_default(void) {
   li.attn_identity = 1.5f;
   li.emb_scale = 10.0f;
   li.emb_shared = 0.0f;
+  li.head_gain = 0.5f;
   return li;
 }
 
@@ -8466,6 +8474,8 @@ TITANSDEF void titans_model_init_lookup(titans_model *m, const titans_lookup_ini
   if (li->emb_shared > 0.0f) titans__share_embedding_direction(m, li->emb_shared);
   if (li->emb_scale != 1.0f)
     for (size_t i = 0; i < (size_t)m->cfg.vocab * (size_t)m->cfg.d; i++) m->w.tok_emb[i] *= li->emb_scale;
+  if (li->head_gain > 0.0f)
+    for (int i = 0; i < m->cfg.d; i++) m->w.norm_f[i] = li->head_gain;
 }
 
 /* cfg.mem.key_ngram: every key conv tap but each channel's own (titans__key_tap) set to 0 in slab [n_floats],

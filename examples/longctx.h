@@ -429,6 +429,37 @@ static int longctx_token(const longctx_example *ex, size_t i) {
   return longctx_filler_byte(ex, i - shift);
 }
 
+/* The first context byte after the last needle (0 without needles). */
+static size_t longctx_needles_end(const longctx_example *ex) {
+  size_t needle_bytes = 0;
+  for (size_t k = 0; k < ex->n_needles; k++) needle_bytes += ex->others_len[k];
+  return ex->n_needles ? ex->insert_at[ex->n_needles - 1] + needle_bytes : 0;
+}
+
+/* Prose with several needles: the questions for the needles not asked at the end (drawing order 1..n-1),
+   each followed by its answer, as one text out [cap] of "What is the special magic number for W? The
+   special magic number for W is N. " (the question's own words), for the end of the context, just before
+   the example's question. answer_at [LONGCTX_MAX_NEEDLES] gets each answer's offset in out and
+   *n_answers their count. Returns the text's length, or 0 (nothing asked) with fewer than two needles or
+   when the text does not fit between the last needle and the question. A training row asks all its
+   needles so: more answers in a long row, whose gradient is otherwise the few digits of one answer. */
+static size_t longctx_other_questions(const longctx_example *ex, char *out, size_t cap, size_t *answer_at,
+                                      size_t *n_answers) {
+  size_t len = 0;
+  *n_answers = 0;
+  if (ex->kind != LONGCTX_PROSE || ex->n_needles < 2) return 0;
+  for (size_t k = 1; k < ex->n_needles; k++) {
+    int wrote = snprintf(out + len, cap - len, "What is the special magic number for %s? The special magic number for %s is ",
+                         ex->words[k], ex->words[k]);
+    if (wrote < 0 || (size_t)wrote + ex->answer_len + 2 >= cap - len) return *n_answers = 0, 0;
+    len += (size_t)wrote;
+    answer_at[(*n_answers)++] = len;
+    len += (size_t)snprintf(out + len, cap - len, "%s. ", ex->numbers[k]);
+  }
+  if (len + longctx_needles_end(ex) > ex->context_len) return *n_answers = 0, 0;
+  return len;
+}
+
 /* out [n] = tokens from..from+n-1 of the example (see longctx_token). */
 static void longctx_tokens(const longctx_example *ex, size_t from, int *out, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = longctx_token(ex, from + i);

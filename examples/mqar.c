@@ -388,6 +388,7 @@ static int cmd_train(options *o) {
        One call, so that the shared vector is added before the embeddings' scale as documented. */
     titans_lookup_init li = {.key_shift = 0, .attn_identity = 0.0f, .emb_scale = 1.0f, .emb_shared = 0.0f};
     if (o->lookup_init) li = titans_lookup_init_default();
+    li.head_gain = 0.0f; /* the head as it was: docs/mqar.md's runs were made before head_gain existed */
     li.emb_shared = (float)o->emb_shared;
     titans_model_init_lookup(&m, &li);
   }

@@ -873,6 +873,7 @@ typedef struct train_opts {
   size_t min_rows;               /* --min-rows: at least this many sequences a step at every length (1 with --task;
                                     0 = not given) */
   int needles;                   /* --needles: prose examples hold 1..needles needles (uniform per example) */
+  int ask_all;                   /* --ask-all: a prose example asks for each of its needles, all answers trained */
   int key_words;                 /* --key-words: LONGCTX_WORDS_TRAIN (the 16 words), _RANDOM or _TEXT */
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
@@ -887,6 +888,7 @@ typedef struct train_opts {
                                               N tokens before): its other taps are zeroed after every step */
   int gate_key;                            /* 1: the memory's write gate also reads its key (cfg.mem.gate_key) */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
+  double head_gain;                        /* > 0: the final norm's gain starts here (0: the library's 1) */
   double attn_identity; /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
 } train_opts;
 
@@ -949,18 +951,23 @@ static void help_train(void) {
       "  --gate-key          the memory's write gate (theta) also reads the key, so it can write a token or not\n"
       "                      by the tokens before it, not by the token alone (not in the paper; docs/model.md 1.3)\n"
       "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
+      "  --head-gain X       the final norm's gain starts at X: the tied head's logits x X (1)\n"
       "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n");
   printf("Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth),\n"
          "                      and the defaults become the retrieval recipe: --block mac --d 64 (prose 128)\n"
          "                      --doc-len 0 --mem-heads 1 --mem-depth 1 --theta-max 1 --eta-init 0.02\n"
-         "                      --alpha-init 1e-7\n"
+         "                      --alpha-init 1e-7 --head-gain 0.5\n"
          "                      --surprise-bound 6 --key-ngram 12 --emb-scale 10 --attn-identity 1.5 (mac, mal)\n"
          "                      --mac-learns-input (mac) --lens-mix --end-jitter 64 --answer-loss --steps 3000\n"
          "                      --lens 256,1024,4096,16384 (prose; passkey also 65536; copy to 4096), --needles 4\n"
-         "                      --numbers 0.05 --min-rows 2 --key-words text (prose); any option given wins\n"
+         "                      --numbers 0.05 --min-rows 2 --key-words text --ask-all (prose); any option\n"
+         "                      given wins\n"
          "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
+         "  --ask-all           prose: an example asks for every needle it holds, the others' questions and\n"
+         "                      answers just before its own question, every answer trained (off; the prose\n"
+         "                      recipe: on): a long row trains several answers, not the few digits of one\n"
          "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle),\n"
          "                      'random' (4 to 8 random letters each) or 'text' (words of 5 to 8 letters of\n"
          "                      the training text); never a held-out word (train; the prose recipe: text)\n"
@@ -1006,6 +1013,7 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
   o->key_shift = 1;
   o->key_ngram = 12; /* keys of the 12 tokens before: they carry the key word, so several needles bind */
   o->emb_scale = 10;
+  o->head_gain = 0.5; /* the head's logits x 0.5 at first: no confident self-prediction, no 40 clipped steps */
   if (o->block == TITANS_BLOCK_MAC || o->block == TITANS_BLOCK_MAL) o->attn_identity = 1.5;
   if (o->block == TITANS_BLOCK_MAC) o->mac_learns_input = 1;
   memcpy(o->lens, lens, n_lens * sizeof(size_t)), o->n_lens = n_lens;
@@ -1015,6 +1023,7 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
     o->numbers = 0.05; /* numbers amid the text no question asks for: text with digits keeps its needle */
     o->min_rows = 2;   /* two examples a step at 4K and 16K: fewer steps whose one wrong answer is the gradient */
     o->key_words = LONGCTX_WORDS_TEXT; /* thousands of real key words, not 16: unseen words bind as well */
+    o->ask_all = 1;    /* every needle asked: a long step's gradient is not one wrong answer's few digits */
   }
   o->steps = 3000;
 }
@@ -1131,6 +1140,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--min-rows")) o->min_rows = (size_t)arg_long(&a, s, 1, 1 << 16);
     else if (!strcmp(s, "--end-jitter")) o->end_jitter = (size_t)arg_long(&a, s, 0, 1L << 20);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
+    else if (!strcmp(s, "--ask-all")) o->ask_all = 1;
     else if (!strcmp(s, "--key-words")) {
       const char *w = arg_value(&a, s);
       o->key_words = longctx_word_set_parse(w);
@@ -1154,6 +1164,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     }
     else if (!strcmp(s, "--gate-key")) o->gate_key = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
+    else if (!strcmp(s, "--head-gain")) o->head_gain = arg_double(&a, s, 0.0, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
     else if (!strcmp(s, "--alpha-init"))
@@ -1188,13 +1199,13 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
-        o->numbers > 0 || o->min_rows || o->key_words)
+        o->numbers > 0 || o->min_rows || o->key_words || o->ask_all)
       usage_fail("train", "--task-frac, --lens, --lens-mix, --min-rows, --end-jitter, --answer-loss, --needles, "
-                 "--key-words, --haystack and --numbers go with --task");
+                 "--key-words, --ask-all, --haystack and --numbers go with --task");
     return;
   }
-  if ((o->needles > 1 || o->key_words) && o->task != LONGCTX_PROSE)
-    usage_fail("train", "--needles and --key-words go with --task prose");
+  if ((o->needles > 1 || o->key_words || o->ask_all) && o->task != LONGCTX_PROSE)
+    usage_fail("train", "--needles, --key-words and --ask-all go with --task prose");
   if (o->needles == 0) o->needles = 1;
   if (o->min_rows == 0) o->min_rows = 1;
   if (o->task_frac < 0) o->task_frac = 1;
@@ -1342,6 +1353,18 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
   }
   longctx_tokens(&ex, 0, row, length + answer_len);
   for (size_t i = 1; o->answer_loss && i < length; i++) row[i] = TITANS_NO_LOSS(row[i]);
+  if (o->ask_all) { /* the other needles' questions and answers end the context, the answers trained */
+    char asked[LONGCTX_MAX_NEEDLES * 160];
+    size_t answer_at[LONGCTX_MAX_NEEDLES], n_answers;
+    size_t n = longctx_other_questions(&ex, asked, sizeof asked, answer_at, &n_answers);
+    size_t start = ex.context_len - n; /* row[start, context_len): over the last filler bytes */
+    for (size_t i = 0; i < n; i++) {
+      int byte = (unsigned char)asked[i];
+      row[start + i] = o->answer_loss ? TITANS_NO_LOSS(byte) : byte;
+    }
+    for (size_t k = 0; k < n_answers; k++)
+      for (size_t j = 0; j < answer_len; j++) row[start + answer_at[k] + j] = (unsigned char)asked[answer_at[k] + j];
+  }
   /* after the answer: filler the loss leaves out (nothing before it reads it) */
   for (size_t i = 0; i < early; i++) row[length + answer_len + i] = TITANS_NO_LOSS(longctx_filler_byte(&ex, i));
 }
@@ -1372,6 +1395,7 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->end_jitter && n < size) n += (size_t)snprintf(out + n, size - n, " end-jitter=%zu", o->end_jitter);
   if (o->min_rows > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " min-rows=%zu", o->min_rows);
   if (o->needles > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " needles=%d", o->needles);
+  if (o->ask_all && n < size) n += (size_t)snprintf(out + n, size - n, " ask-all");
   if (o->key_words && n < size)
     n += (size_t)snprintf(out + n, size - n, " key-words=%s", longctx_word_set_name(o->key_words));
   if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
@@ -1659,7 +1683,8 @@ static int cmd_train(int argc, char **argv) {
     if (o.conv_uniform) uniform_memory_convs(&model, o.seed);
     /* --key-shift, --attn-identity, --emb-scale: the library's look-up initialisation (docs/model.md 5.1) */
     titans_lookup_init lookup = {.key_shift = o.key_shift, .attn_identity = (float)o.attn_identity,
-                                 .emb_scale = (float)o.emb_scale, .emb_shared = 0.0f};
+                                 .emb_scale = (float)o.emb_scale, .emb_shared = 0.0f,
+                                 .head_gain = (float)o.head_gain};
     titans_model_init_lookup(&model, &lookup);
     titans_train_config tc = titans_train_config_default();
     tc.lr = (float)o.lr;

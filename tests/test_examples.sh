@@ -256,6 +256,11 @@ check "train --task prose --key-words random exits 0 and keeps it in the resume 
 rc=$(run "$bin" train $tiny --task prose --recipe none --needles 2 --key-words text --lens 400 --steps 2 --out textkeys)
 check "train --task prose --key-words text exits 0 and keeps it in the resume line (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -a -q 'key-words=text' textkeys/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --ask-all --lens 600 --steps 2 --out askall)
+check "train --task prose --ask-all exits 0 and keeps it in the resume line (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -a -q 'needles=3 ask-all' askall/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task passkey --recipe none --ask-all --lens 160 --steps 2 --out nope)
+check "--ask-all with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-all go with --task prose' err.txt"
 rc=$(run "$bin" train $tiny --task prose --recipe none --key-words heldout --lens 400 --steps 2 --out nope)
 check "train --key-words heldout (the words kept from training): exit 2 (rc=$rc)" \
   sh -c "[ $rc = 2 ] && grep -q 'want train, random or text' err.txt"

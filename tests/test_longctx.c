@@ -248,6 +248,50 @@ static void test_needles(const int *source, size_t source_len) {
            "a length too short for its needles is refused: %s", err);
 }
 
+/* The questions for the needles not asked at the end (longctx_other_questions): one per other needle,
+   its own word and number, none for the asked word, all after the last needle; nothing with one needle
+   or with a needle at the very end of the context. */
+static void test_other_questions(const int *source, size_t source_len) {
+  size_t cases = 0, bad_count = 0, bad_answer = 0, bad_question = 0, bad_place = 0;
+  for (int n = 2; n <= 4; n++)
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+      longctx_example ex;
+      longctx_options opt = {n, LONGCTX_WORDS_TEXT, 0, 0.0};
+      char err[200], text[LONGCTX_MAX_NEEDLES * 160], want[160];
+      size_t at[LONGCTX_MAX_NEEDLES], n_at = 0;
+      if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, seed * 31 + (uint64_t)n, source, source_len, &opt, err))
+        continue;
+      size_t len = longctx_other_questions(&ex, text, sizeof text, at, &n_at);
+      if (len == 0) continue; /* a needle drawn too near the end: checked below */
+      cases++;
+      bad_count += n_at != (size_t)n - 1;
+      for (size_t k = 1; k <= n_at; k++) {
+        bad_answer += memcmp(text + at[k - 1], ex.numbers[k], ex.answer_len) != 0;
+        snprintf(want, sizeof want, "What is the special magic number for %s? The special magic number for %s is %s. ",
+                 ex.words[k], ex.words[k], ex.numbers[k]);
+        bad_question += strstr(text, want) == NULL;
+      }
+      snprintf(want, sizeof want, "number for %s?", ex.words[0]);
+      bad_question += strstr(text, want) != NULL;
+      bad_place += longctx_needles_end(&ex) + len > ex.context_len;
+    }
+  th_check(cases >= 12, "other questions: asked in %zu of 18 examples of 2 to 4 needles", cases);
+  th_check(!bad_count && !bad_answer && !bad_question && !bad_place,
+           "other questions: one per other needle with its own number, none for the asked word, after the last needle "
+           "(%zu, %zu, %zu, %zu wrong)", bad_count, bad_answer, bad_question, bad_place);
+  longctx_example ex;
+  longctx_options one = {1, LONGCTX_WORDS_TEXT, 0, 0.0}, three = {3, LONGCTX_WORDS_TEXT, 0, 0.0};
+  char err[200], text[LONGCTX_MAX_NEEDLES * 160];
+  size_t at[LONGCTX_MAX_NEEDLES], n_at = 9;
+  longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, 7, source, source_len, &one, err);
+  size_t none_one = longctx_other_questions(&ex, text, sizeof text, at, &n_at);
+  th_check(none_one == 0 && n_at == 0, "other questions: none with one needle");
+  longctx_example_init(&ex, LONGCTX_PROSE, 4096, 1.0, 7, source, source_len, &three, err);
+  size_t none_end = longctx_other_questions(&ex, text, sizeof text, at, &n_at);
+  th_check(none_end == 0 && n_at == 0, "other questions: none when the asked needle ends the context (%zu bytes)",
+           none_end);
+}
+
 /* Numbers amid the text (longctx_options.number_words): with 0 the example is the plain one; with 0.05
    only letters change, each to a digit, whole words at a time, about 5% of the words, and the needles,
    the question and the answer are untouched; any piece of the example reads as token by token. */
@@ -723,6 +767,7 @@ int main(int argc, char **argv) {
   test_layout(LONGCTX_COPY, NULL, 0);
   test_digits_uniform();
   test_needles(ids, text_len);
+  test_other_questions(ids, text_len);
   test_number_words(ids, text_len);
   test_sentence_haystack();
   test_xml_checker();

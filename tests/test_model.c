@@ -257,8 +257,10 @@ static void test_lookup_init(void) {
   titans_model_init_weights(&m, 5);
   titans_model_init_weights(&plain, 5);
   titans_lookup_init li = titans_lookup_init_default();
-  th_check(li.key_shift == 1 && li.attn_identity == 1.5f && li.emb_scale == 10.0f && li.emb_shared == 0.0f,
-           "lookup init: the defaults are key shift, identity attention 1.5, embeddings x 10, no shared vector");
+  th_check(li.key_shift == 1 && li.attn_identity == 1.5f && li.emb_scale == 10.0f && li.emb_shared == 0.0f &&
+               li.head_gain == 0.5f,
+           "lookup init: the defaults are key shift, identity attention 1.5, embeddings x 10, no shared vector, the "
+           "head's gain 0.5");
   titans_model_init_lookup(&m, &li);
   size_t K = (size_t)c.mem.conv_width, dm = (size_t)c.mem.heads * (size_t)c.mem.head_dim, d = (size_t)c.d;
   size_t bad_conv = 0, bad_attn = 0, bad_emb = 0, bad_wq = 0;
@@ -280,6 +282,27 @@ static void test_lookup_init(void) {
            "%zu wrong)",
            bad_conv, bad_wq, bad_attn, bad_emb);
   test_shared_embedding_direction(&c, &plain);
+  /* head_gain: the final norm's gain and nothing else (the default's 0.5 above); 0 leaves it at 1 */
+  size_t bad_gain = 0, bad_default_gain = 0;
+  for (size_t i = 0; i < d; i++) bad_default_gain += m.w.norm_f[i] != 0.5f;
+  titans_model no_gain;
+  titans_model_init(&no_gain, &c);
+  titans_model_init_weights(&no_gain, 5);
+  titans_lookup_init zero_gain = {.key_shift = 1, .attn_identity = 0.0f, .emb_scale = 1.0f, .head_gain = 0.0f};
+  titans_model_init_lookup(&no_gain, &zero_gain);
+  for (size_t i = 0; i < d; i++) bad_default_gain += no_gain.w.norm_f[i] != 1.0f;
+  titans_model_free(&no_gain);
+  titans_model gained;
+  titans_model_init(&gained, &c);
+  titans_model_init_weights(&gained, 5);
+  titans_lookup_init only_gain = {.key_shift = 0, .attn_identity = 0.0f, .emb_scale = 1.0f, .head_gain = 0.3f};
+  titans_model_init_lookup(&gained, &only_gain);
+  for (size_t i = 0; i < d; i++) bad_gain += gained.w.norm_f[i] != 0.3f;
+  for (size_t i = 0; i < d; i++) gained.w.norm_f[i] = plain.w.norm_f[i];
+  th_check(!bad_default_gain && !bad_gain && !memcmp(gained.params, plain.params, plain.n_floats * sizeof(float)),
+           "lookup init head_gain 0.3: norm_f 0.3 and every other weight unchanged; the defaults' 0.5, and 0 keeps 1 "
+           "(%zu, %zu wrong)", bad_gain, bad_default_gain);
+  titans_model_free(&gained);
   /* key_ngram: a config field, refused without a conv, kept through training steps */
   char err[TITANS_ERR_MSG_SIZE], json[4096];
   titans_config bad = c;
