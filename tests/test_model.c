@@ -246,6 +246,13 @@ static void test_shared_embedding_direction(const titans_config *c, const titans
   titans_model_free(&plain6);
 }
 
+/* m: a model of c with seed's weights, then the look-up start li. */
+static void init_with_lookup(titans_model *m, const titans_config *c, uint64_t seed, const titans_lookup_init *li) {
+  titans_model_init(m, c);
+  titans_model_init_weights(m, seed);
+  titans_model_init_lookup(m, li);
+}
+
 /* The look-up initialisation (titans_model_init_lookup) sets what it says and nothing else, and
    cfg.mem.key_ngram holds the key conv on the previous token through training steps, and is
    written in the configuration only when set. */
@@ -285,18 +292,14 @@ static void test_lookup_init(void) {
   /* head_gain: the final norm's gain and nothing else (the default's 0.5 above); 0 leaves it at 1 */
   size_t bad_gain = 0, bad_default_gain = 0;
   for (size_t i = 0; i < d; i++) bad_default_gain += m.w.norm_f[i] != 0.5f;
-  titans_model no_gain;
-  titans_model_init(&no_gain, &c);
-  titans_model_init_weights(&no_gain, 5);
   titans_lookup_init zero_gain = {.key_shift = 1, .attn_identity = 0.0f, .emb_scale = 1.0f, .head_gain = 0.0f};
-  titans_model_init_lookup(&no_gain, &zero_gain);
+  titans_model no_gain;
+  init_with_lookup(&no_gain, &c, 5, &zero_gain);
   for (size_t i = 0; i < d; i++) bad_default_gain += no_gain.w.norm_f[i] != 1.0f;
   titans_model_free(&no_gain);
-  titans_model gained;
-  titans_model_init(&gained, &c);
-  titans_model_init_weights(&gained, 5);
   titans_lookup_init only_gain = {.key_shift = 0, .attn_identity = 0.0f, .emb_scale = 1.0f, .head_gain = 0.3f};
-  titans_model_init_lookup(&gained, &only_gain);
+  titans_model gained;
+  init_with_lookup(&gained, &c, 5, &only_gain);
   for (size_t i = 0; i < d; i++) bad_gain += gained.w.norm_f[i] != 0.3f;
   for (size_t i = 0; i < d; i++) gained.w.norm_f[i] = plain.w.norm_f[i];
   th_check(!bad_default_gain && !bad_gain && !memcmp(gained.params, plain.params, plain.n_floats * sizeof(float)),
