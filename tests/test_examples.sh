@@ -279,6 +279,14 @@ check "train --task passkey --haystack sentences exits 0 and says so (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q 'plain sentences in random order' out.txt"
 rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 160 --steps 3 --resume --out hay)
 check "  --resume without its --haystack is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'task' err.txt"
+rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 2 --out hayrecipe)
+check "train --task passkey: the recipe's filler is plain sentences, in the resume line (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'passkey filler: plain sentences' out.txt && grep -a -q 'haystack=sentences' hayrecipe/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task passkey --haystack own --lens 160 --steps 2 --out hayown)
+check "  --haystack own: the fixed cycle again, no haystack in the resume line (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && ! grep -q 'filler:' out.txt && ! grep -a -q 'haystack=' hayown/trainer.safetensors"
+rc=$(run "$bin" train $tiny --haystack own --steps 2 --out nope)
+check "--haystack own without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --needles 4 --key-words heldout \
   --len 400 --depth 50 --trials 2 --svg n.svg)
 check "needle --needles 4 --key-words heldout exits 0 and says what it asks (rc=$rc)" \
