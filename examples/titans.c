@@ -1453,8 +1453,10 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   char want[512] = "";
   if (o->task >= 0) task_line(want, sizeof want, o);
   if ((task != NULL) != (o->task >= 0) || (task && (len != strlen(want) || strncmp(task, want, len))))
-    fail("--resume: %s was trained with %s%.*s (give the same --task, --task-frac and --lens)", path,
-         task ? "--task " : "no --task", task ? (int)len : 0, task ? task : "");
+    fail("--resume: %s was trained with %s%.*s; these options give %s%s (give the same task options; a passkey "
+         "run of the recipe from before its filler was sentences: add --haystack own)",
+         path, task ? "--task " : "no --task", task ? (int)len : 0, task ? task : "", o->task >= 0 ? "--task " : "no --task",
+         want);
 }
 
 /* Whether opt is among the arguments (an option, or a value spelled as one). */

@@ -285,6 +285,9 @@ check "train --task passkey: the recipe's filler is plain sentences, in the resu
 rc=$(run "$bin" train $tiny --task passkey --haystack own --lens 160 --steps 2 --out hayown)
 check "  --haystack own: the fixed cycle again, no haystack in the resume line (rc=$rc)" \
   sh -c "[ $rc = 0 ] && ! grep -q 'filler:' out.txt && ! grep -a -q 'haystack=' hayown/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 3 --resume --out hayown)
+check "  a run on the cycle resumed without --haystack own is refused, saying both task lines and the fix (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'haystack=sentences' err.txt && grep -q 'add --haystack own' err.txt"
 rc=$(run "$bin" train $tiny --haystack own --steps 2 --out nope)
 check "--haystack own without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --needles 4 --key-words heldout \
