@@ -1452,11 +1452,14 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   const char *task = meta_find(meta, "task", &len);
   char want[512] = "";
   if (o->task >= 0) task_line(want, sizeof want, o);
-  if ((task != NULL) != (o->task >= 0) || (task && (len != strlen(want) || strncmp(task, want, len))))
-    fail("--resume: %s was trained with %s%.*s; these options give %s%s (give the same task options; a passkey "
-         "run of the recipe from before its filler was sentences: add --haystack own)",
-         path, task ? "--task " : "no --task", task ? (int)len : 0, task ? task : "", o->task >= 0 ? "--task " : "no --task",
-         want);
+  if ((task == NULL) == (o->task < 0) && (!task || (len == strlen(want) && !strncmp(task, want, len)))) return;
+  char got[512]; /* the checkpoint's task line, as a string */
+  snprintf(got, sizeof got, "%.*s", task ? (int)len : 0, task ? task : "");
+  /* a passkey run of the recipe from before its filler was sentences: its line names no haystack */
+  int cycle_run = o->task == LONGCTX_PASSKEY && o->haystack && task && !strstr(got, " haystack=");
+  fail("--resume: %s was trained with %s%s; these options give %s%s (give the same task options%s)", path,
+       task ? "--task " : "no --task", got, o->task >= 0 ? "--task " : "no --task", want,
+       cycle_run ? "; a passkey run on its own filler: add --haystack own" : "");
 }
 
 /* Whether opt is among the arguments (an option, or a value spelled as one). */
