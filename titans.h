@@ -1146,6 +1146,11 @@ TITANSDEF int titans_forward_backward_targets(titans_trainer *t, const int *inpu
 /* Logits of a whole batch in one call (the reference the sessions are tested against): logits
    [B, T, V] for inputs tokens [B, T]. */
 TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits);
+/* Logits of the positions that have a target, for scoring answers without [B, T, V] of logits: inputs and
+   targets [B, T] as titans_eval_loss_targets; logits [n, V] of the positions whose target is >= 0, in
+   row-major order (b, then t), n their count (*n_out, may be NULL). The head runs on those rows only. */
+TITANSDEF int titans_forward_logits_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B,
+                                            size_t T, float *logits, size_t *n_out);
 
 /* ---- streams: training and evaluation over reads longer than one call ----
    A stream carries, for each of B rows, what a model remembers from one call to the next, so that
@@ -8925,7 +8930,13 @@ struct titans__fwd {
   int64_t *pos;              /* [T] 0..T-1 */
   float **x;                 /* [n_layers + 1] residual stream: x[0] embeddings, x[l + 1] block l's output */
   float *xf, *rstdf;         /* [B, T, d] final norm, [B * T] */
-  float *logits;             /* [B, T, V] */
+  /* The head runs on the rows a loss counts (every row when logits are asked for): a task whose targets
+     are a few answers (MQAR's queries, the needle's digits) pays V d per answer, not per token. */
+  size_t n_head;             /* rows the head ran on: B * T, or the rows whose target is >= 0 */
+  int *head_rows;            /* [n_head] their row index b * T + i; NULL when the head ran on every row */
+  int *head_targets;         /* [n_head] their targets (f->targets when every row) */
+  float *xhead;              /* [n_head, d] their final-norm rows (f->xf when every row) */
+  float *logits;             /* [n_head, V] */
   /* titans_trainer_set_reduce_overlap: the step's ranges of the gradient slab handed to the start function */
   int handing_out;   /* 1 in the step's last micro-batch (or a failed step's reduction) with a start function */
   double counted;    /* targets counted by the step's earlier micro-batches */
@@ -10328,11 +10339,43 @@ static titans__batch titans__micro_batch(const titans__batch *whole, size_t i, s
   return bt;
 }
 
+/* The head's rows: every row (all_rows, or when every row has a target), else only the rows whose target
+   is >= 0, gathered into f->xhead. Then the logits [n_head, V]. */
+static int titans__head_forward(titans_trainer *t, int all_rows) {
+  titans_model *mo = t->model;
+  struct titans__fwd *f = t->fwd;
+  titans__arena *ar = &f->arena;
+  size_t d = (size_t)mo->cfg.d, V = (size_t)mo->cfg.vocab, n = f->B * f->T, m = 0;
+  for (size_t i = 0; i < n; i++) m += f->targets[i] >= 0;
+  f->head_rows = NULL, f->head_targets = f->targets, f->xhead = f->xf, f->n_head = n;
+  if (!all_rows && m < n) {
+    f->n_head = m;
+    f->head_rows = (int *)(void *)titans__arena_alloc(ar, m + 1);
+    f->head_targets = (int *)(void *)titans__arena_alloc(ar, m + 1);
+    f->xhead = titans__arena_alloc(ar, m * d + 1);
+    if (!f->head_rows || !f->head_targets || !f->xhead)
+      return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
+    for (size_t i = 0, j = 0; i < n; i++)
+      if (f->targets[i] >= 0) {
+        f->head_rows[j] = (int)i, f->head_targets[j] = f->targets[i];
+        memcpy(f->xhead + j * d, f->xf + i * d, d * sizeof(float));
+        j++;
+      }
+  }
+  f->logits = titans__arena_alloc(ar, f->n_head * V + 1);
+  if (!f->logits) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
+  const float *head = mo->cfg.tied ? mo->w.tok_emb : mo->w.lm_head;
+  if (f->n_head)
+    titans_gemm(0, 1, f->n_head, V, d, 1.0f, titans_cm(f->xhead, d), titans_cm(head, d), 0.0f,
+                titans_m(f->logits, V));
+  return TITANS_OK;
+}
+
 /* Forward of a batch [B, T] (its targets, if any, into f->targets; < 0 left out of the loss) up to the
-   logits, saving every activation in t->fwd. With a stream (else NULL), every row starts from what the
-   stream carries. */
+   logits (of every row with all_rows, else of the rows with a target: titans__head_forward), saving every
+   activation in t->fwd. With a stream (else NULL), every row starts from what the stream carries. */
 static int titans__model_forward(titans_trainer *t, const titans__batch *batch, size_t B, size_t T,
-                                 titans_stream *stream) {
+                                 titans_stream *stream, int all_rows) {
   titans_model *mo = t->model;
   const titans_config *c = &mo->cfg;
   struct titans__fwd *f = t->fwd;
@@ -10380,12 +10423,9 @@ static int titans__model_forward(titans_trainer *t, const titans__batch *batch, 
   }
   f->xf = titans__arena_alloc(ar, n * d);
   f->rstdf = titans__arena_alloc(ar, n);
-  f->logits = titans__arena_alloc(ar, n * V);
-  if (!f->xf || !f->rstdf || !f->logits) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
+  if (!f->xf || !f->rstdf) return titans__error(t->error, TITANS_ERR_NOMEM, "forward: out of memory");
   titans_rmsnorm_forward(f->xf, f->rstdf, f->x[c->n_layers], mo->w.norm_f, n, d);
-  const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
-  titans_gemm(0, 1, n, V, d, 1.0f, titans_cm(f->xf, d), titans_cm(head, d), 0.0f, titans_m(f->logits, V));
-  return TITANS_OK;
+  return titans__head_forward(t, all_rows);
 }
 
 /* titans_trainer_set_reduce_overlap's ranges of the gradient slab, in hand-out order (the top of the model
@@ -10426,7 +10466,7 @@ static void titans__hand_out_rest(titans_trainer *t) {
     titans__hand_out(t, titans__grad_range_low(t->model, k));
 }
 
-/* Backward from dlogits [B * T, V] into t->grads. */
+/* Backward from dlogits [n_head, V] (the rows of titans__head_forward) into t->grads. */
 static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   titans_model *mo = t->model;
   const titans_config *c = &mo->cfg;
@@ -10436,16 +10476,23 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   titans_weights g;
   titans_layer *glayers =
       (titans_layer *)(void *)titans__arena_alloc(ar, (size_t)c->n_layers * (sizeof(titans_layer) / sizeof(float) + 1));
-  float *dxf = titans__arena_alloc(ar, n * d), *dx = titans__arena_zalloc(ar, n * d),
+  float *dxf = f->head_rows ? titans__arena_zalloc(ar, n * d) : titans__arena_alloc(ar, n * d), /* rows without a target: 0 */
+        *dxhead = f->head_rows ? titans__arena_alloc(ar, f->n_head * d + 1) : dxf, /* [n_head, d] */
+        *dx = titans__arena_zalloc(ar, n * d),
         *dprev = titans__arena_alloc(ar, n * d), *dh = titans__arena_alloc(ar, n * d); /* [n, d] each */
-  if (!glayers || !dxf || !dx || !dprev || !dh)
+  if (!glayers || !dxf || !dxhead || !dx || !dprev || !dh)
     return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
   titans_weights_bind(&g, glayers, c, t->grads);
   const float *head = c->tied ? mo->w.tok_emb : mo->w.lm_head;
   float *ghead = c->tied ? g.tok_emb : g.lm_head;
-  /* logits = xf head^T */
-  titans_gemm(1, 0, V, d, n, 1.0f, titans_cm(dlogits, V), titans_cm(f->xf, d), 1.0f, titans_m(ghead, d));
-  titans_gemm(0, 0, n, d, V, 1.0f, titans_cm(dlogits, V), titans_cm(head, d), 0.0f, titans_m(dxf, d));
+  /* logits = xhead head^T */
+  size_t m = f->n_head;
+  if (m) {
+    titans_gemm(1, 0, V, d, m, 1.0f, titans_cm(dlogits, V), titans_cm(f->xhead, d), 1.0f, titans_m(ghead, d));
+    titans_gemm(0, 0, m, d, V, 1.0f, titans_cm(dlogits, V), titans_cm(head, d), 0.0f, titans_m(dxhead, d));
+  }
+  if (f->head_rows)
+    for (size_t j = 0; j < m; j++) memcpy(dxf + (size_t)f->head_rows[j] * d, dxhead + j * d, d * sizeof(float));
   titans_rmsnorm_backward(dx, g.norm_f, dxf, f->x[c->n_layers], mo->w.norm_f, f->rstdf, n, d);
   /* a reduction that overlaps the backward gets each range as soon as nothing below adds to it */
   if (!c->tied) titans__hand_out(t, (size_t)(g.norm_f - t->grads));
@@ -10499,7 +10546,7 @@ TITANSDEF void titans_trainer_free(titans_trainer *t) {
    *count (may be NULL) gets the targets the loss counted. */
 static int titans__forward_backward(titans_trainer *t, titans_stream *stream, const titans__batch *batch, size_t B,
                                     size_t T, float scale, float *loss, double *count) {
-  int rc = titans__model_forward(t, batch, B, T, stream);
+  int rc = titans__model_forward(t, batch, B, T, stream, 0);
   if (rc) return rc;
   struct titans__fwd *f = t->fwd;
   size_t n = B * T, V = (size_t)t->model->cfg.vocab;
@@ -10509,9 +10556,9 @@ static int titans__forward_backward(titans_trainer *t, titans_stream *stream, co
     if (count) *count = (double)c;
     if (f->handing_out) f->hand_scale = (float)(f->counted + (double)c); /* the step's count, before its backward */
   }
-  float *dlogits = titans__arena_alloc(&f->arena, n * V);
+  float *dlogits = titans__arena_alloc(&f->arena, f->n_head * V + 1); /* [n_head, V] */
   if (!dlogits) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
-  float l = titans_cross_entropy(dlogits, f->logits, f->targets, n, V, scale);
+  float l = titans_cross_entropy(dlogits, f->logits, f->head_targets, f->n_head, V, scale);
   if (loss) *loss = l;
   if (!isfinite(l)) return titans__error(t->error, TITANS_ERR_NONFINITE, "step %ld: the loss is not finite", t->step);
   return titans__model_backward(t, dlogits);
@@ -10676,9 +10723,10 @@ TITANSDEF int titans_train_step_targets(titans_trainer *t, const int *inputs, co
 
 /* Mean loss of a batch without gradients. */
 static int titans__eval_loss(titans_trainer *t, const titans__batch *batch, size_t B, size_t T, float *loss) {
-  int rc = titans__model_forward(t, batch, B, T, NULL);
+  int rc = titans__model_forward(t, batch, B, T, NULL, 0);
   if (rc) return rc;
-  float l = titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, B * T, (size_t)t->model->cfg.vocab, 1.0f);
+  float l = titans_cross_entropy(NULL, t->fwd->logits, t->fwd->head_targets, t->fwd->n_head,
+                                 (size_t)t->model->cfg.vocab, 1.0f);
   if (loss) *loss = l;
   return isfinite(l) ? TITANS_OK : titans__error(t->error, TITANS_ERR_NONFINITE, "eval: the loss is not finite");
 }
@@ -10696,9 +10744,20 @@ TITANSDEF int titans_eval_loss_targets(titans_trainer *t, const int *inputs, con
 
 TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t B, size_t T, float *logits) {
   titans__batch batch = titans__next_token_batch(tokens, T, 0);
-  int rc = titans__model_forward(t, &batch, B, T, NULL);
+  int rc = titans__model_forward(t, &batch, B, T, NULL, 1);
   if (rc) return rc;
   memcpy(logits, t->fwd->logits, B * T * (size_t)t->model->cfg.vocab * sizeof(float));
+  return TITANS_OK;
+}
+
+TITANSDEF int titans_forward_logits_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B,
+                                            size_t T, float *logits, size_t *n_out) {
+  titans__batch batch = {inputs, targets, T, 0};
+  if (n_out) *n_out = 0;
+  int rc = titans__model_forward(t, &batch, B, T, NULL, 0);
+  if (rc) return rc;
+  if (t->fwd->n_head) memcpy(logits, t->fwd->logits, t->fwd->n_head * (size_t)t->model->cfg.vocab * sizeof(float));
+  if (n_out) *n_out = t->fwd->n_head;
   return TITANS_OK;
 }
 
@@ -10867,9 +10926,9 @@ TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, cons
 TITANSDEF int titans_eval_loss_stream(titans_trainer *t, titans_stream *s, const int *tokens, size_t T, float *loss) {
   TITANS__TRY(titans__stream_check(t, s, T));
   titans__batch batch = titans__next_token_batch(tokens, T, 1);
-  TITANS__TRY(titans__model_forward(t, &batch, s->batch, T, s));
-  float l =
-      titans_cross_entropy(NULL, t->fwd->logits, t->fwd->targets, s->batch * T, (size_t)t->model->cfg.vocab, 1.0f);
+  TITANS__TRY(titans__model_forward(t, &batch, s->batch, T, s, 0));
+  float l = titans_cross_entropy(NULL, t->fwd->logits, t->fwd->head_targets, t->fwd->n_head,
+                                 (size_t)t->model->cfg.vocab, 1.0f);
   if (loss) *loss = l;
   if (!isfinite(l)) return titans__error(t->error, TITANS_ERR_NONFINITE, "eval: the loss is not finite");
   titans__stream_advance(t, s, T);
@@ -10880,7 +10939,7 @@ TITANSDEF int titans_forward_logits_stream(titans_trainer *t, titans_stream *s, 
                                            float *logits) {
   TITANS__TRY(titans__stream_check(t, s, T));
   titans__batch batch = titans__next_token_batch(tokens, T, 0);
-  TITANS__TRY(titans__model_forward(t, &batch, s->batch, T, s));
+  TITANS__TRY(titans__model_forward(t, &batch, s->batch, T, s, 1));
   memcpy(logits, t->fwd->logits, s->batch * T * (size_t)t->model->cfg.vocab * sizeof(float));
   titans__stream_advance(t, s, T);
   return TITANS_OK;

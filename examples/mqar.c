@@ -25,6 +25,7 @@ typedef struct task_list {
   int n;
   int len[MQAR_MAX_TASKS];   /* L */
   int pairs[MQAR_MAX_TASKS]; /* K */
+  int spread[MQAR_MAX_TASKS]; /* D of the long-range layout (L:K:D), 0 for Zoology's (L:K) */
 } task_list;
 
 typedef struct options {
@@ -61,6 +62,8 @@ static const char *usage_text =
     "         (the task, seed and batch of the run by default, from the checkpoint's metadata)\n"
     "       mqar plot --results FILE --out FILE.svg   accuracy against recurrent state floats\n"
     "task:   --vocab V (8192)  --train L:K,... (64:4)  --eval L:K,... (the training tasks)  --alpha A (0.01)\n"
+    "        a task L:K:D is the long-range layout: the pairs spread through the first (L - D) / 2 positions,\n"
+    "        the queries after a gap of D (docs/mqar.md)\n"
     "        --random-filler (filler tokens uniform in [0, V); default 0)  --curriculum (the steps in phases,\n"
     "        phase p training on the first p + 1 tasks; default every task from the start, round robin)\n"
     "model:  --block attn|swa|mac|mag|mal|lmm|lm2 (attn)  --d 64  --layers 2  --heads H  --mem-heads H\n"
@@ -75,15 +78,18 @@ static const char *usage_text =
 
 #include "args.h"
 
-/* "64:4,128:8" into tasks; 0 or -1 for a malformed list */
+/* "64:4,128:8,4096:64:128" into tasks (L:K, or L:K:D for the long-range layout); 0 or -1 for a malformed list */
 static int parse_tasks(const char *s, task_list *tl) {
   tl->n = 0;
   while (*s) {
-    int len, pairs, used = 0;
+    int len, pairs, spread = 0, used = 0, more = 0;
     if (tl->n == MQAR_MAX_TASKS || sscanf(s, "%d:%d%n", &len, &pairs, &used) != 2 || len < 1 || pairs < 1) return -1;
-    tl->len[tl->n] = len;
-    tl->pairs[tl->n++] = pairs;
     s += used;
+    if (*s == ':' && (sscanf(s, ":%d%n", &spread, &more) != 1 || spread < 1)) return -1;
+    s += more;
+    tl->len[tl->n] = len;
+    tl->spread[tl->n] = spread;
+    tl->pairs[tl->n++] = pairs;
     if (*s == ',')
       s++;
     else if (*s)
@@ -96,7 +102,9 @@ static void format_tasks(char *out, size_t size, const task_list *tl) {
   size_t used = 0;
   out[0] = '\0';
   for (int i = 0; i < tl->n && used < size; i++)
-    used += (size_t)snprintf(out + used, size - used, "%s%d:%d", i ? "," : "", tl->len[i], tl->pairs[i]);
+    used += tl->spread[i] ? (size_t)snprintf(out + used, size - used, "%s%d:%d:%d", i ? "," : "", tl->len[i],
+                                             tl->pairs[i], tl->spread[i])
+                          : (size_t)snprintf(out + used, size - used, "%s%d:%d", i ? "," : "", tl->len[i], tl->pairs[i]);
 }
 
 static options default_options(const char *cmd) {
@@ -167,7 +175,7 @@ static options parse_options(const char *cmd, int argc, char **argv) {
     else if (!strcmp(s, "--train") || !strcmp(s, "--eval")) {
       const char *v = arg_value(&a, s);
       if (parse_tasks(v, !strcmp(s, "--train") ? &o.train : &o.eval))
-        usage_fail(cmd, "%s %s: want L:K pairs separated by commas (at most %d)", s, v, MQAR_MAX_TASKS);
+        usage_fail(cmd, "%s %s: want L:K or L:K:D separated by commas (at most %d)", s, v, MQAR_MAX_TASKS);
     } else if (!strcmp(s, "--steps"))
       o.steps = arg_long(&a, s, 1, 1L << 30);
     else if (!strcmp(s, "--batch")) {
@@ -269,31 +277,43 @@ static double state_floats(const titans_config *c, int L) {
   return c->n_layers * (mem + kv);
 }
 
-/* Rows of an evaluation forward: its logits [rows, L, V] stay under about 2^25 floats. */
-static size_t eval_rows(int L, int V, long batch) {
-  size_t per_row = (size_t)L * (size_t)V, rows = ((size_t)1 << 25) / (per_row ? per_row : 1);
+/* Tokens of one forward at most (when a row is shorter): the trainer keeps every activation of a call, and a
+   memory of chunk 1 keeps its state at every token (a head of 64 x 64: 16 KB a token and layer). */
+#define MQAR_TOKENS_PER_CALL ((size_t)1 << 15)
+
+/* Rows of an evaluation forward: the answers' logits [rows, K, V] under about 2^25 floats, the tokens under
+   MQAR_TOKENS_PER_CALL. */
+static size_t eval_rows(const mqar_config *task, long batch) {
+  size_t per_row = (size_t)task->n_pairs * (size_t)task->vocab, rows = ((size_t)1 << 25) / (per_row ? per_row : 1);
+  size_t by_tokens = MQAR_TOKENS_PER_CALL / (size_t)task->seq_len;
+  rows = rows < by_tokens ? rows : by_tokens;
   if (rows < 1) rows = 1;
   return rows < (size_t)batch ? rows : (size_t)batch;
 }
 
-/* Fraction of the queries of `examples` held-out examples (split 1) whose argmax logit is the value; -1 on error. */
+/* Fraction of the queries of `examples` held-out examples (split 1) whose argmax logit is the value; -1 on error.
+   The head runs on the queries alone (titans_forward_logits_targets). */
 static double accuracy(titans_trainer *tr, const mqar_config *task, uint64_t seed, long examples, long batch) {
-  size_t L = (size_t)task->seq_len, V = (size_t)task->vocab, rows = eval_rows(task->seq_len, task->vocab, batch);
+  size_t L = (size_t)task->seq_len, V = (size_t)task->vocab, K = (size_t)task->n_pairs, rows = eval_rows(task, batch);
   int *inputs = malloc(rows * L * sizeof(int)), *targets = malloc(rows * L * sizeof(int)); /* [rows, L] each */
-  float *logits = titans_alloc_floats(rows * L * V);                                       /* [rows, L, V] */
-  long right = 0, asked = 0, rc = !inputs || !targets || !logits;
+  int *asked_for = malloc(rows * K * sizeof(int));                                         /* [rows * K] */
+  float *logits = titans_alloc_floats(rows * K * V);                                       /* [rows * K, V] */
+  long right = 0, asked = 0, rc = !inputs || !targets || !asked_for || !logits;
   for (long e = 0; !rc && e < examples; e += (long)rows) {
-    size_t n = (size_t)(examples - e) < rows ? (size_t)(examples - e) : rows;
-    rc = mqar_batch(task, seed, 1, (uint64_t)e, n, inputs, targets) || titans_forward_logits(tr, inputs, n, L, logits);
-    for (size_t j = 0; !rc && j < n * L; j++) {
-      if (targets[j] < 0) continue;
+    size_t n = (size_t)(examples - e) < rows ? (size_t)(examples - e) : rows, got = 0, k = 0;
+    rc = mqar_batch(task, seed, 1, (uint64_t)e, n, inputs, targets) ||
+         titans_forward_logits_targets(tr, inputs, targets, n, L, logits, &got);
+    for (size_t j = 0; !rc && j < n * L; j++)
+      if (targets[j] >= 0) asked_for[k++] = targets[j];
+    for (size_t j = 0; !rc && j < got && j < k; j++) {
       const float *z = logits + j * V;
       size_t best = 0;
       for (size_t v = 1; v < V; v++) best = z[v] > z[best] ? v : best;
-      right += (int)best == targets[j];
+      right += (int)best == asked_for[j];
       asked++;
     }
   }
+  free(asked_for);
   free(inputs);
   free(targets);
   titans_free(logits);
@@ -301,7 +321,7 @@ static double accuracy(titans_trainer *tr, const mqar_config *task, uint64_t see
 }
 
 static mqar_config task_at(const task_list *tl, int i, int vocab, double alpha, int random_filler) {
-  mqar_config t = {vocab, tl->len[i], tl->pairs[i], alpha, random_filler};
+  mqar_config t = {vocab, tl->len[i], tl->pairs[i], alpha, random_filler, tl->spread[i]};
   return t;
 }
 
@@ -336,12 +356,14 @@ static int evaluate(titans_trainer *tr, const options *o, const task_list *tl, c
     }
     sum += acc;
     double state = state_floats(c, task.seq_len);
-    printf("  %-6s step %6ld  L %5d  K %4d  accuracy %.4f  (%ld examples)  state %.0f floats\n", label, step,
-           task.seq_len, task.n_pairs, acc, o->eval_examples, state);
+    char spread[32] = "";
+    if (task.spread) snprintf(spread, sizeof spread, "  D %d", task.spread);
+    printf("  %-6s step %6ld  L %5d  K %4d%s  accuracy %.4f  (%ld examples)  state %.0f floats\n", label, step,
+           task.seq_len, task.n_pairs, spread, acc, o->eval_examples, state);
     if (res)
-      fprintf(res, "%s\t%s\td=%d\tlayers=%d\tV=%d\tL=%d\tK=%d\tacc=%.4f\tstate=%.0f\tstep=%ld\n",
+      fprintf(res, "%s\t%s\td=%d\tlayers=%d\tV=%d\tL=%d\tK=%d\tacc=%.4f\tstate=%.0f\tstep=%ld\tspread=%d\n",
               titans_block_name(c->block), variant, c->d, c->n_layers, c->vocab,
-              task.seq_len, task.n_pairs, acc, state, step);
+              task.seq_len, task.n_pairs, acc, state, step, task.spread);
   }
   if (res) fclose(res);
   if (mean) *mean = tl->n ? sum / tl->n : 0.0;
@@ -414,7 +436,11 @@ static int cmd_train(options *o) {
     mqar_config task = task_at(&o->train, ti, o->vocab, o->alpha, o->random_filler);
     if (mqar_batch(&task, o->seed, 0, (uint64_t)s * B, B, inputs, targets)) usage_fail(o->cmd, "making a batch failed");
     float loss = 0.0f;
-    if (titans_train_step_targets(&tr, inputs, targets, 1, B, (size_t)task.seq_len, &loss))
+    /* micro-batches of at most MQAR_TOKENS_PER_CALL tokens (halving while the rows split evenly): each row
+       holds K targets, so the mean of the micro-batches' means is the batch's mean */
+    size_t micro = B;
+    while (micro % 2 == 0 && micro * (size_t)task.seq_len > MQAR_TOKENS_PER_CALL) micro /= 2;
+    if (titans_train_step_targets(&tr, inputs, targets, B / micro, micro, (size_t)task.seq_len, &loss))
       usage_fail(o->cmd, "step %ld: %s", s, tr.error);
     loss_sum += loss;
     loss_n++;

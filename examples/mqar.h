@@ -13,7 +13,14 @@
                             the position after it is filler, not v_i. Every other position is filler
                             with no target.
    Filler is token 0, or (random_filler) a token uniform in [0, V). Targets < 0 mean "no target", as in
-   titans_train_step_targets. */
+   titans_train_step_targets.
+
+   Beyond Zoology, at long range (spread = D > 0; issue 39's item 4): the first part [0, P) with
+   P = (L - D) / 2 rounded down to even holds the K pairs in K of its P / 2 two-token slots drawn at random,
+   filler between them; the queries take K of the two-token slots of [P + D, L) drawn at random, in a random
+   order of the keys. Every query is then more than D positions after every pair: a model whose attention
+   reaches D tokens or fewer back (a window w in each of n layers reaches n (w - 1)) can answer only from
+   a memory. The gaps are uniform, not Zoology's power law. */
 #ifndef TITANS_MQAR_H
 #define TITANS_MQAR_H
 #include <math.h>
@@ -28,13 +35,18 @@ typedef struct mqar_config {
   int n_pairs;       /* K: 2K <= L, K <= (L - 2K) / 2, K < V/2 - 1 keys and K <= V/2 values */
   double alpha;      /* power-law exponent of the gaps (Zoology: 0.01) */
   int random_filler; /* 0: filler token 0; 1: filler uniform in [0, V) */
+  int spread;        /* 0: Zoology's layout; D > 0: pairs spread through [0, P), queries through [P + D, L) */
 } mqar_config;
 
 /* Zoology's first setting: V 8192, L 64, K 4, alpha 0.01, filler 0. */
 static inline mqar_config mqar_config_default(void) {
-  mqar_config c = {8192, 64, 4, 0.01, 0};
+  mqar_config c = {8192, 64, 4, 0.01, 0, 0};
   return c;
 }
+
+/* The spread layout's first part [0, P) (pairs) and where its queries start, P + D. */
+static inline int mqar_spread_pairs_end(const mqar_config *c) { return ((c->seq_len - c->spread) / 2) & ~1; }
+static inline int mqar_spread_queries_start(const mqar_config *c) { return mqar_spread_pairs_end(c) + c->spread; }
 
 /* 0, or -1 with the reason in err (n bytes). */
 static inline int mqar_check(const mqar_config *c, char *err, size_t n) {
@@ -43,8 +55,13 @@ static inline int mqar_check(const mqar_config *c, char *err, size_t n) {
     why = "the vocabulary must hold at least 4 tokens";
   else if (c->n_pairs < 1)
     why = "at least one key-value pair";
-  else if (c->seq_len < 4 * c->n_pairs)
+  else if (c->spread < 0 || c->spread > c->seq_len)
+    why = "the spread D must be in [0, L]";
+  else if (!c->spread && c->seq_len < 4 * c->n_pairs)
     why = "L must be at least 4 K (K pairs, then room for K queries two apart)";
+  else if (c->spread && (mqar_spread_pairs_end(c) / 2 < c->n_pairs ||
+                         (c->seq_len - mqar_spread_queries_start(c)) / 2 < c->n_pairs))
+    why = "spread: L - D must be at least 4 K (K two-token slots before the gap of D, K after it)";
   else if (c->n_pairs > c->vocab / 2 - 1)
     why = "K must be at most V/2 - 1 (the keys are distinct tokens of [1, V/2))";
   else if (!(c->alpha > 0.0) || !isfinite(c->alpha))
@@ -127,25 +144,36 @@ static inline int mqar_example(const mqar_config *c, uint64_t seed, uint64_t spl
                                int *targets) {
   if (mqar_check(c, NULL, 0)) return -1;
   int V = c->vocab, L = c->seq_len, K = c->n_pairs, half = V / 2, space = (L - 2 * K) / 2;
+  int pair_slots = c->spread ? mqar_spread_pairs_end(c) / 2 : K, query_from = mqar_spread_queries_start(c);
+  int query_slots = c->spread ? (L - query_from) / 2 : 0;
+  int slots = pair_slots > query_slots ? pair_slots : query_slots, pool_n = V - half > slots ? V - half : slots;
   int *keys = (int *)malloc((size_t)K * sizeof(int));                               /* [K] */
   int *values = (int *)malloc((size_t)K * sizeof(int));                             /* [K] */
-  int *gaps = (int *)malloc((size_t)K * sizeof(int));                               /* [K] */
-  int *pool = (int *)malloc((size_t)(V - half) * sizeof(int));                      /* [V - V/2] >= [V/2 - 1] */
+  int *gaps = (int *)malloc((size_t)K * sizeof(int));                               /* [K] query slots */
+  int *at = (int *)malloc((size_t)K * sizeof(int));                                 /* [K] pair slots */
+  int *pool = (int *)malloc((size_t)pool_n * sizeof(int));                          /* [max(V - V/2, slots)] */
   mqar_scored *scored = (mqar_scored *)malloc((size_t)space * sizeof(mqar_scored)); /* [space] */
-  int rc = keys && values && gaps && pool && scored ? 0 : -1;
+  int rc = keys && values && gaps && at && pool && scored ? 0 : -1;
   if (!rc) {
     mqar_rng r = mqar_example_rng(seed, split, index);
     mqar_draw_distinct(keys, K, 1, half, pool, &r);
     mqar_draw_distinct(values, K, half, V, pool, &r);
-    mqar_draw_gaps(gaps, K, space, c->alpha, scored, &r);
+    if (c->spread) {
+      mqar_draw_distinct(at, K, 0, pair_slots, pool, &r);    /* pair i at 2 at[i] */
+      mqar_draw_distinct(gaps, K, 0, query_slots, pool, &r); /* its query at query_from + 2 gaps[i] */
+    } else {
+      for (int i = 0; i < K; i++) at[i] = i;
+      mqar_draw_gaps(gaps, K, space, c->alpha, scored, &r);
+    }
+    int query_base = c->spread ? query_from : 2 * K;
     for (int t = 0; t < L; t++) {
       inputs[t] = c->random_filler ? (int)mqar_rng_below(&r, (uint64_t)V) : 0;
       targets[t] = -1;
     }
     for (int i = 0; i < K; i++) {
-      inputs[2 * i] = keys[i];
-      inputs[2 * i + 1] = values[i];
-      int q = 2 * K + 2 * gaps[i];
+      inputs[2 * at[i]] = keys[i];
+      inputs[2 * at[i] + 1] = values[i];
+      int q = query_base + 2 * gaps[i];
       inputs[q] = keys[i];
       targets[q] = values[i];
     }
@@ -153,6 +181,7 @@ static inline int mqar_example(const mqar_config *c, uint64_t seed, uint64_t spl
   free(keys);
   free(values);
   free(gaps);
+  free(at);
   free(pool);
   free(scored);
   return rc;

@@ -44,6 +44,20 @@ check "the metadata says gated_delta=1" grep -q "gated_delta=1" out.txt
 rc=$(run "$bin" eval --model gd.safetensors --results gd.tsv --eval-examples 8)
 check "its results line names the variant (rc=$rc)" grep -q "^lmm	gated-delta	d=16	layers=2	V=32	L=16	K=2	acc=" gd.tsv
 
+echo "== the long-range layout (L:K:D)"
+rc=$(run "$bin" train $tiny --block lmm --gated-delta --train 16:2,64:4:24 --out far.safetensors)
+check "a run with a long-range task exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "its progress and accuracy name the gap" grep -q "^  final.*L    64  K    4  D 24  accuracy" out.txt
+check "its metadata keeps the task as L:K:D" grep -q "train=16:2,64:4:24 " out.txt
+rc=$(run "$bin" eval --model far.safetensors --eval 128:4:48 --results far.tsv --eval-examples 8)
+check "eval at another length and gap (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q 'L   128  K    4  D 48  accuracy' out.txt"
+check "its results line ends with spread=48" grep -q "L=128	K=4	acc=.*	spread=48$" far.tsv
+rc=$(run "$bin" train $tiny --train 64:4:0)
+check "a gap of 0 written out is refused (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'want L:K' err.txt"
+rc=$(run "$bin" train $tiny --train 64:16:40)
+check "a long-range task without room for its pairs is refused (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'L - D must be at least 4 K' err.txt"
+
 echo "== plot"
 rc=$(run "$bin" plot --results runs.tsv --out plot.svg)
 check "plot exits 0 (rc=$rc)" [ "$rc" = 0 ]

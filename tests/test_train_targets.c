@@ -118,6 +118,20 @@ static void test_filler_targets(void) {
   double want = sum / counted;
   th_close("filler inputs, targets at every 4th position: the loss is the cross-entropy of the logits there",
            rc ? INFINITY : fabs(loss - want) / want, 1e-5);
+  /* titans_forward_logits_targets: the same rows, in order, from a head run on them alone */
+  float *at = titans_alloc_floats((size_t)ROWS * LEN * (size_t)V);
+  size_t n_at = 0, k = 0;
+  double worst = 0.0;
+  rc = titans_forward_logits_targets(&p.t[0], inputs, targets, ROWS, LEN, at, &n_at);
+  for (size_t j = 0; !rc && j < ROWS * LEN; j++) {
+    if (targets[j] < 0) continue;
+    for (int v = 0; v < V; v++) worst = fmax(worst, fabs(at[k * (size_t)V + v] - logits[j * (size_t)V + v]));
+    k++;
+  }
+  th_check(!rc && n_at == (size_t)counted && k == n_at && worst <= 1e-5,
+           "titans_forward_logits_targets: the %zu rows with a target (want %d), as titans_forward_logits has them "
+           "(max diff %.3g)", n_at, counted, worst);
+  titans_free(at);
   titans_free(logits);
   pair_free(&p);
 }
