@@ -341,6 +341,11 @@ typedef struct titans_mem_config {
                       Needs conv_width >= n + 1. 0: every tap learns, the paper's conv. docs/model.md 5.1 */
   int no_momentum; /* 1: eta_t = 0 for every token (S_t = -theta_t u_t: no past surprise; mom_w, mom_b are
                       unused and get no gradient); 0: the momentum gate of docs/model.md 1.3 */
+  int no_forget;   /* 1: alpha_t = 0 for every token (W_t = W_{t-1} + S_t: the memory forgets nothing;
+                      decay_w, decay_b are unused and get no gradient); 0: the forgetting gate of
+                      docs/model.md 1.3. A learned alpha is only as small as the training lengths need:
+                      a memory trained to 1K forgets pairs of associative recall over 16K of filler
+                      (docs/model.md 1.3). Not in the paper. */
   int gate_key;    /* 1: the write gate theta_t also reads the key: theta_t = theta_max sigma(lr_w x_t +
                       lr_k . k_t + lr_b), lr_k [H, d_h] starting at 0, so the memory can write a token or not
                       by the tokens its key holds, not by the token alone (not in the paper; docs/model.md
@@ -3702,6 +3707,7 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.surprise_bound = 1.0f;
   c.key_ngram = 0;
   c.no_momentum = 0;
+  c.no_forget = 0;
   c.gate_key = 0;
   return c;
 }
@@ -3735,6 +3741,8 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG, "memory: residual must be 0 or 1");
   if (c->no_momentum != 0 && c->no_momentum != 1)
     return titans__error(err, TITANS_ERR_ARG, "memory: no_momentum must be 0 or 1");
+  if (c->no_forget != 0 && c->no_forget != 1)
+    return titans__error(err, TITANS_ERR_ARG, "memory: no_forget must be 0 or 1");
   if (c->gate_key != 0 && c->gate_key != 1)
     return titans__error(err, TITANS_ERR_ARG, "memory: gate_key must be 0 or 1");
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
@@ -5019,8 +5027,8 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
     titans_sigmoid_forward(g, g, bt * m->H);
     if (gi == 0)
       for (size_t j = 0; j < bt * m->H; j++) g[j] *= cfg->theta_max;
-    if (gi == 1 && cfg->no_momentum) /* eta = 0: the backward's factor eta (1 - eta) gives mom_w, mom_b no gradient */
-      memset(g, 0, bt * m->H * sizeof(float));
+    if ((gi == 1 && cfg->no_momentum) || (gi == 2 && cfg->no_forget)) /* eta or alpha = 0: the backward's */
+      memset(g, 0, bt * m->H * sizeof(float)); /* factor s (1 - s) then gives their weights no gradient */
   }
 }
 
@@ -11871,6 +11879,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add_optional(mem, "surprise_bound", TITANS__CK_FLOAT, &c->mem.surprise_bound); /* 0: unbounded */
   titans__ck_add_when_set(mem, "key_ngram", &c->mem.key_ngram);
   titans__ck_add_when_set(mem, "no_momentum", &c->mem.no_momentum);
+  titans__ck_add_when_set(mem, "no_forget", &c->mem.no_forget);
   titans__ck_add_when_set(mem, "gate_key", &c->mem.gate_key);
 }
 

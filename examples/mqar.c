@@ -30,7 +30,7 @@ typedef struct task_list {
 
 typedef struct options {
   const char *cmd, *out, *model, *results, *plot_in;
-  int block, d, layers, heads, mem_heads, mem_depth, chunk, window, segment, slots, gated_delta, lookup_init;
+  int block, d, layers, heads, mem_heads, mem_depth, chunk, window, segment, slots, gated_delta, lookup_init, no_forget;
   double theta_max, emb_shared;
   int vocab, random_filler, curriculum, threads, seed_given, batch_given;
   double alpha, lr;
@@ -69,8 +69,9 @@ static const char *usage_text =
     "model:  --block attn|swa|mac|mag|mal|lmm|lm2 (attn)  --d 64  --layers 2  --heads H  --mem-heads H\n"
     "        --mem-depth N  --chunk B  --window W (64)  --segment C  --slots N  --theta-max X\n"
     "        --gated-delta (the memory as a gated delta rule: depth 1, chunk 1, no momentum, unbounded step,\n"
-    "        titans_mem_config_gated_delta)  --lookup-init (titans_lookup_init_default: memory keys on the\n"
-    "        previous token)  --emb-shared X (every token embedding starts with one shared vector, X times\n"
+    "        titans_mem_config_gated_delta)  --no-forget (the memory forgets nothing: alpha_t = 0,\n"
+    "        cfg.mem.no_forget)  --lookup-init (titans_lookup_init_default: memory keys on the previous token)\n"
+    "        --emb-shared X (every token embedding starts with one shared vector, X times\n"
     "        the normal std: attention can then attend by position; titans_lookup_init.emb_shared)\n"
     "train:  --steps 1000  --batch 32  --lr 3e-3  --warmup (steps / 10)  --seed 1  --threads N\n"
     "        --log-every 50  --eval-every 200 (0: at the end only)  --eval-examples 256\n"
@@ -160,6 +161,8 @@ static options parse_options(const char *cmd, int argc, char **argv) {
       o.theta_max = arg_double(&a, s, 1e-9, 100.0);
     else if (!strcmp(s, "--gated-delta"))
       o.gated_delta = 1;
+    else if (!strcmp(s, "--no-forget"))
+      o.no_forget = 1;
     else if (!strcmp(s, "--lookup-init"))
       o.lookup_init = 1;
     else if (!strcmp(s, "--emb-shared"))
@@ -226,6 +229,7 @@ static titans_config model_config(const options *o) {
   }
   if (o->mem_depth) c.mem.depth = o->mem_depth;
   if (o->chunk) c.mem.chunk = o->chunk;
+  c.mem.no_forget = o->no_forget;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
   c.window = o->window;
   if (o->segment) c.segment = o->segment;
@@ -330,6 +334,7 @@ static mqar_config task_at(const task_list *tl, int i, int vocab, double alpha, 
 static void variant_name(char *out, size_t size, const options *o, const titans_config *c) {
   int used = snprintf(out, size, "%s", o->gated_delta ? "gated-delta" : "");
   if (o->gated_delta && c->mem.chunk != 1) used += snprintf(out + used, size - (size_t)used, "-b%d", c->mem.chunk);
+  if (o->no_forget) used += snprintf(out + used, size - (size_t)used, "%sno-forget", used ? "+" : "");
   if (o->lookup_init) used += snprintf(out + used, size - (size_t)used, "%slookup", used ? "+" : "");
   if (o->emb_shared > 0) snprintf(out + used, size - (size_t)used, "%sshared%g", used ? "+" : "", o->emb_shared);
   if (!out[0]) snprintf(out, size, "-");
@@ -385,9 +390,9 @@ static void write_checkpoint(titans_model *m, const options *o, double mean_acc)
   format_tasks(tasks, sizeof tasks, &o->train);
   snprintf(meta, sizeof meta,
            "mqar: alpha=%g random_filler=%d train=%s curriculum=%d steps=%ld batch=%ld lr=%g seed=%llu gated_delta=%d "
-           "lookup_init=%d emb_shared=%g mean_accuracy=%.4f",
+           "lookup_init=%d emb_shared=%g no_forget=%d mean_accuracy=%.4f",
            o->alpha, o->random_filler, tasks, o->curriculum, o->steps, o->batch, o->lr, (unsigned long long)o->seed,
-           o->gated_delta, o->lookup_init, o->emb_shared, mean_acc);
+           o->gated_delta, o->lookup_init, o->emb_shared, o->no_forget, mean_acc);
   if (titans_model_save_ex(m, NULL, meta, o->out) != TITANS_OK) usage_fail(o->cmd, "saving %s: %s", o->out, m->error);
   printf("saved %s (task in its metadata: %s)\n", o->out, meta);
 }
@@ -490,6 +495,7 @@ static int cmd_eval(options *o) {
   if (!meta_field(meta, "gated_delta", v, sizeof v)) o->gated_delta = atoi(v);
   if (!meta_field(meta, "lookup_init", v, sizeof v)) o->lookup_init = atoi(v);
   if (!meta_field(meta, "emb_shared", v, sizeof v)) o->emb_shared = atof(v);
+  if (!meta_field(meta, "no_forget", v, sizeof v)) o->no_forget = atoi(v);
   /* the held-out examples of the run's seed, in the run's batches (the same sums, so the same answers) */
   if (!o->seed_given && !meta_field(meta, "seed", v, sizeof v)) o->seed = strtoull(v, NULL, 10);
   if (!o->batch_given && !meta_field(meta, "batch", v, sizeof v)) o->batch = atol(v);

@@ -887,6 +887,7 @@ typedef struct train_opts {
   int key_ngram;                           /* >= 1: ... and stays there (--key-shift-fixed: 1; --key-ngram N: on the
                                               N tokens before): its other taps are zeroed after every step */
   int gate_key;                            /* 1: the memory's write gate also reads its key (cfg.mem.gate_key) */
+  int no_forget;                           /* 1: the memory forgets nothing, alpha_t = 0 (cfg.mem.no_forget) */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
   double head_gain;                        /* > 0: the final norm's gain starts here (0: the library's 1) */
   double attn_identity; /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
@@ -950,6 +951,8 @@ static void help_train(void) {
       "                      reading token t-1-g, the query's the same groups one token later (conv width N+1)\n"
       "  --gate-key          the memory's write gate (theta) also reads the key, so it can write a token or not\n"
       "                      by the tokens before it, not by the token alone (not in the paper; docs/model.md 1.3)\n"
+      "  --no-forget         the memory forgets nothing: alpha_t = 0, --alpha-init unused (not in the paper;\n"
+      "                      docs/model.md 1.3)\n"
       "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
       "  --head-gain X       the final norm's gain starts at X: the tied head's logits x X (1)\n"
       "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n");
@@ -1167,6 +1170,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
       o->key_shift = 1;
     }
     else if (!strcmp(s, "--gate-key")) o->gate_key = 1;
+    else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--head-gain")) o->head_gain = arg_double(&a, s, 0.0, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
@@ -1277,6 +1281,7 @@ static titans_config train_config_of(const train_opts *o) {
   if (o->key_ngram > 1 && c.mem.conv_width < o->key_ngram + 1) c.mem.conv_width = o->key_ngram + 1;
   if (o->key_ngram && c.mem.conv_width >= 2) c.mem.key_ngram = o->key_ngram; /* the trainer holds the key there */
   c.mem.gate_key = o->gate_key;
+  c.mem.no_forget = o->no_forget;
   return c;
 }
 
@@ -1498,6 +1503,7 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--theta-max", want.mem.theta_max, had->mem.theta_max},
            {"--surprise-bound", want.mem.surprise_bound, had->mem.surprise_bound},
            {"--gate-key", want.mem.gate_key, had->mem.gate_key},
+           {"--no-forget", want.mem.no_forget, had->mem.no_forget},
            {"--lr", (float)o->lr, tr->tc.lr},
            {"--warmup", (double)o->warmup, (double)tr->tc.warmup_steps}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
@@ -3132,6 +3138,8 @@ static void print_gate_biases(const titans_model *m) {
       for (int h = 0; h < c->mem.heads; h++) g[k] += sigmoid_of(bias[k][h]);
       g[k] /= c->mem.heads;
     }
+    if (c->mem.no_momentum) g[1] = 0.0; /* the gates these flags turn off are 0, whatever their biases */
+    if (c->mem.no_forget) g[2] = 0.0;
     printf("layer %d memory gates at zero input: theta %.3g theta_max, eta %.3g, alpha %.3g\n", l, g[0], g[1], g[2]);
   }
 }
@@ -3165,6 +3173,7 @@ static void info_model(titans_st_reader *r, const char *path) {
   else if (memory_keys_one_tap(&m))
     printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
   if (c->mem.gate_key) printf("memory write gate: reads the key as well as the token\n");
+  if (c->mem.no_forget) printf("memory forgetting: none (alpha = 0)\n");
   print_gate_biases(&m);
   printf("config: %s\n", titans_st_meta(r, "config"));
   if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));

@@ -323,6 +323,16 @@ check "train --block mac --mac-learns-input exits 0 (rc=$rc)" [ "$rc" = 0 ]
 "$bin" info --model learnx/model.safetensors >out.txt 2>&1
 check "  info shows that its memory learns from X, and the config saves it" \
   sh -c 'grep -q "memory learns from X" out.txt && grep -q "\"mac_learns_from\":1" out.txt'
+rc=$(run "$bin" train $tiny --no-forget --steps 2 --out noforget)
+check "train --no-forget exits 0 (rc=$rc)" [ "$rc" = 0 ]
+"$bin" info --model noforget/model.safetensors >out.txt 2>&1
+check "  info says the memory forgets nothing, alpha 0 at every layer, and the config saves it" \
+  sh -c 'grep -q "memory forgetting: none" out.txt && ! grep "memory gates at zero input" out.txt | grep -vq "alpha 0$" &&
+         grep -q "\"no_forget\":1" out.txt'
+rc=$(run "$bin" train $tiny --no-forget --steps 4 --resume --out noforget)
+check "  it resumes with --no-forget (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" train $tiny --no-forget --steps 12 --resume --out full)
+check "  a run without it refuses to resume with it (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'trained with --no-forget 0, not 1' err.txt"
 rc=$(run "$bin" train $tiny --block mag --mac-learns-input --steps 2 --out nope)
 check "--mac-learns-input with another block: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'block mac' err.txt"
 

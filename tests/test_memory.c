@@ -120,6 +120,7 @@ static void ref_token_inputs(const ref_model *rm, const double *xr, size_t T, do
           for (size_t j = 0; j < dh; j++) acc += ref_param(rm, "lr_k")[h * dh + j] * vec[(1 * T + t) * dm + h * dh + j];
         gates[(g * T + t) * H + h] = (g == 0 ? rm->cfg.theta_max : 1.0) * ref_sigmoid(acc);
         if (g == 1 && rm->cfg.no_momentum) gates[(g * T + t) * H + h] = 0.0;
+        if (g == 2 && rm->cfg.no_forget) gates[(g * T + t) * H + h] = 0.0;
       }
 }
 
@@ -278,8 +279,9 @@ static double rel_to_max(const float *a, const double *b, size_t n) {
 }
 
 static void cfg_label(char *buf, size_t n, const titans_mem_config *c, size_t T) {
-  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s", c->depth, c->chunk, c->conv_width, c->residual,
-           (double)c->surprise_bound, c->heads, c->head_dim, T, c->gate_key ? " gate_key" : "");
+  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s%s%s", c->depth, c->chunk, c->conv_width,
+           c->residual, (double)c->surprise_bound, c->heads, c->head_dim, T, c->gate_key ? " gate_key" : "",
+           c->no_momentum ? " no_momentum" : "", c->no_forget ? " no_forget" : "");
 }
 
 /* ---- 7.1: chunked == recurrence --------------------------------------------------------------- */
@@ -878,6 +880,11 @@ int main(void) {
   titans_mem_config no_momentum = make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f);
   no_momentum.no_momentum = 1;
   test_chunked_vs_recurrence(no_momentum, 2, 23);
+  titans_mem_config no_forget = make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f);
+  no_forget.no_forget = 1;
+  test_chunked_vs_recurrence(no_forget, 2, 23);
+  no_forget.no_momentum = 1; /* neither: W_t = W_{t-1} - theta_t u_t */
+  test_chunked_vs_recurrence(no_forget, 2, 23);
   printf("memory layer: the write gate that reads the key (gate_key)\n");
   test_chunked_vs_recurrence(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.5f)), 2, 23);
   test_chunked_vs_recurrence(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 3, 4, 0, 0.5f), 0.5f)), 2, 23);
@@ -896,6 +903,12 @@ int main(void) {
   test_gradients(delta, 2, 7);
   delta.chunk = 3; /* the chunked form without momentum */
   test_gradients(delta, 2, 7);
+  delta.chunk = 1;
+  delta.no_forget = 1; /* the delta rule without forgetting: decay_w, decay_b get no gradient */
+  test_gradients(delta, 2, 7);
+  titans_mem_config no_forget_deep = make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f);
+  no_forget_deep.no_forget = 1;
+  test_gradients(bounded(no_forget_deep, 0.5f), 2, 9);
   test_gradients(keyed_gate(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f)), 2, 7);
   test_gradients(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
 
