@@ -343,9 +343,8 @@ typedef struct titans_mem_config {
                       unused and get no gradient); 0: the momentum gate of docs/model.md 1.3 */
   int no_forget;   /* 1: alpha_t = 0 for every token (W_t = W_{t-1} + S_t: the memory forgets nothing;
                       decay_w, decay_b are unused and get no gradient); 0: the forgetting gate of
-                      docs/model.md 1.3. A learned alpha is only as small as the training lengths need:
-                      a memory trained to 1K forgets pairs of associative recall over 16K of filler
-                      (docs/model.md 1.3). Not in the paper. */
+                      docs/model.md 1.3. Not in the paper. Why: a learned alpha is only as small as the
+                      training lengths need; a memory trained to 1K forgot MQAR's pairs over 16K of filler. */
   int gate_key;    /* 1: the write gate theta_t also reads the key: theta_t = theta_max sigma(lr_w x_t +
                       lr_k . k_t + lr_b), lr_k [H, d_h] starting at 0, so the memory can write a token or not
                       by the tokens its key holds, not by the token alone (not in the paper; docs/model.md
