@@ -10556,13 +10556,9 @@ static int titans__forward_backward(titans_trainer *t, titans_stream *stream, co
   int rc = titans__model_forward(t, batch, B, T, stream, 0);
   if (rc) return rc;
   struct titans__fwd *f = t->fwd;
-  size_t n = B * T, V = (size_t)t->model->cfg.vocab;
-  if (count || f->handing_out) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += f->targets[i] >= 0;
-    if (count) *count = (double)c;
-    if (f->handing_out) f->hand_scale = (float)(f->counted + (double)c); /* the step's count, before its backward */
-  }
+  size_t V = (size_t)t->model->cfg.vocab, c = f->n_head; /* not all_rows: the head ran on the counted rows */
+  if (count) *count = (double)c;
+  if (f->handing_out) f->hand_scale = (float)(f->counted + (double)c); /* the step's count, before its backward */
   float *dlogits = titans__arena_alloc(&f->arena, f->n_head * V + 1); /* [n_head, V] */
   if (!dlogits) return titans__error(t->error, TITANS_ERR_NOMEM, "backward: out of memory");
   float l = titans_cross_entropy(dlogits, f->logits, f->head_targets, f->n_head, V, scale);
