@@ -1065,6 +1065,7 @@ typedef struct titans_trainer {
   long step;           /* optimizer steps taken */
   float last_grad_norm, last_lr;
   struct titans__fwd *fwd; /* activations of the current micro-batch */
+  int recompute;       /* titans_trainer_set_recompute */
   int (*reduce)(float *grads, size_t n, double *stats, void *user); /* titans_trainer_set_reduce, or NULL */
   int (*reduce_start)(float *range, size_t n, size_t offset, void *user); /* _set_reduce_overlap, or NULL */
   void *reduce_user;
@@ -1098,6 +1099,11 @@ TITANSDEF void titans_trainer_free(titans_trainer *t);
    Evaluation calls are never reduced. */
 TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user);
+/* on = 1: MAC's training forward keeps only the memory state at each segment's start, and the backward
+   runs each segment's forward again before its backward: the same loss and gradients (the same bits) in
+   about a third of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe 7.7 GB -> 2.3 GB)
+   for about 5% more arithmetic. Other kinds ignore it. 0 (the default) turns it off. */
+TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on);
 /* The same reduction overlapped with the backward: while the backward of a step's last micro-batch runs,
    the trainer calls start(range, n, offset, user) each time a range of the gradient slab is final,
      range [n]  grads + offset, already scaled into a SUM over this process's counted targets,
@@ -8927,6 +8933,12 @@ typedef struct titans__layer_fwd {
   struct titans__layer_fwd *rows; /* [nrows] */
   size_t nrows;
   titans__arena row_arena;        /* (a row's forward) its activations and its backward's work */
+  /* MAC with recomputation (titans_trainer_set_recompute): one segment's activations at a time */
+  int recompute;
+  titans__arena seg_arena;        /* the current segment's forward and backward */
+  float *seg_states;              /* [nseg, slab] the memory state (W, S, conv tails) at each segment's start */
+  size_t cap_seg_states;
+  long long *seg_positions;       /* [nseg] its position (in the row's arena) */
 } titans__layer_fwd;
 
 struct titans__fwd {
@@ -9353,49 +9365,76 @@ static const float *titans__mac_learn_rows(const titans_config *c, const float *
   return c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? x : y;
 }
 
+/* Segment sg (sg->t0, sg->n set) of the forward over lf's B rows, from the memory state lf->st holds,
+   which it advances: steps 1-4 above, the gate's output into lf->mix. Its activations come from ar and
+   its two memory calls save into cr (the retrieval) and cu (the update). */
+static int titans__mac_segment_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
+                                       titans__arena *ar, titans__mac_seg *sg, titans_mem_ctx *cr, titans_mem_ctx *cu,
+                                       size_t B, size_t T) {
+  size_t d = (size_t)c->d, P = (size_t)c->n_persist, n = sg->n;
+  sg->xs = titans__arena_alloc(ar, B * n * d);
+  sg->hm = titans__arena_alloc(ar, B * n * d);
+  sg->src = titans__arena_alloc(ar, B * (P + 2 * n) * d);
+  sg->y = titans__arena_alloc(ar, B * n * d);
+  sg->mm = titans__arena_alloc(ar, B * n * d);
+  sg->kpos = (int64_t *)(void *)titans__arena_alloc(ar, 4 * n + 2);
+  float *out = titans__arena_alloc(ar, B * n * d); /* [B, n, d] the gate's output */
+  TITANS__NEED(sg->xs && sg->hm && sg->src && sg->y && sg->mm && sg->kpos && out);
+  for (size_t i = 0; i < n; i++) sg->kpos[i] = sg->kpos[n + i] = (int64_t)i;
+  titans__rows_slice(sg->xs, lf->xn, B, T, sg->t0, n, d, 0);
+  /* 1. retrieve with the weights committed at the segment's start */
+  TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &lf->st, sg->hm, sg->xs, n, cr));
+  /* 2. attention over persist || Hm || X, local positions */
+  for (size_t b = 0; b < B; b++) {
+    float *o = sg->src + b * (P + 2 * n) * d;
+    if (P) memcpy(o, L->persist, P * d * sizeof(float));
+    memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
+    memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
+  }
+  const titans__attn_sub_in in = {sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0};
+  TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, &in, NULL));
+  /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
+  TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg->y, sg->xs), n, cu));
+  /* 4. gate */
+  TITANS__TRY(titans__gate_forward(ar, &sg->gate, out, sg->y, sg->mm, L->gate_norm_y, L->gate_norm_m, B * n, d));
+  titans__rows_unslice(lf->mix, out, B, T, sg->t0, n, d, 0);
+  return TITANS_OK;
+}
+
+/* Recomputation (titans_trainer_set_recompute): the forward keeps, per segment, only the memory state
+   it started from ([nseg, titans__mac_state_floats] in lf->seg_states); the backward restores that
+   state and runs the segment's forward again, into lf->seg_arena and the two contexts lf->ctxs[0, 1],
+   just before the segment's backward. The same operations in the same order: the gradients are the
+   same bits, and a step's activations shrink from every segment's to one segment's. */
+static size_t titans__mac_state_floats(const titans_mem_state *st) { return titans__mem_state_slab_floats(st); }
+
 /* The segment loop over lf's B rows (titans__mac_forward calls it with one row), from the memory state
    lf->st holds. MAC's attention reads local positions 0..n-1 within each segment. */
 static int titans__mac_forward_rows(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
                                     titans__arena *ar, size_t B, size_t T) {
-  size_t d = (size_t)c->d, P = (size_t)c->n_persist, C = (size_t)c->segment;
+  size_t C = (size_t)c->segment;
   lf->nseg = (T + C - 1) / C;
   lf->segs =
       (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
+  size_t nctx = lf->recompute ? 2 : 2 * lf->nseg, keep = titans__mac_state_floats(&lf->st);
   /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
-  TITANS__NEED(lf->segs && titans__layer_ctx(lf, 2 * lf->nseg - 1));
+  TITANS__NEED(lf->segs && titans__layer_ctx(lf, nctx - 1));
+  if (lf->recompute) {
+    TITANS__NEED(titans__reserve(&lf->seg_states, &lf->cap_seg_states, lf->nseg * keep));
+    TITANS__NEED(lf->seg_positions = (long long *)(void *)titans__arena_alloc(ar, 2 * lf->nseg + 1));
+  }
   for (size_t s = 0; s < lf->nseg; s++) {
     titans__mac_seg *sg = &lf->segs[s];
-    size_t n = T - s * C < C ? T - s * C : C;
     sg->t0 = s * C;
-    sg->n = n;
-    sg->xs = titans__arena_alloc(ar, B * n * d);
-    sg->hm = titans__arena_alloc(ar, B * n * d);
-    sg->src = titans__arena_alloc(ar, B * (P + 2 * n) * d);
-    sg->y = titans__arena_alloc(ar, B * n * d);
-    sg->mm = titans__arena_alloc(ar, B * n * d);
-    sg->kpos = (int64_t *)(void *)titans__arena_alloc(ar, 4 * n + 2);
-    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
-    TITANS__NEED(sg->xs && sg->hm && sg->src && sg->y && sg->mm && sg->kpos && cr && cu);
-    for (size_t i = 0; i < n; i++) sg->kpos[i] = sg->kpos[n + i] = (int64_t)i;
-    titans__rows_slice(sg->xs, lf->xn, B, T, sg->t0, n, d, 0);
-    /* 1. retrieve with the weights committed at the segment's start */
-    TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &lf->st, sg->hm, sg->xs, n, cr));
-    /* 2. attention over persist || Hm || X, local positions */
-    for (size_t b = 0; b < B; b++) {
-      float *o = sg->src + b * (P + 2 * n) * d;
-      if (P) memcpy(o, L->persist, P * d * sizeof(float));
-      memcpy(o + P * d, sg->hm + b * n * d, n * d * sizeof(float));
-      memcpy(o + (P + n) * d, sg->xs + b * n * d, n * d * sizeof(float));
+    sg->n = T - sg->t0 < C ? T - sg->t0 : C;
+    if (!lf->recompute) {
+      TITANS__TRY(titans__mac_segment_forward(c, L, lf, ar, sg, &lf->ctxs[2 * s], &lf->ctxs[2 * s + 1], B, T));
+      continue;
     }
-    const titans__attn_sub_in in = {sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0};
-    TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, &in, NULL));
-    /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
-    TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg->y, sg->xs), n, cu));
-    /* 4. gate */
-    float *out = titans__arena_alloc(ar, B * n * d);
-    TITANS__NEED(out);
-    TITANS__TRY(titans__gate_forward(ar, &sg->gate, out, sg->y, sg->mm, L->gate_norm_y, L->gate_norm_m, B * n, d));
-    titans__rows_unslice(lf->mix, out, B, T, sg->t0, n, d, 0);
+    lf->seg_positions[s] = lf->st.position;
+    memcpy(lf->seg_states + s * keep, lf->st.w_chunk, keep * sizeof(float)); /* the slab: W, S, tails */
+    titans__arena_reset(&lf->seg_arena);
+    TITANS__TRY(titans__mac_segment_forward(c, L, lf, &lf->seg_arena, sg, &lf->ctxs[0], &lf->ctxs[1], B, T));
   }
   return TITANS_OK;
 }
@@ -9409,10 +9448,20 @@ static int titans__mac_backward_rows(const titans_config *c, const titans_layer 
   titans__mem_dims m = titans__mem_get_dims(&c->mem);
   size_t dstate = B * m.H * 2 * m.head_size, dtail = 4 * B * (m.K > 0 ? m.K - 1 : 0) * m.dm;
   const float *dnext_state = NULL, *dnext_tail_u = NULL, *dnext_tail_r = NULL;
+  float *dnext = NULL; /* [dstate + 2 dtail] recomputation: the chained gradients, apart from the reused contexts */
+  if (lf->recompute) TITANS__NEED(dnext = titans__arena_alloc(ar, dstate + 2 * dtail));
+  size_t keep = titans__mac_state_floats(&lf->st);
   for (size_t s = lf->nseg; s-- > 0;) {
     titans__mac_seg *sg = &lf->segs[s];
     size_t n = sg->n, S = P + 2 * n;
-    titans_mem_ctx *cr = &lf->ctxs[2 * s], *cu = &lf->ctxs[2 * s + 1];
+    titans_mem_ctx *cr = &lf->ctxs[lf->recompute ? 0 : 2 * s], *cu = &lf->ctxs[lf->recompute ? 1 : 2 * s + 1];
+    if (lf->recompute) { /* segment s again, from the state it started from */
+      ar = &lf->seg_arena;
+      titans__arena_reset(ar);
+      lf->st.position = lf->seg_positions[s];
+      memcpy(lf->st.w_chunk, lf->seg_states + s * keep, keep * sizeof(float));
+      TITANS__TRY(titans__mac_segment_forward(c, L, lf, ar, sg, cr, cu, B, T));
+    }
     float *dout = titans__arena_alloc(ar, B * n * d), *dy = titans__arena_zalloc(ar, B * n * d);
     float *dmm = titans__arena_zalloc(ar, B * n * d), *dxs = titans__arena_zalloc(ar, B * n * d);
     float *dsrc = titans__arena_zalloc(ar, B * S * d), *dhm = titans__arena_zalloc(ar, B * n * d);
@@ -9444,6 +9493,12 @@ static int titans__mac_backward_rows(const titans_config *c, const titans_layer 
     dnext_state = cr->dstate_init;
     dnext_tail_u = cu->dtails_init;
     dnext_tail_r = cr->dtails_init;
+    if (dnext) { /* the next segment's forward reuses cr and cu */
+      memcpy(dnext, dnext_state, dstate * sizeof(float));
+      memcpy(dnext + dstate, dnext_tail_u, dtail * sizeof(float));
+      memcpy(dnext + dstate + dtail, dnext_tail_r, dtail * sizeof(float));
+      dnext_state = dnext, dnext_tail_u = dnext + dstate, dnext_tail_r = dnext + dstate + dtail;
+    }
     titans__rows_unslice(dxn, dxs, B, T, sg->t0, n, d, 1);
   }
   return TITANS_OK;
@@ -9512,6 +9567,7 @@ static int titans__mac_forward(const titans_config *c, const titans_layer *L, ti
     row->mix = lf->mix + (size_t)b * T * d;
     row->carry = lf->carry; /* read by the backward only to know that the state was carried */
     row->fresh = lf->fresh ? lf->fresh + b : NULL;
+    row->recompute = lf->recompute;
     status[b] = titans__mac_forward_rows(c, L, row, &row->row_arena, 1, T);
     if (!status[b]) titans__mem_state_copy_row(&lf->st, (size_t)b, &row->st, 0);
   }
@@ -10303,6 +10359,8 @@ static void titans__layer_fwd_free(titans__layer_fwd *lf) {
   for (size_t b = 0; b < lf->nrows; b++) titans__layer_fwd_free(&lf->rows[b]);
   titans_free(lf->rows);
   titans__arena_free(&lf->row_arena);
+  titans__arena_free(&lf->seg_arena);
+  titans_free(lf->seg_states);
 }
 
 static void titans__fwd_free(struct titans__fwd *f, int n_layers) {
@@ -10421,6 +10479,7 @@ static int titans__model_forward(titans_trainer *t, const titans__batch *batch, 
     titans__layer_fwd *lf = &f->layers[l];
     lf->carry = stream && stream->mem ? &stream->mem[l] : NULL;
     lf->fresh = stream ? stream->fresh : NULL;
+    lf->recompute = t->recompute;
     lf->attn_tail = stream && stream->attn_tail ? stream->attn_tail + (size_t)l * B * (size_t)c->window * d : NULL;
     lf->attn_tail_rows = stream ? stream->attn_tail_rows : NULL;
     lf->row_position = stream ? stream->row_position : NULL;
@@ -10578,6 +10637,8 @@ TITANSDEF int titans_forward_backward_targets(titans_trainer *t, const int *inpu
   titans__batch batch = {inputs, targets, T, 0};
   return titans__forward_backward(t, NULL, &batch, B, T, scale, loss, NULL);
 }
+
+TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on) { t->recompute = on != 0; }
 
 TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user) {

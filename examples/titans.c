@@ -860,6 +860,7 @@ typedef struct train_opts {
   double lr, temperature, theta_max, surprise_bound; /* surprise_bound < 0: the library's default */
   uint64_t seed;
   int resume, threads;
+  int recompute;                 /* --recompute: titans_trainer_set_recompute (MAC's activations a segment at a time) */
   int reduce_blocking;           /* --reduce blocking: titans-mpi sums the gradient after the backward, not during it */
   int task;                      /* LONGCTX_PASSKEY or LONGCTX_PROSE; -1: plain text only */
   double task_frac;              /* fraction of rows that are retrieval examples */
@@ -929,6 +930,8 @@ static void help_train(void) {
          "  --prompt TEXT       start of the sample printed at the end (\"The \"); --sample-len N bytes (400)\n"
          "  --temperature X     of the sample (0.8)\n"
          "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
+         "  --recompute         MAC: keep one segment's activations, not every segment's; the backward runs each\n"
+         "                      segment's forward again (the same result; about 10x less memory, a third more time)\n"
          "  --reduce HOW        titans-mpi on several ranks: overlap (default) sums each layer's gradient while the\n"
          "                      layers below are differentiated; blocking sums all of it after the backward\n");
   printf(
@@ -1136,6 +1139,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
         usage_fail("train", "--reduce %s: want overlap or blocking", how);
       o->reduce_blocking = !strcmp(how, "blocking");
     } else if (!strcmp(s, "--resume")) o->resume = 1;
+    else if (!strcmp(s, "--recompute")) o->recompute = 1;
     else if (!strcmp(s, "--recipe")) arg_value(&a, s); /* read above, before the defaults */
     else if (!strcmp(s, "--task")) {
       const char *k = arg_value(&a, s);
@@ -1716,6 +1720,7 @@ static int cmd_train(int argc, char **argv) {
     check_writable_dir(o.out);
   }
   dist_attach(&tr, o.reduce_blocking); /* MPI: the ranks' gradients are summed before every step */
+  titans_trainer_set_recompute(&tr, o.recompute);
   const titans_config *c = &model.cfg;
   char heads[48] = ""; /* LMM has no attention */
   if (titans_block_describe(c->block).attention) snprintf(heads, sizeof heads, " %d attention heads,", c->attn_heads);

@@ -523,6 +523,55 @@ static void test_threads(void) {
 #endif
 }
 
+/* titans_trainer_set_recompute: MAC's backward runs each segment's forward again from the state it
+   kept; the loss and every gradient must be the same bits as without it: B = 3 rows, T = 15 (a last
+   segment of 3 of 4, memory chunks of 2 across segment starts), two steps in a row, then a stream of two
+   windows that carries the memory, then off again. */
+static void test_recompute(void) {
+  titans_config c = tiny_config(TITANS_BLOCK_MAC);
+  titans_model m;
+  titans_trainer plain, re;
+  titans_model_init(&m, &c);
+  lively_weights(&m, 5);
+  titans_trainer_init(&plain, &m, NULL);
+  titans_trainer_init(&re, &m, NULL);
+  titans_trainer_set_recompute(&re, 1);
+  int tokens[3 * 16];
+  float *g = titans_alloc_floats(m.n_floats);
+  int same = g != NULL, calls = 0;
+  for (int rep = 0; rep < 3 && same; rep++) {
+    random_tokens(tokens, 48, c.vocab, 20 + (uint64_t)rep);
+    float l1 = 0.0f, l2 = 0.0f;
+    if (rep == 2) titans_trainer_set_recompute(&re, 0);
+    memset(plain.grads, 0, m.n_floats * sizeof(float));
+    memset(re.grads, 0, m.n_floats * sizeof(float));
+    calls += !titans_forward_backward(&plain, tokens, 3, 15, 1.0f, &l1);
+    calls += !titans_forward_backward(&re, tokens, 3, 15, 1.0f, &l2);
+    same = same && l1 == l2 && memcmp(plain.grads, re.grads, m.n_floats * sizeof(float)) == 0;
+  }
+  th_check(same && calls == 6, "mac: with recomputation the loss and gradients are bit-identical (two steps on, "
+                               "then off)");
+  titans_trainer_set_recompute(&re, 1);
+  titans_stream s1, s2;
+  int ok = !titans_stream_init(&s1, &m, 3) && !titans_stream_init(&s2, &m, 3);
+  for (int w = 0; w < 2 && ok; w++) {
+    random_tokens(tokens, 48, c.vocab, 30 + (uint64_t)w);
+    float l1 = 0.0f, l2 = 0.0f;
+    memset(plain.grads, 0, m.n_floats * sizeof(float));
+    memset(re.grads, 0, m.n_floats * sizeof(float));
+    ok = !titans_forward_backward_stream(&plain, &s1, tokens, 8, 1.0f, &l1) &&
+         !titans_forward_backward_stream(&re, &s2, tokens, 8, 1.0f, &l2) && l1 == l2 &&
+         memcmp(plain.grads, re.grads, m.n_floats * sizeof(float)) == 0;
+  }
+  th_check(ok, "mac: with recomputation a stream's windows give the same loss and gradients as without");
+  titans_stream_free(&s1);
+  titans_stream_free(&s2);
+  titans_free(g);
+  titans_trainer_free(&plain);
+  titans_trainer_free(&re);
+  titans_model_free(&m);
+}
+
 static void test_sampling(void) {
   float logits[5] = {0.1f, 2.0f, -1.0f, 1.5f, 0.0f};
   titans_rng r;
@@ -599,6 +648,10 @@ int main(void) {
   for (int k = 0; k < NKINDS; k++) test_overfit(kinds[k]);
   test_adamw_step();
   test_threads();
+  test_recompute();
+  tiny_mac_learns_from = TITANS_MAC_LEARNS_INPUT;
+  test_recompute();
+  tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
   test_sampling();
   test_config_errors();
   test_schedule_for_steps();
