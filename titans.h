@@ -1101,8 +1101,8 @@ TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user);
 /* on = 1: MAC's training forward keeps only the memory state at each segment's start, and the backward
    runs each segment's forward again before its backward: the same loss and gradients (the same bits) in
-   about a third of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe 7.7 GB -> 2.3 GB)
-   for about 5% more arithmetic. Other kinds ignore it. 0 (the default) turns it off. */
+   a fifth of the memory or less (docs/model.md 5.3: a 64K-token step of the passkey recipe 1.2 GB, 7.7
+   GB without) for about 5% more arithmetic. Other kinds ignore it. 0 (the default) turns it off. */
 TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on);
 /* The same reduction overlapped with the backward: while the backward of a step's last micro-batch runs,
    the trainer calls start(range, n, offset, user) each time a range of the gradient slab is final,
@@ -8580,8 +8580,15 @@ typedef struct titans__arena {
   size_t sizes[TITANS__ARENA_BLOCKS];
   int count;
   size_t used;  /* floats used in the last block */
-  size_t total; /* floats handed out since the last reset */
+  size_t total; /* floats handed out since the last reset (less what titans__arena_rewind gave back) */
+  size_t peak;  /* the largest total since the last reset: the size of the block a reset merges into */
 } titans__arena;
+
+/* Where an arena stands, to give back everything allocated after it (titans__arena_rewind). */
+typedef struct titans__arena_mark {
+  int count;
+  size_t used, total;
+} titans__arena_mark;
 
 static float *titans__arena_alloc(titans__arena *a, size_t n) {
   n = (n + 15) & ~(size_t)15; /* keep every buffer 64-byte aligned relative to its block */
@@ -8589,6 +8596,7 @@ static float *titans__arena_alloc(titans__arena *a, size_t n) {
     float *p = a->blocks[a->count - 1] + a->used;
     a->used += n;
     a->total += n;
+    if (a->total > a->peak) a->peak = a->total;
     return p;
   }
   if (a->count == TITANS__ARENA_BLOCKS) return NULL;
@@ -8601,7 +8609,26 @@ static float *titans__arena_alloc(titans__arena *a, size_t n) {
   a->count++;
   a->used = n;
   a->total += n;
+  if (a->total > a->peak) a->peak = a->total;
   return b;
+}
+
+static titans__arena_mark titans__arena_here(const titans__arena *a) {
+  titans__arena_mark m = {a->count, a->used, a->total};
+  return m;
+}
+
+/* Gives back every buffer allocated since m (they must no longer be used); blocks added since are freed.
+   The peak stays counted, so the next reset still merges into one block that holds it. */
+static void titans__arena_rewind(titans__arena *a, titans__arena_mark m) {
+  while (a->count > m.count && a->count > 1) titans_free(a->blocks[--a->count]);
+  if (a->count > m.count) { /* the mark was taken before the first block: keep the block, empty */
+    a->used = 0;
+    a->total = 0;
+    return;
+  }
+  a->used = m.used;
+  a->total = m.total;
 }
 
 /* Zeroed floats */
@@ -8612,8 +8639,8 @@ static float *titans__arena_zalloc(titans__arena *a, size_t n) {
 }
 
 static void titans__arena_reset(titans__arena *a) {
-  if (a->count > 1) {
-    size_t peak = a->total;
+  if (a->count > 1 || (a->count == 1 && a->sizes[0] < a->peak)) {
+    size_t peak = a->peak;
     for (int i = 0; i < a->count; i++) titans_free(a->blocks[i]);
     a->count = 0;
     float *b = titans_alloc_floats(peak);
@@ -8625,6 +8652,7 @@ static void titans__arena_reset(titans__arena *a) {
   }
   a->used = 0;
   a->total = 0;
+  a->peak = 0;
 }
 
 static void titans__arena_free(titans__arena *a) {
@@ -10564,6 +10592,7 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   if (!c->tied) titans__hand_out(t, (size_t)(g.norm_f - t->grads));
   for (int l = c->n_layers; l-- > 0;) {
     const titans_layer *L = &mo->w.layers[l], *G = &g.layers[l];
+    titans__arena_mark layer_start = titans__arena_here(ar); /* a layer's backward work is given back after it */
     int rc = titans__block_ffn_backward(c, L, G, &f->layers[l], ar, dh, dx, n);
     if (!rc) {
       titans__hand_out(t, (size_t)(G->norm2 - t->grads)); /* the layer's FFN and norm2 */
@@ -10571,6 +10600,7 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
     }
     if (rc) return titans__error(t->error, rc, "backward: layer %d: %s", l, titans_status_string(rc));
     titans__hand_out(t, (size_t)(G->norm1 - t->grads)); /* the rest of the layer */
+    titans__arena_rewind(ar, layer_start);
     float *tmp = dx;
     dx = dprev;
     dprev = tmp;
