@@ -1099,10 +1099,12 @@ TITANSDEF void titans_trainer_free(titans_trainer *t);
    Evaluation calls are never reduced. */
 TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user);
-/* on = 1: MAC's training forward keeps only the memory state at each segment's start, and the backward
-   runs each segment's forward again before its backward: the same loss and gradients (the same bits) in
-   a fifth of the memory or less (docs/model.md 5.3: a 64K-token step of the passkey recipe 1.2 GB, 7.7
-   GB without) for about 5% more arithmetic. Other kinds ignore it. 0 (the default) turns it off. */
+/* on = 1: the training forward keeps less and the backward computes it again: MAC keeps only the memory
+   state at each segment's start (the backward runs each segment's forward again before its backward),
+   and every kind runs its FFN in pieces of 1,024 rows whose hidden rows the backward computes again. The
+   same loss and gradients (the same bits, but for the rounding of the FFN's weight gradients summed by
+   piece) in a tenth of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe 0.70 GB,
+   7.7 GB without) for a few percent more arithmetic. 0 (the default) turns it off. */
 TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on);
 /* The same reduction overlapped with the backward: while the backward of a step's last micro-batch runs,
    the trainer calls start(range, n, offset, user) each time a range of the gradient slab is final,
@@ -8841,13 +8843,20 @@ typedef struct titans__ffn_save {
 
 /* out [rows, d] = FFN(x [rows, d]), keeping u1, u3, act in sv's buffers (given). A session runs it on
    one row with sv in its scratch (titans__session_token), so training and inference share it. */
-static void titans__ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
-                             const float *x, size_t rows) {
+/* The FFN's hidden rows: u1, u3, act [rows, d_ff] of x [rows, d] into sv's buffers. */
+static void titans__ffn_hidden(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv,
+                               const float *x, size_t rows) {
   size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
   titans_gemm(0, 1, rows, ff, d, 1.0f, titans_cm(x, d), titans_cm(L->ffn_w1, d), 0.0f, titans_m(sv->u1, ff));
   titans_gemm(0, 1, rows, ff, d, 1.0f, titans_cm(x, d), titans_cm(L->ffn_w3, d), 0.0f, titans_m(sv->u3, ff));
   titans_silu_forward(sv->act, sv->u1, rows * ff);
   for (size_t j = 0; j < rows * ff; j++) sv->act[j] *= sv->u3[j];
+}
+
+static void titans__ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
+                             const float *x, size_t rows) {
+  size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
+  titans__ffn_hidden(c, L, sv, x, rows);
   titans_gemm(0, 1, rows, d, ff, 1.0f, titans_cm(sv->act, ff), titans_cm(L->ffn_w2, ff), 0.0f, titans_m(out, d));
 }
 
@@ -10330,6 +10339,31 @@ static int titans__lm2_step(titans_session *s, int l, float *mix, const float *x
 /* ---- blocks ----------------------------------------------------------------------------------- */
 
 /* x_out [B, T, d] = h + FFN(RMSNorm(h)), h = x + Mixer(RMSNorm(x)) */
+/* Recomputation (titans_trainer_set_recompute) keeps none of the FFN's hidden rows: the forward and
+   the backward run the FFN on pieces of TITANS__FFN_PIECE rows, each piece's u1, u3, act [piece, d_ff]
+   in the arena only while the piece runs (the backward computes them again from hn). Each row's values
+   are those of the whole-batch FFN; the FFN's weight gradients are summed piece by piece, which rounds
+   differently from one product over every row. */
+#define TITANS__FFN_PIECE 1024
+
+/* The second half of a block (titans__block_ffn_rows) piece by piece: h, hn [n, d] kept, x_out [n, d]. */
+static int titans__block_ffn_pieces(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
+                                    titans__arena *ar, float *x_out, const float *x, size_t n) {
+  size_t d = (size_t)c->d;
+  for (size_t j = 0; j < n * d; j++) lf->h[j] = x[j] + lf->mix[j];
+  titans_rmsnorm_forward(lf->hn, lf->rstd2, lf->h, L->norm2, n, d);
+  for (size_t r0 = 0; r0 < n; r0 += TITANS__FFN_PIECE) {
+    size_t rows = n - r0 < TITANS__FFN_PIECE ? n - r0 : TITANS__FFN_PIECE;
+    titans__arena_mark piece_start = titans__arena_here(ar);
+    titans__ffn_save sv;
+    TITANS__TRY(titans__ffn_alloc(c, ar, &sv, rows));
+    titans__ffn_rows(c, L, &sv, x_out + r0 * d, lf->hn + r0 * d, rows);
+    for (size_t j = r0 * d; j < (r0 + rows) * d; j++) x_out[j] += lf->h[j];
+    titans__arena_rewind(ar, piece_start);
+  }
+  return TITANS_OK;
+}
+
 static int titans__block_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
                                  titans__arena *ar, float *x_out, const float *x, const int64_t *pos, size_t B,
                                  size_t T) {
@@ -10343,6 +10377,7 @@ static int titans__block_forward(const titans_config *c, const titans_layer *L, 
   TITANS__NEED(lf->rstd2 = titans__arena_alloc(ar, n));
   titans_rmsnorm_forward(lf->xn, lf->rstd1, x, L->norm1, n, d);
   TITANS__TRY(titans__kind_of(c->block)->forward(c, L, lf, ar, pos, B, T));
+  if (lf->recompute) return titans__block_ffn_pieces(c, L, lf, ar, x_out, x, n);
   TITANS__TRY(titans__ffn_alloc(c, ar, &lf->ffn, n));
   titans__block_ffn_rows(c, L, &lf->ffn, x_out, lf->h, lf->hn, lf->rstd2, x, lf->mix, n);
   return TITANS_OK;
@@ -10358,7 +10393,16 @@ static int titans__block_ffn_backward(const titans_config *c, const titans_layer
   float *dhn = titans__arena_zalloc(ar, n * d); /* [n, d] */
   TITANS__NEED(dhn);
   memcpy(dh, dx_out, n * d * sizeof(float));
-  TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
+  if (!lf->recompute) TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
+  for (size_t r0 = 0; lf->recompute && r0 < n; r0 += TITANS__FFN_PIECE) { /* titans__block_ffn_pieces */
+    size_t rows = n - r0 < TITANS__FFN_PIECE ? n - r0 : TITANS__FFN_PIECE;
+    titans__arena_mark piece_start = titans__arena_here(ar);
+    titans__ffn_save sv;
+    TITANS__TRY(titans__ffn_alloc(c, ar, &sv, rows));
+    titans__ffn_hidden(c, L, &sv, lf->hn + r0 * d, rows);
+    TITANS__TRY(titans__ffn_backward(c, L, G, ar, &sv, dhn + r0 * d, dx_out + r0 * d, lf->hn + r0 * d, rows));
+    titans__arena_rewind(ar, piece_start);
+  }
   titans_rmsnorm_backward(dh, G->norm2, dhn, lf->h, L->norm2, lf->rstd2, n, d);
   return TITANS_OK;
 }

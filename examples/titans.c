@@ -930,8 +930,8 @@ static void help_train(void) {
          "  --prompt TEXT       start of the sample printed at the end (\"The \"); --sample-len N bytes (400)\n"
          "  --temperature X     of the sample (0.8)\n"
          "  --threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
-         "  --recompute         MAC: keep one segment's activations, not every segment's; the backward runs each\n"
-         "                      segment's forward again (the same result; about 10x less memory, a third more time)\n"
+         "  --recompute         keep less, compute it again in the backward (MAC's segments, every kind's FFN):\n"
+         "                      the same result in about a tenth of the memory (docs/model.md 5.3)\n"
          "  --reduce HOW        titans-mpi on several ranks: overlap (default) sums each layer's gradient while the\n"
          "                      layers below are differentiated; blocking sums all of it after the backward\n");
   printf(

@@ -523,12 +523,28 @@ static void test_threads(void) {
 #endif
 }
 
+/* Loss and gradients of one forward_backward of tokens [B, T + 1] with recomputation on or off (a
+   trainer of its own each time). Returns the loss; g [n_floats] gets the gradients. */
+static float recompute_grads(titans_model *m, int on, const int *tokens, size_t B, size_t T, float *g, int *ok) {
+  titans_trainer t;
+  float loss = 0.0f;
+  titans_trainer_init(&t, m, NULL);
+  titans_trainer_set_recompute(&t, on);
+  *ok = *ok && titans_forward_backward(&t, tokens, B, T, 1.0f, &loss) == TITANS_OK;
+  memcpy(g, t.grads, m->n_floats * sizeof(float));
+  titans_trainer_free(&t);
+  return loss;
+}
+
 /* titans_trainer_set_recompute: MAC's backward runs each segment's forward again from the state it
-   kept; the loss and every gradient must be the same bits as without it: B = 3 rows, T = 15 (a last
-   segment of 3 of 4, memory chunks of 2 across segment starts), two steps in a row, then a stream of two
-   windows that carries the memory, then off again. */
-static void test_recompute(void) {
-  titans_config c = tiny_config(TITANS_BLOCK_MAC);
+   kept, and every kind's FFN runs in pieces of 1024 rows, its hidden rows computed again in the
+   backward. With at most 1024 rows the loss and every gradient must be the same bits as without it:
+   B = 3 rows (MAC: T = 15, a last segment of 3 of 4, memory chunks of 2 across segment starts), two
+   steps in a row, then off again; then a MAC stream of two windows that carries the memory. With
+   more rows (2 x 520) the FFN's weight gradients are summed piece by piece: the loss must be the same
+   bits, every other gradient too, and the FFN's within float rounding. */
+static void test_recompute(int kind) {
+  titans_config c = tiny_config(kind);
   titans_model m;
   titans_trainer plain, re;
   titans_model_init(&m, &c);
@@ -536,39 +552,64 @@ static void test_recompute(void) {
   titans_trainer_init(&plain, &m, NULL);
   titans_trainer_init(&re, &m, NULL);
   titans_trainer_set_recompute(&re, 1);
-  int tokens[3 * 16];
-  float *g = titans_alloc_floats(m.n_floats);
-  int same = g != NULL, calls = 0;
+  size_t T = kind == TITANS_BLOCK_MAC ? 15 : 16;
+  int tokens[2 * 521];
+  int same = 1, calls = 0;
   for (int rep = 0; rep < 3 && same; rep++) {
-    random_tokens(tokens, 48, c.vocab, 20 + (uint64_t)rep);
+    random_tokens(tokens, 3 * (T + 1), c.vocab, 20 + (uint64_t)rep);
     float l1 = 0.0f, l2 = 0.0f;
     if (rep == 2) titans_trainer_set_recompute(&re, 0);
     memset(plain.grads, 0, m.n_floats * sizeof(float));
     memset(re.grads, 0, m.n_floats * sizeof(float));
-    calls += !titans_forward_backward(&plain, tokens, 3, 15, 1.0f, &l1);
-    calls += !titans_forward_backward(&re, tokens, 3, 15, 1.0f, &l2);
+    calls += !titans_forward_backward(&plain, tokens, 3, T, 1.0f, &l1);
+    calls += !titans_forward_backward(&re, tokens, 3, T, 1.0f, &l2);
     same = same && l1 == l2 && memcmp(plain.grads, re.grads, m.n_floats * sizeof(float)) == 0;
   }
-  th_check(same && calls == 6, "mac: with recomputation the loss and gradients are bit-identical (two steps on, "
-                               "then off)");
-  titans_trainer_set_recompute(&re, 1);
-  titans_stream s1, s2;
-  int ok = !titans_stream_init(&s1, &m, 3) && !titans_stream_init(&s2, &m, 3);
-  for (int w = 0; w < 2 && ok; w++) {
-    random_tokens(tokens, 48, c.vocab, 30 + (uint64_t)w);
-    float l1 = 0.0f, l2 = 0.0f;
-    memset(plain.grads, 0, m.n_floats * sizeof(float));
-    memset(re.grads, 0, m.n_floats * sizeof(float));
-    ok = !titans_forward_backward_stream(&plain, &s1, tokens, 8, 1.0f, &l1) &&
-         !titans_forward_backward_stream(&re, &s2, tokens, 8, 1.0f, &l2) && l1 == l2 &&
-         memcmp(plain.grads, re.grads, m.n_floats * sizeof(float)) == 0;
+  th_check(same && calls == 6, "%s: with recomputation the loss and gradients are bit-identical (two steps on, then "
+                               "off)", kind_label(kind));
+  if (kind == TITANS_BLOCK_MAC) {
+    titans_trainer_set_recompute(&re, 1);
+    titans_stream s1, s2;
+    int ok = !titans_stream_init(&s1, &m, 3) && !titans_stream_init(&s2, &m, 3);
+    for (int w = 0; w < 2 && ok; w++) {
+      random_tokens(tokens, 27, c.vocab, 30 + (uint64_t)w);
+      float l1 = 0.0f, l2 = 0.0f;
+      memset(plain.grads, 0, m.n_floats * sizeof(float));
+      memset(re.grads, 0, m.n_floats * sizeof(float));
+      ok = !titans_forward_backward_stream(&plain, &s1, tokens, 8, 1.0f, &l1) &&
+           !titans_forward_backward_stream(&re, &s2, tokens, 8, 1.0f, &l2) && l1 == l2 &&
+           memcmp(plain.grads, re.grads, m.n_floats * sizeof(float)) == 0;
+    }
+    th_check(ok, "mac: with recomputation a stream's windows give the same loss and gradients as without");
+    titans_stream_free(&s1);
+    titans_stream_free(&s2);
   }
-  th_check(ok, "mac: with recomputation a stream's windows give the same loss and gradients as without");
-  titans_stream_free(&s1);
-  titans_stream_free(&s2);
-  titans_free(g);
   titans_trainer_free(&plain);
   titans_trainer_free(&re);
+  /* two FFN pieces: 2 x 520 rows */
+  float *g1 = titans_alloc_floats(m.n_floats), *g2 = titans_alloc_floats(m.n_floats);
+  int ok = g1 && g2;
+  random_tokens(tokens, 2 * 521, c.vocab, 40);
+  float l1 = ok ? recompute_grads(&m, 0, tokens, 2, 520, g1, &ok) : 0.0f;
+  float l2 = ok ? recompute_grads(&m, 1, tokens, 2, 520, g2, &ok) : 0.0f;
+  double worst_ffn = 0.0;
+  int others_same = 1;
+  for (size_t p = 0; ok && p < m.n_params; p++) {
+    const titans_param *pp = &m.plist[p];
+    int ffn_weight = strstr(pp->name, "ffn.w") != NULL;
+    double big = 0.0, diff = 0.0;
+    for (size_t j = 0; j < pp->size; j++) {
+      big = fmax(big, fabs(g1[pp->offset + j]));
+      diff = fmax(diff, fabs((double)g1[pp->offset + j] - g2[pp->offset + j]));
+    }
+    if (ffn_weight) worst_ffn = fmax(worst_ffn, diff / (big + 1e-30));
+    else others_same = others_same && diff == 0.0;
+  }
+  th_check(ok && l1 == l2 && others_same && worst_ffn <= 1e-5,
+           "%s: 1,040 rows in two FFN pieces: the same loss, the same gradients but the FFN weights' (those within "
+           "%.2g of their largest; tol 1e-5)", kind_label(kind), worst_ffn);
+  titans_free(g1);
+  titans_free(g2);
   titans_model_free(&m);
 }
 
@@ -648,9 +689,9 @@ int main(void) {
   for (int k = 0; k < NKINDS; k++) test_overfit(kinds[k]);
   test_adamw_step();
   test_threads();
-  test_recompute();
+  for (int k = 0; k < NKINDS; k++) test_recompute(kinds[k]);
   tiny_mac_learns_from = TITANS_MAC_LEARNS_INPUT;
-  test_recompute();
+  test_recompute(TITANS_BLOCK_MAC);
   tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
   test_sampling();
   test_config_errors();
