@@ -8841,8 +8841,6 @@ typedef struct titans__ffn_save {
   float *u1, *u3, *act; /* [rows, d_ff] w1 x, w3 x, SiLU(u1) * u3 */
 } titans__ffn_save;
 
-/* out [rows, d] = FFN(x [rows, d]), keeping u1, u3, act in sv's buffers (given). A session runs it on
-   one row with sv in its scratch (titans__session_token), so training and inference share it. */
 /* The FFN's hidden rows: u1, u3, act [rows, d_ff] of x [rows, d] into sv's buffers. */
 static void titans__ffn_hidden(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv,
                                const float *x, size_t rows) {
@@ -8853,6 +8851,8 @@ static void titans__ffn_hidden(const titans_config *c, const titans_layer *L, co
   for (size_t j = 0; j < rows * ff; j++) sv->act[j] *= sv->u3[j];
 }
 
+/* out [rows, d] = FFN(x [rows, d]), keeping u1, u3, act in sv's buffers (given). A session runs it on
+   one row with sv in its scratch (titans__session_token), so training and inference share it. */
 static void titans__ffn_rows(const titans_config *c, const titans_layer *L, const titans__ffn_save *sv, float *out,
                              const float *x, size_t rows) {
   size_t d = (size_t)c->d, ff = (size_t)c->ffn_hidden;
@@ -9439,13 +9439,12 @@ static int titans__mac_segment_forward(const titans_config *c, const titans_laye
 }
 
 /* Recomputation (titans_trainer_set_recompute): the forward keeps, per segment, only the memory state
-   it started from ([nseg, titans__mac_state_floats] in lf->seg_states); the backward restores that
+   it started from ([nseg, titans__mem_state_slab_floats] in lf->seg_states); the backward restores that
    state and runs the segment's forward again, into lf->seg_arena and the two contexts lf->ctxs[0, 1],
    just before the segment's backward. The same operations in the same order: the gradients are the
-   same bits, and a step's activations shrink from every segment's to one segment's. */
-static size_t titans__mac_state_floats(const titans_mem_state *st) { return titans__mem_state_slab_floats(st); }
+   same bits, and a step's activations shrink from every segment's to one segment's.
 
-/* The segment loop over lf's B rows (titans__mac_forward calls it with one row), from the memory state
+   The segment loop over lf's B rows (titans__mac_forward calls it with one row), from the memory state
    lf->st holds. MAC's attention reads local positions 0..n-1 within each segment. */
 static int titans__mac_forward_rows(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
                                     titans__arena *ar, size_t B, size_t T) {
@@ -9453,7 +9452,7 @@ static int titans__mac_forward_rows(const titans_config *c, const titans_layer *
   lf->nseg = (T + C - 1) / C;
   lf->segs =
       (titans__mac_seg *)(void *)titans__arena_alloc(ar, lf->nseg * (sizeof(titans__mac_seg) / sizeof(float) + 1));
-  size_t nctx = lf->recompute ? 2 : 2 * lf->nseg, keep = titans__mac_state_floats(&lf->st);
+  size_t nctx = lf->recompute ? 2 : 2 * lf->nseg, keep = titans__mem_state_slab_floats(&lf->st);
   /* all contexts first: growing the pool moves it, so no pointer into it is taken before */
   TITANS__NEED(lf->segs && titans__layer_ctx(lf, nctx - 1));
   if (lf->recompute) {
@@ -9487,7 +9486,7 @@ static int titans__mac_backward_rows(const titans_config *c, const titans_layer 
   const float *dnext_state = NULL, *dnext_tail_u = NULL, *dnext_tail_r = NULL;
   float *dnext = NULL; /* [dstate + 2 dtail] recomputation: the chained gradients, apart from the reused contexts */
   if (lf->recompute) TITANS__NEED(dnext = titans__arena_alloc(ar, dstate + 2 * dtail));
-  size_t keep = titans__mac_state_floats(&lf->st);
+  size_t keep = titans__mem_state_slab_floats(&lf->st);
   for (size_t s = lf->nseg; s-- > 0;) {
     titans__mac_seg *sg = &lf->segs[s];
     size_t n = sg->n, S = P + 2 * n;
@@ -10338,7 +10337,6 @@ static int titans__lm2_step(titans_session *s, int l, float *mix, const float *x
 
 /* ---- blocks ----------------------------------------------------------------------------------- */
 
-/* x_out [B, T, d] = h + FFN(RMSNorm(h)), h = x + Mixer(RMSNorm(x)) */
 /* Recomputation (titans_trainer_set_recompute) keeps none of the FFN's hidden rows: the forward and
    the backward run the FFN on pieces of TITANS__FFN_PIECE rows, each piece's u1, u3, act [piece, d_ff]
    in the arena only while the piece runs (the backward computes them again from hn). Each row's values
@@ -10364,6 +10362,7 @@ static int titans__block_ffn_pieces(const titans_config *c, const titans_layer *
   return TITANS_OK;
 }
 
+/* x_out [B, T, d] = h + FFN(RMSNorm(h)), h = x + Mixer(RMSNorm(x)) */
 static int titans__block_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
                                  titans__arena *ar, float *x_out, const float *x, const int64_t *pos, size_t B,
                                  size_t T) {
