@@ -856,6 +856,7 @@ typedef struct train_opts {
   const char *data, *out, *prompt;
   long data_max; /* the most bytes --data reads */
   int block, d, layers, heads, mem_heads, mem_depth, chunk, segment, window, persist, ffn;
+  int mem_head_dim; /* --mem-head-dim: each memory head's width d_h (0: d / mem_heads) */
   long seq, batch, steps, warmup, val_every, val_batches, save_every, log_every, sample_len, stop_at;
   double lr, temperature, theta_max, surprise_bound; /* surprise_bound < 0: the library's default */
   uint64_t seed;
@@ -879,7 +880,9 @@ typedef struct train_opts {
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
                                     words as numbers (longctx_options.number_words) */
-  double theta_init, eta_init;             /* where the memory's gates start (0: the library's) */
+  double theta_init[MAX_ALPHA_LAYERS];     /* where the write gate starts, per layer (0: the library's) */
+  size_t n_theta_init;                     /* 1: theta_init[0] for every layer; else one per layer */
+  double eta_init;                         /* where the momentum gate starts (0: the library's) */
   double alpha_init[MAX_ALPHA_LAYERS];     /* where its forgetting gate starts, per layer (--alpha-init X or X,Y,...) */
   size_t n_alpha_init;                     /* 1: alpha_init[0] for every layer; else one per layer */
   double w0_scale;                         /* the memory's initial weights w0 times this (1: the library's) */
@@ -904,6 +907,7 @@ static void help_train(void) {
          "  --layers N          blocks (2)\n"
          "  --heads N           attention heads (d / 64, at least 1)\n"
          "  --mem-heads N       memory heads (4); --mem-depth N memory MLP depth (2; 1: a matrix memory)\n"
+         "  --mem-head-dim N    each memory head's width d_h, its keys' and values' size (d / mem-heads)\n"
          "  --chunk N           memory chunk size b (16); --segment N MAC segment C, LM2 tokens per write (64)\n"
          "  --slots N           LM2 memory bank slots (16)\n"
          "  --mac-learns-input  MAC's memory learns from the block's input X instead of the attention output y\n"
@@ -942,7 +946,9 @@ static void help_train(void) {
       "                      such stretches, 0 with --task; 0 = off: every window starts afresh). With --task:\n"
       "                      each row's memory carries from one example to the next (one stream per --lens\n"
       "                      length) until it has read N tokens, so training sees the memory of long reads\n"
-      "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5)\n"
+      "  --theta-init X      the memory's inner learning rate starts at X theta_max (0.5; a list X,Y,... gives\n"
+      "                      each layer its own: 1e-12 shuts a layer's writes for good, its gate's gradient\n"
+      "                      then below AdamW's eps)\n"
       "  --eta-init X        its momentum gate starts at X (0.5); --alpha-init X its forgetting gate (0.01;\n"
       "                      a list X,Y,... gives each layer its own, lowest first)\n"
       "  --w0-scale X        the memory's initial weights w0 times X (1)\n"
@@ -1109,6 +1115,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--layers")) o->layers = (int)arg_long(&a, s, 1, 1024);
     else if (!strcmp(s, "--heads")) o->heads = (int)arg_long(&a, s, 1, 65536);
     else if (!strcmp(s, "--mem-heads")) o->mem_heads = (int)arg_long(&a, s, 1, 65536);
+    else if (!strcmp(s, "--mem-head-dim")) o->mem_head_dim = (int)arg_long(&a, s, 1, 65536);
     else if (!strcmp(s, "--mem-depth")) o->mem_depth = (int)arg_long(&a, s, 1, TITANS_MEM_MAX_DEPTH);
     else if (!strcmp(s, "--chunk")) o->chunk = (int)arg_long(&a, s, 1, 4096);
     else if (!strcmp(s, "--segment")) o->segment = (int)arg_long(&a, s, 1, 65536);
@@ -1161,7 +1168,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
-    else if (!strcmp(s, "--theta-init")) o->theta_init = arg_double(&a, s, 1e-6, 0.999999);
+    else if (!strcmp(s, "--theta-init"))
+      o->n_theta_init = arg_double_list(&a, s, o->theta_init, MAX_ALPHA_LAYERS, 1e-12, 0.999999);
     else if (!strcmp(s, "--w0-scale")) o->w0_scale = arg_double(&a, s, 1e-6, 1e3);
     else if (!strcmp(s, "--conv-uniform")) o->conv_uniform = 1;
     else if (!strcmp(s, "--key-shift")) o->key_shift = 1;
@@ -1194,9 +1202,12 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   /* the memory's head width is d / mem-heads: refuse what would have to be rounded */
   titans_block_info kind = titans_block_describe(o->block);
   int has_mem = kind.memory;
-  if (has_mem && o->d % o->mem_heads != 0)
+  if (has_mem && !o->mem_head_dim && o->d % o->mem_heads != 0)
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
+  if (o->n_theta_init > 1 && o->n_theta_init != (size_t)o->layers)
+    usage_fail("train", "--theta-init lists %zu values for %d layers (give one value, or one per layer)",
+               o->n_theta_init, o->layers);
   if (o->n_alpha_init > 1 && o->n_alpha_init != (size_t)o->layers)
     usage_fail("train", "--alpha-init lists %zu values for %d layers (give one value, or one per layer)",
                o->n_alpha_init, o->layers);
@@ -1273,7 +1284,9 @@ static titans_config train_config_of(const train_opts *o) {
   c.window = o->window;
   if (o->segment) c.segment = o->segment;
   c.mem.heads = o->mem_heads;
-  c.mem.head_dim = o->d % o->mem_heads == 0 ? o->d / o->mem_heads : 0; /* 0: refused by titans_config_check */
+  c.mem.head_dim = o->mem_head_dim                ? o->mem_head_dim
+                   : o->d % o->mem_heads == 0 ? o->d / o->mem_heads
+                                              : 0; /* 0: refused by titans_config_check */
   c.mem.depth = o->mem_depth;
   c.mem.chunk = o->chunk;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
@@ -1496,6 +1509,7 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--layers", want.n_layers, had->n_layers},
            {"--heads", want.attn_heads, had->attn_heads},
            {"--mem-heads", want.mem.heads, had->mem.heads},
+           {"--mem-head-dim", want.mem.head_dim, had->mem.head_dim},
            {"--mem-depth", want.mem.depth, had->mem.depth},
            {"--chunk", want.mem.chunk, had->mem.chunk},
            {"--segment", want.segment, had->segment},
@@ -1696,8 +1710,8 @@ static int cmd_train(int argc, char **argv) {
     titans_config cfg = train_config_of(&o);
     if (titans_model_init(&model, &cfg) != TITANS_OK) fail("%s", model.error);
     titans_model_init_weights(&model, o.seed);
-    for (int l = 0; l < model.cfg.n_layers; l++) /* --alpha-init: one value for every layer, or one per layer */
-      titans_model_set_layer_gates(&model, l, (float)o.theta_init, (float)o.eta_init,
+    for (int l = 0; l < model.cfg.n_layers; l++) /* --theta-init, --alpha-init: one value, or one per layer */
+      titans_model_set_layer_gates(&model, l, (float)o.theta_init[o.n_theta_init > 1 ? l : 0], (float)o.eta_init,
                                    (float)o.alpha_init[o.n_alpha_init > 1 ? l : 0]);
     scale_memory_init(&model, (float)o.w0_scale);
     if (o.conv_uniform) uniform_memory_convs(&model, o.seed);
@@ -2578,6 +2592,12 @@ static void help_needle(void) {
          "  --trace FILE        write trace: the first model reads the first trial of the first (length, depth)\n"
          "                      one token at a time; FILE gets, per memory chunk and layer, how far the memory's\n"
          "                      state moved (L2 norm of its change) and where the needles are; FILE.svg plots it\n"
+         "  --curve FILE        how long the memory holds the needle, instead of the table: each model reads\n"
+         "                      --trials examples of the first length and depth, and every --curve-every\n"
+         "                      tokens after the asked needle a copy of its session is asked the question;\n"
+         "                      FILE gets one line per probe (TSV), FILE.svg the fraction of trials answered\n"
+         "                      exactly against the tokens read since the needle\n"
+         "  --curve-every N     tokens between probes (the first length / 64)\n"
          "  --answers FILE      one line per trial (TSV): model, length, depth, trial, the asked key word and\n"
          "                      number, the answer, its right digits, and whose number the answer is (the\n"
          "                      asked needle's, another needle's: a binding error, or none)\n"
@@ -2591,6 +2611,8 @@ typedef struct needle_opts {
   int needles, word_set;     /* --needles, --key-words: longctx_options */
   double numbers;            /* --numbers: longctx_options.number_words */
   const char *data, *svg, *haystack, *trace, *answers; /* answers: --answers FILE, one line per trial */
+  const char *curve;         /* --curve FILE: the needle's hold along the haystack instead of the table */
+  size_t curve_every;        /* --curve-every: tokens between probes (0: the first length / 64) */
   const int *source;         /* [source_len] the filler's text (token ids): the held-out split of --data for
                                 prose, or --haystack; NULL: the passkey's fixed cycle */
   size_t source_len;
@@ -2625,6 +2647,8 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
     else if (!strcmp(s, "--trace")) o->trace = arg_value(&a, s);
     else if (!strcmp(s, "--answers")) o->answers = arg_value(&a, s);
+    else if (!strcmp(s, "--curve")) o->curve = arg_value(&a, s);
+    else if (!strcmp(s, "--curve-every")) o->curve_every = (size_t)arg_long(&a, s, 1, 1L << 30);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--key-words")) {
@@ -2946,6 +2970,138 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
   titans_session_free(&s);
 }
 
+/* The probes of one (model, trial) of --curve: feeds the example's context one piece at a time and,
+   every `every` tokens after the asked needle, asks a copy of the session the question. The answer is
+   read teacher-forced: each symbol scored by the model's top choice, then the right one fed, so "all
+   right" is the greedy answer's exact match. right [n_probes] gets each probe's right symbols,
+   since_digits [n_probes] the digits read between the needle's end and the probe (may be NULL). */
+static int curve_trial(titans_session *s, titans_session *ask, const longctx_example *ex, size_t every,
+                       size_t n_probes, size_t *right, size_t *since_digits, long long *done, progress *prog) {
+  size_t V = (size_t)s->model->cfg.vocab, from = ex->needle_at + ex->needle_len, digits = 0;
+  float *logits = (float *)xmalloc(V * sizeof(float)); /* [V] */
+  int question[sizeof ex->question];                   /* [question_len] */
+  for (size_t i = 0; i < ex->question_len; i++) question[i] = (unsigned char)ex->question[i];
+  int rc = needle_feed(s, ex, 0, from, NULL, done, prog);
+  for (size_t p = 0; p < n_probes && rc == TITANS_OK; p++) {
+    size_t to = from + (p + 1) * every, at = to - every;
+    for (size_t i = at; i < to; i++) digits += (unsigned)(longctx_token(ex, i) - '0') < 10;
+    rc = needle_feed(s, ex, at, to, NULL, done, prog);
+    if (rc == TITANS_OK) rc = titans_session_copy(ask, s);
+    if (rc == TITANS_OK) rc = titans_session_feed(ask, question, ex->question_len, logits);
+    right[p] = 0;
+    for (size_t i = 0; i < ex->answer_len && rc == TITANS_OK; i++) {
+      int truth = (unsigned char)ex->answer[i];
+      right[p] += argmax(logits, V) == truth;
+      if (i + 1 < ex->answer_len) rc = titans_session_feed(ask, &truth, 1, logits);
+    }
+    if (since_digits) since_digits[p] = digits;
+  }
+  free(logits);
+  if (rc != TITANS_OK && !s->error[0]) memcpy(s->error, ask->error, sizeof s->error); /* the copy failed */
+  return rc;
+}
+
+/* --curve: how long each model holds the needle. Trials of the first (length, depth); a probe every
+   o->curve_every tokens after the asked needle, as far as the question still fits in the length. Writes
+   o->curve (TSV, one line per probe) and o->curve.svg (the fraction of trials answered exactly against the
+   tokens read since the needle, one curve per model), and prints a short table. */
+static void needle_curve(const needle_opts *o) {
+  size_t length = o->lens[0], n_models = o->models.n, trials = o->trials;
+  double depth = (double)o->depth_pct[0] / 100.0;
+  size_t every = o->curve_every ? o->curve_every : length / 64 ? length / 64 : 1;
+  longctx_example ex;
+  char why[200];
+  size_t n_probes = SIZE_MAX, needle_ends = 0; /* needle_ends: the trials' tokens up to their needles' ends */
+  for (size_t t = 0; t < trials; t++) { /* as many probes as every trial has room for */
+    if (needle_example(o, length, depth, t, &ex, why) != 0) fail("needle --curve: %s", why);
+    size_t room = (ex.context_len - ex.needle_at - ex.needle_len) / every;
+    if (room < n_probes) n_probes = room;
+    needle_ends += ex.needle_at + ex.needle_len;
+  }
+  if (n_probes == 0) fail("needle --curve: no probe fits after the needle (--curve-every %zu)", every);
+  size_t *right = (size_t *)calloc(n_models * trials * n_probes, sizeof(size_t)); /* [n_models, trials, n_probes] */
+  size_t *digits = (size_t *)calloc(trials * n_probes, sizeof(size_t));           /* [trials, n_probes] */
+  if (!right || !digits) fail("out of memory");
+  progress prog = {"needle --curve", now_seconds(), now_seconds(),
+                   (long long)(n_models * (needle_ends + trials * n_probes * every))};
+  long long done = 0;
+  job_error err = {0, ""};
+  long jobs = (long)(n_models * trials);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+  for (long j = 0; j < jobs; j++) {
+    size_t m = (size_t)j / trials, t = (size_t)j % trials;
+    longctx_example e;
+    char why_job[200];
+    titans_session s, ask;
+    if (err.set) continue;
+    if (needle_example(o, length, depth, t, &e, why_job) != 0) {
+      job_error_set(&err, "example", why_job);
+      continue;
+    }
+    if (titans_session_init(&s, &o->models.model[m]) != TITANS_OK) {
+      job_error_set(&err, o->models.path[m], s.error);
+      continue;
+    }
+    if (titans_session_init(&ask, &o->models.model[m]) != TITANS_OK) {
+      job_error_set(&err, o->models.path[m], ask.error);
+      titans_session_free(&s);
+      continue;
+    }
+    if (curve_trial(&s, &ask, &e, every, n_probes, right + (m * trials + t) * n_probes,
+                    m == 0 ? digits + t * n_probes : NULL, &done, &prog) != TITANS_OK)
+      job_error_set(&err, o->models.path[m], s.error);
+    titans_session_free(&ask);
+    titans_session_free(&s);
+  }
+  progress_report(&prog, done, 1);
+  if (err.set) fail("needle --curve: %s", err.msg);
+  size_t answer_len = longctx_answer_len(o->kind);
+  FILE *f = fopen(o->curve, "w");
+  if (!f) fail("cannot write %s: %s", o->curve, strerror(errno));
+  fprintf(f, "# %s, length %zu, depth %zu%%, %zu trial(s), a probe every %zu tokens after the needle\n",
+          longctx_kind_name(o->kind), length, o->depth_pct[0], trials, every);
+  fprintf(f, "model\ttrial\ttokens_since_needle\tdigits_since_needle\tright\tof\texact\n");
+  double *x = (double *)xmalloc(n_probes * sizeof(double));            /* [n_probes] tokens since the needle */
+  double *y = (double *)xmalloc(n_models * n_probes * sizeof(double)); /* [n_models, n_probes] exact fraction */
+  for (size_t p = 0; p < n_probes; p++) x[p] = (double)((p + 1) * every);
+  for (size_t m = 0; m < n_models; m++)
+    for (size_t p = 0; p < n_probes; p++) {
+      size_t exact = 0;
+      for (size_t t = 0; t < trials; t++) {
+        size_t r = right[(m * trials + t) * n_probes + p];
+        exact += r == answer_len;
+        fprintf(f, "%s\t%zu\t%zu\t%zu\t%zu\t%zu\t%d\n", o->models.label[m], t, (p + 1) * every,
+                digits[t * n_probes + p], r, answer_len, r == answer_len);
+      }
+      y[m * n_probes + p] = (double)exact / (double)trials;
+    }
+  if (fclose(f) != 0) fail("cannot write %s: %s", o->curve, strerror(errno));
+  printf("\nexact match of %zu trials against tokens read since the needle (mean digits read since it):\n", trials);
+  printf("%12s %10s", "tokens", "digits");
+  for (size_t m = 0; m < n_models; m++) printf("  %10.10s", o->models.label[m]);
+  printf("\n");
+  for (size_t p = 0; p < n_probes; p += n_probes > 16 ? n_probes / 16 : 1) {
+    double mean_digits = 0;
+    for (size_t t = 0; t < trials; t++) mean_digits += (double)digits[t * n_probes + p] / (double)trials;
+    printf("%12zu %10.0f", (p + 1) * every, mean_digits);
+    for (size_t m = 0; m < n_models; m++) printf("  %9.0f%%", 100 * y[m * n_probes + p]);
+    printf("\n");
+  }
+  char svg[4096], title[256];
+  const char *names[MAX_MODELS];
+  for (size_t m = 0; m < n_models; m++) names[m] = o->models.label[m];
+  snprintf(svg, sizeof svg, "%s.svg", o->curve);
+  snprintf(title, sizeof title, "%s: exact match of %zu trials, needle at depth %zu%% of %zu", longctx_kind_name(o->kind),
+           trials, o->depth_pct[0], length);
+  if (write_curves_svg(svg, title, "tokens read since the needle", "fraction of trials exact", n_models, names,
+                       n_probes, x, y) != 0)
+    fail("cannot write %s: %s", svg, strerror(errno));
+  printf("wrote %s and %s\n", o->curve, svg);
+  free(x), free(y), free(right), free(digits);
+}
+
 /* --answers: one TSV line per trial of every cell, answers [n_models, n_lens, n_depths, trials][24]. For
    prose, "answer_is" says whose number the answer is: the asked needle's ("asked"), another needle's
    ("other:WORD", the binding error an associative memory must not make), or no needle's ("none"). */
@@ -3006,6 +3162,14 @@ static int cmd_needle(int argc, char **argv) {
   if (o.numbers > 0) printf("filler: %g of its words written as numbers\n", o.numbers);
   models_load(&o.models);
   if (o.trace) needle_trace(&o, &o.models.model[0]);
+  if (o.curve) {
+    needle_curve(&o);
+    models_free(&o.models);
+    free(ds.ids);
+    free(ds.name);
+    titans_tokenizer_free(&tok);
+    return 0;
+  }
   size_t n_models = o.models.n, cells = o.n_lens * o.n_depths, answer_len = longctx_answer_len(o.kind);
 
   size_t *exact = (size_t *)calloc(n_models * cells, sizeof(size_t));  /* [n_models, n_lens, n_depths] */

@@ -305,6 +305,21 @@ rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data ti
   --trace trace.tsv --svg n.svg)
 check "needle --trace writes the memory's change per chunk and layer, and its plot (rc=$rc)" \
   sh -c "[ $rc = 0 ] && [ \$(grep -c '^[0-9]' trace.tsv) -ge 40 ] && awk -F'\t' '\$5 > 0' trace.tsv | grep -q 'magic' && grep -q '</svg>' trace.tsv.svg"
+rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --len 600 --depth 10 --trials 2 \
+  --curve curve.tsv --curve-every 50)
+check "needle --curve: a line per trial and probe, 50 tokens apart, digits read never fewer, and its plot (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && [ \$(grep -c '^needles3' curve.tsv) -ge 16 ] && grep -q '</svg>' curve.tsv.svg && \
+         awk -F'\t' '/^needles3/ {n[\$2]++; if (\$3 != 50 * n[\$2] || \$4 < d[\$2] || \$5 > \$6 || \$7 != (\$5 == \$6)) bad = 1; d[\$2] = \$4}
+                     END {exit bad || n[0] != n[1]}' curve.tsv && grep -q 'exact match of 2 trials' out.txt"
+rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --len 600 --curve c.tsv --curve-every 4000)
+check "needle --curve with no room for a probe: exit 1, saying so (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'no probe fits' err.txt"
+rc=$(run "$bin" train $tiny --layers 2 --theta-init 1e-12,0.5 --mem-head-dim 8 --steps 2 --out gates2)
+check "train --theta-init X,Y gives each layer its own write gate; --mem-head-dim sets d_h (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && \"$bin\" info --model gates2/model.safetensors > info.txt && grep -q 'memory: 2 heads of 8,' info.txt && \
+         grep -q 'layer 0 memory gates at zero input: theta 1e-12 ' info.txt && grep -q 'layer 1 memory gates at zero input: theta 0[.]5' info.txt"
+rc=$(run "$bin" train $tiny --layers 2 --theta-init 0.1,0.2,0.3 --steps 2 --out nope)
+check "  --theta-init with a value per layer for another number of layers: exit 2 (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'theta-init lists 3 values for 2 layers' err.txt"
 rc=$(run "$bin" train $tiny --numbers 0.1 --steps 2 --out nope)
 check "--numbers without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" train $tiny --task prose --recipe none --numbers 0.2 --lens 400 --steps 3 --out numbers)
