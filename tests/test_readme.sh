@@ -112,6 +112,15 @@ PY
   check "  and continues a prompt as the original does (greedy)" sh -c "[ -s a.txt ] && cmp -s a.txt b.txt"
   "$build/titans" generate --model copy.safetensors --state mem.safetensors -n 5 --seed 1 >/dev/null 2>err.txt; rc=$?
   check "  and takes the memory state saved with the original (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '19 tokens seen' err.txt"
+  "$build/titans" train --data text.txt --d 32 --layers 1 --heads 2 --mem-heads 1 --mem-depth 1 --seq 32 --batch 2 \
+    --chunk 8 --window 16 --steps 2 --sample-len 0 --out run1 >/dev/null 2>&1
+  "$py" "$root/scripts/needle_erasure.py" run1/model.safetensors text.txt 0 2000 >py.txt 2>&1; rc=$?
+  check "scripts/needle_erasure.py replays a first matrix memory over a needle and its haystack (rc=$rc)" \
+    sh -c "[ $rc = 0 ] && grep -q 'tokens after the needle, [0-9]* digits; damage: digits' py.txt && \
+           grep -q 'writes that hold 50 / 80 / 95% of the damage' py.txt && ! grep -q nan py.txt"
+  "$py" "$root/scripts/needle_erasure.py" run/model.safetensors text.txt >py.txt 2>&1; rc=$?
+  check "  a model whose first memory is not one matrix head: exit 1, saying so (rc=$rc)" \
+    sh -c "[ $rc = 1 ] && grep -q 'one matrix memory head' py.txt"
   "$py" "$st" text.txt >py.txt 2>&1; rc=$?
   check "titans_st.py given a text file: exit 1 with one line, not a traceback (rc=$rc)" \
     sh -c "[ $rc = 1 ] && [ \$(wc -l <py.txt) = 1 ] && grep -q 'text.txt is not a safetensors file' py.txt"
