@@ -2980,7 +2980,7 @@ static int curve_trial(titans_session *s, titans_session *ask, const longctx_exa
   size_t V = (size_t)s->model->cfg.vocab, from = ex->needle_at + ex->needle_len, digits = 0;
   float *logits = (float *)xmalloc(V * sizeof(float)); /* [V] */
   int question[sizeof ex->question];                   /* [question_len] */
-  for (size_t i = 0; i < ex->question_len; i++) question[i] = (unsigned char)ex->question[i];
+  longctx_tokens(ex, ex->context_len, question, ex->question_len);
   int rc = needle_feed(s, ex, 0, from, NULL, done, prog);
   for (size_t p = 0; p < n_probes && rc == TITANS_OK; p++) {
     size_t to = from + (p + 1) * every, at = to - every;
@@ -3001,10 +3001,61 @@ static int curve_trial(titans_session *s, titans_session *ask, const longctx_exa
   return rc;
 }
 
+/* --curve's results: right [n_models, trials, n_probes] (each probe's right symbols) and digits [trials,
+   n_probes] (digits read since the needle), probes `every` tokens apart. Writes o->curve (TSV, one line a
+   probe), o->curve.svg (the fraction of trials exact against the tokens read since the needle, a curve a
+   model) and prints a short table. */
+static void curve_write(const needle_opts *o, const size_t *right, const size_t *digits, size_t n_probes,
+                        size_t every) {
+  size_t length = o->lens[0], n_models = o->models.n, trials = o->trials;
+  size_t answer_len = longctx_answer_len(o->kind);
+  FILE *f = fopen(o->curve, "w");
+  if (!f) fail("cannot write %s: %s", o->curve, strerror(errno));
+  fprintf(f, "# %s, length %zu, depth %zu%%, %zu trial(s), a probe every %zu tokens after the needle\n",
+          longctx_kind_name(o->kind), length, o->depth_pct[0], trials, every);
+  fprintf(f, "model\ttrial\ttokens_since_needle\tdigits_since_needle\tright\tof\texact\n");
+  double *x = (double *)xmalloc(n_probes * sizeof(double));            /* [n_probes] tokens since the needle */
+  double *y = (double *)xmalloc(n_models * n_probes * sizeof(double)); /* [n_models, n_probes] exact fraction */
+  for (size_t p = 0; p < n_probes; p++) x[p] = (double)((p + 1) * every);
+  for (size_t m = 0; m < n_models; m++)
+    for (size_t p = 0; p < n_probes; p++) {
+      size_t exact = 0;
+      for (size_t t = 0; t < trials; t++) {
+        size_t r = right[(m * trials + t) * n_probes + p];
+        exact += r == answer_len;
+        fprintf(f, "%s\t%zu\t%zu\t%zu\t%zu\t%zu\t%d\n", o->models.label[m], t, (p + 1) * every,
+                digits[t * n_probes + p], r, answer_len, r == answer_len);
+      }
+      y[m * n_probes + p] = (double)exact / (double)trials;
+    }
+  if (fclose(f) != 0) fail("cannot write %s: %s", o->curve, strerror(errno));
+  printf("\nexact match of %zu trials against tokens read since the needle (mean digits read since it):\n", trials);
+  printf("%12s %10s", "tokens", "digits");
+  for (size_t m = 0; m < n_models; m++) printf("  %10.10s", o->models.label[m]);
+  printf("\n");
+  for (size_t p = 0; p < n_probes; p += n_probes > 16 ? n_probes / 16 : 1) {
+    double mean_digits = 0;
+    for (size_t t = 0; t < trials; t++) mean_digits += (double)digits[t * n_probes + p] / (double)trials;
+    printf("%12zu %10.0f", (p + 1) * every, mean_digits);
+    for (size_t m = 0; m < n_models; m++) printf("  %9.0f%%", 100 * y[m * n_probes + p]);
+    printf("\n");
+  }
+  char svg[4096], title[256];
+  const char *names[MAX_MODELS];
+  for (size_t m = 0; m < n_models; m++) names[m] = o->models.label[m];
+  snprintf(svg, sizeof svg, "%s.svg", o->curve);
+  snprintf(title, sizeof title, "%s: exact match of %zu trials, needle at depth %zu%% of %zu", longctx_kind_name(o->kind),
+           trials, o->depth_pct[0], length);
+  if (write_curves_svg(svg, title, "tokens read since the needle", "fraction of trials exact", n_models, names,
+                       n_probes, x, y) != 0)
+    fail("cannot write %s: %s", svg, strerror(errno));
+  printf("wrote %s and %s\n", o->curve, svg);
+  free(x), free(y);
+}
+
 /* --curve: how long each model holds the needle. Trials of the first (length, depth); a probe every
-   o->curve_every tokens after the asked needle, as far as the question still fits in the length. Writes
-   o->curve (TSV, one line per probe) and o->curve.svg (the fraction of trials answered exactly against the
-   tokens read since the needle, one curve per model), and prints a short table. */
+   o->curve_every tokens after the asked needle, as far as the question still fits in the length; the
+   models and trials run in parallel, and curve_write writes what they answered. */
 static void needle_curve(const needle_opts *o) {
   size_t length = o->lens[0], n_models = o->models.n, trials = o->trials;
   double depth = (double)o->depth_pct[0] / 100.0;
@@ -3057,49 +3108,8 @@ static void needle_curve(const needle_opts *o) {
   }
   progress_report(&prog, done, 1);
   if (err.set) fail("needle --curve: %s", err.msg);
-  size_t answer_len = longctx_answer_len(o->kind);
-  FILE *f = fopen(o->curve, "w");
-  if (!f) fail("cannot write %s: %s", o->curve, strerror(errno));
-  fprintf(f, "# %s, length %zu, depth %zu%%, %zu trial(s), a probe every %zu tokens after the needle\n",
-          longctx_kind_name(o->kind), length, o->depth_pct[0], trials, every);
-  fprintf(f, "model\ttrial\ttokens_since_needle\tdigits_since_needle\tright\tof\texact\n");
-  double *x = (double *)xmalloc(n_probes * sizeof(double));            /* [n_probes] tokens since the needle */
-  double *y = (double *)xmalloc(n_models * n_probes * sizeof(double)); /* [n_models, n_probes] exact fraction */
-  for (size_t p = 0; p < n_probes; p++) x[p] = (double)((p + 1) * every);
-  for (size_t m = 0; m < n_models; m++)
-    for (size_t p = 0; p < n_probes; p++) {
-      size_t exact = 0;
-      for (size_t t = 0; t < trials; t++) {
-        size_t r = right[(m * trials + t) * n_probes + p];
-        exact += r == answer_len;
-        fprintf(f, "%s\t%zu\t%zu\t%zu\t%zu\t%zu\t%d\n", o->models.label[m], t, (p + 1) * every,
-                digits[t * n_probes + p], r, answer_len, r == answer_len);
-      }
-      y[m * n_probes + p] = (double)exact / (double)trials;
-    }
-  if (fclose(f) != 0) fail("cannot write %s: %s", o->curve, strerror(errno));
-  printf("\nexact match of %zu trials against tokens read since the needle (mean digits read since it):\n", trials);
-  printf("%12s %10s", "tokens", "digits");
-  for (size_t m = 0; m < n_models; m++) printf("  %10.10s", o->models.label[m]);
-  printf("\n");
-  for (size_t p = 0; p < n_probes; p += n_probes > 16 ? n_probes / 16 : 1) {
-    double mean_digits = 0;
-    for (size_t t = 0; t < trials; t++) mean_digits += (double)digits[t * n_probes + p] / (double)trials;
-    printf("%12zu %10.0f", (p + 1) * every, mean_digits);
-    for (size_t m = 0; m < n_models; m++) printf("  %9.0f%%", 100 * y[m * n_probes + p]);
-    printf("\n");
-  }
-  char svg[4096], title[256];
-  const char *names[MAX_MODELS];
-  for (size_t m = 0; m < n_models; m++) names[m] = o->models.label[m];
-  snprintf(svg, sizeof svg, "%s.svg", o->curve);
-  snprintf(title, sizeof title, "%s: exact match of %zu trials, needle at depth %zu%% of %zu", longctx_kind_name(o->kind),
-           trials, o->depth_pct[0], length);
-  if (write_curves_svg(svg, title, "tokens read since the needle", "fraction of trials exact", n_models, names,
-                       n_probes, x, y) != 0)
-    fail("cannot write %s: %s", svg, strerror(errno));
-  printf("wrote %s and %s\n", o->curve, svg);
-  free(x), free(y), free(right), free(digits);
+  curve_write(o, right, digits, n_probes, every);
+  free(right), free(digits);
 }
 
 /* --answers: one TSV line per trial of every cell, answers [n_models, n_lens, n_depths, trials][24]. For
