@@ -349,6 +349,12 @@ typedef struct titans_mem_config {
                       lr_k . k_t + lr_b), lr_k [H, d_h] starting at 0, so the memory can write a token or not
                       by the tokens its key holds, not by the token alone (not in the paper; docs/model.md
                       1.3). 0: the paper's gate of x_t alone */
+  int per_token_grad; /* 1: each token's inner gradient is taken at the weights just before it, as with
+                      chunk 1, for any chunk b: the chunk is still computed in parallel, by solving a
+                      triangular system for the tokens' errors (the delta rule's chunked form, DeltaNet's
+                      WY / UT transform). Needs depth 1 and surprise_bound 0 (the errors are then linear in
+                      the weights). 0: the gradients of a chunk are taken at its start (the paper's
+                      mini-batch). Not in the paper; docs/model.md 1.10 */
 } titans_mem_config;
 
 /* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
@@ -360,8 +366,9 @@ typedef struct titans_mem_config {
    (the paper's unbounded step) use theta_max <= 0.005. */
 TITANSDEF titans_mem_config titans_mem_config_default(int d);
 /* The memory as a gated delta rule (Gated DeltaNet's recurrence, docs/model.md 1.9): the defaults with
-   depth 1 (a matrix memory per head), chunk 1 (each token's gradient at the weights just before it), no
-   momentum and no surprise bound, theta_max 0.5. Each token then moves the memory by
+   depth 1 (a matrix memory per head), each token's gradient at the weights just before it (per_token_grad,
+   computed in chunks of 16: the same function as chunk 1, a layer at d_h = 64 trains 1.9x faster;
+   docs/memory_api.md), no momentum and no surprise bound, theta_max 0.5. Each token then moves the memory by
        W_t = (1 - alpha_t) W_{t-1} - beta_t (W_{t-1} k_t - v_t) k_t^T,   beta_t = 2 theta_t in (0, 1),
    with L2-normalised k_t and q_t, and reads y_t = W_t q_t. */
 TITANSDEF titans_mem_config titans_mem_config_gated_delta(int d);
@@ -3677,6 +3684,7 @@ typedef struct titans__mem_dims {
   size_t head_size;                    /* floats of one head's weights: sum_i n[i+1] n[i] */
   size_t nmax;                         /* largest width */
   float tau;                           /* surprise bound (0: off) */
+  int exact;                           /* per_token_grad: each token's error at the weights before it */
 } titans__mem_dims;
 
 static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
@@ -3690,6 +3698,7 @@ static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
   m.b = (size_t)c->chunk;
   m.K = (size_t)c->conv_width;
   m.tau = c->surprise_bound;
+  m.exact = c->per_token_grad;
   for (size_t i = 0; i <= m.L; i++) m.n[i] = (i == 0 || i == m.L) ? m.dh : m.dh * (size_t)c->hidden_mult;
   m.nmax = m.dh;
   for (size_t i = 0; i < m.L; i++) {
@@ -3716,13 +3725,15 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.no_momentum = 0;
   c.no_forget = 0;
   c.gate_key = 0;
+  c.per_token_grad = 0;
   return c;
 }
 
 TITANSDEF titans_mem_config titans_mem_config_gated_delta(int d) {
   titans_mem_config c = titans_mem_config_default(d);
   c.depth = 1;
-  c.chunk = 1;
+  c.chunk = 16;
+  c.per_token_grad = 1; /* chunk 16 computes what chunk 1 does (each token's error at the weights before it) */
   c.no_momentum = 1;
   c.surprise_bound = 0.0f; /* the delta rule's step is not capped */
   c.theta_max = 0.5f;      /* beta = 2 theta < 1: with |k| = 1 a token at most replaces the value at its key */
@@ -3752,6 +3763,12 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG, "memory: no_forget must be 0 or 1");
   if (c->gate_key != 0 && c->gate_key != 1)
     return titans__error(err, TITANS_ERR_ARG, "memory: gate_key must be 0 or 1");
+  if (c->per_token_grad != 0 && c->per_token_grad != 1)
+    return titans__error(err, TITANS_ERR_ARG, "memory: per_token_grad must be 0 or 1");
+  if (c->per_token_grad && (c->depth != 1 || c->surprise_bound != 0.0f))
+    return titans__error(err, TITANS_ERR_ARG,
+                         "memory: per_token_grad needs depth 1 and surprise_bound 0 (depth %d, surprise_bound %g)",
+                         c->depth, (double)c->surprise_bound);
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
   if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
@@ -4025,6 +4042,8 @@ typedef struct titans__mem_work {
   float *p2[TITANS_MEM_MAX_DEPTH];           /* p2[i] [b, n_{i+1}]: aq[i] S_i^T */
   float *mx[TITANS_MEM_MAX_DEPTH];           /* mx[i] [b, b]: aq[i] ak[i]^T */
   float *cm;                                 /* [b, b] C o mx */
+  float *kk;                                 /* [b, b] ak[0] ak[0]^T, the keys' dot products (per_token_grad) */
+  float *ps;                                 /* [b, dh] ak[0] S^T, the keys through the momentum (per_token_grad) */
   float *tmp, *tmp2;                         /* [b, nmax] */
   /* backward only */
   float *dA, *dB, *dE, *dth, *det, *dal;     /* [b] */
@@ -4069,6 +4088,8 @@ static size_t titans__mem_work_carve(titans__mem_work *wk, float *buf, const tit
     wk->mx[i] = titans__take(buf, &used, b * b);
   }
   wk->cm = titans__take(buf, &used, b * b);
+  wk->kk = titans__take(buf, &used, b * b);
+  wk->ps = titans__take(buf, &used, b * m->dh);
   wk->tmp = titans__take(buf, &used, b * m->nmax);
   wk->tmp2 = titans__take(buf, &used, b * m->nmax);
   if (backward) {
@@ -4371,6 +4392,83 @@ static void titans__mem_chunk_keys(const titans__mem_dims *m, int residual, cons
   titans__mem_coeffs(wk->cA, wk->cB, wk->cE, wk->cC, wk->cD, wk->th, wk->et, wk->al, n);
 }
 
+/* per_token_grad (docs/model.md 1.10): turns the errors titans__mem_chunk_keys took at the piece's start
+   weights, delta_t = 2 (W k_t + r k_t - v_t) (r: residual), into the errors at the weights just before each
+   token, e_t = 2 (W_{t-1} k_t + r k_t - v_t), in place in wk->delta[0]. With depth 1 every step is
+   u_j = e_j k_j^T, so W_{t-1} = A_{t-1} W + B_{t-1} S - sum_{j<t} C_{t-1,j} e_j k_j^T (1.6) and
+       e_t + sum_{j<t} 2 C_{t-1,j} (k_j . k_t) e_j = 2 (A_{t-1} W k_t + B_{t-1} S k_t + r k_t - v_t) =: ehat_t,
+   a unit lower triangular system (I + N) e = ehat, solved by forward substitution. Everything after (query
+   path, chunk-end state) reads delta[0] as before. Keeps kk = K K^T and ps = K S^T for the backward; s is
+   the momentum at the piece's start (skipped when every B_t is 0: no momentum). Depth 1 only. */
+static void titans__mem_delta_solve(const titans__mem_dims *m, titans__mem_work *wk, const float *s, size_t n) {
+  const size_t dh = m->dh;
+  float *e = wk->delta[0];
+  const float *p = wk->zk[0], *k = wk->ak[0]; /* p [n, dh] = K W^T from the key path */
+  int momentum = 0;
+  for (size_t t = 0; t < n; t++) momentum |= wk->cB[t] != 0.0f;
+  if (momentum)
+    titans_gemm(0, 1, n, dh, dh, 1.0f, titans_cm(k, dh), titans_cm(s, dh), 0.0f, titans_m(wk->ps, dh));
+  titans_gemm(0, 1, n, n, dh, 1.0f, titans_cm(k, dh), titans_cm(k, dh), 0.0f, titans_m(wk->kk, n));
+  for (size_t t = 1; t < n; t++) {
+    float *et = e + t * dh;
+    /* ehat_t = delta_t + 2 (A_{t-1} - 1) p_t + 2 B_{t-1} ps_t */
+    titans__axpy(et, 2.0f * (wk->cA[t - 1] - 1.0f), p + t * dh, dh);
+    if (momentum) titans__axpy(et, 2.0f * wk->cB[t - 1], wk->ps + t * dh, dh);
+    const float *crow = wk->cC + (t - 1) * n, *kt = wk->kk + t * n;
+    for (size_t j = 0; j < t; j++) titans__axpy(et, -2.0f * crow[j] * kt[j], e + j * dh, dh);
+  }
+}
+
+/* Backward of titans__mem_delta_solve and of the key path under it (it replaces titans__mem_key_backward
+   for per_token_grad). On entry wk->ddelta[0] holds d loss / d e (the solved errors) and dA, dB, dC the
+   coefficients' gradients so far; adds the solve's share into dA, dB, dC and gives dak[0], dv and the chunk
+   start's dW, dS. Uses wk->dz, dp1, dp2 [n, dh] and t1 [n, n] (free after the query path's backward):
+     dehat = (I + N)^-T de (back substitution), dN_{t,j} = -dehat_t . e_j (j < t),
+     N_{t,j} = 2 C_{t-1,j} kk_{t,j},  ehat_t = 2 (A_{t-1} p_t + B_{t-1} ps_t + r k_t - v_t),
+     p = K W^T, ps = K S^T, kk = K K^T. */
+static void titans__mem_delta_solve_backward(const titans__mem_dims *m, int residual, titans__mem_work *wk,
+                                             const float *w, const float *s, size_t n) {
+  const size_t dh = m->dh;
+  const float *e = wk->delta[0], *de = wk->ddelta[0], *k = wk->ak[0], *p = wk->zk[0];
+  float *dehat = wk->dz, *dp = wk->dp1, *dps = wk->dp2, *dkk = wk->t1, *dk = wk->dak[0];
+  int momentum = 0;
+  for (size_t t = 0; t < n; t++) momentum |= wk->cB[t] != 0.0f;
+  for (size_t t = n; t-- > 0;) {
+    float *dt = dehat + t * dh;
+    memcpy(dt, de + t * dh, dh * sizeof(float));
+    for (size_t i = t + 1; i < n; i++)
+      titans__axpy(dt, -2.0f * wk->cC[(i - 1) * n + t] * wk->kk[i * n + t], dehat + i * dh, dh);
+  }
+  memset(dkk, 0, n * n * sizeof(float));
+  for (size_t t = 1; t < n; t++)
+    for (size_t j = 0; j < t; j++) {
+      float dN = -titans__dot(dehat + t * dh, e + j * dh, dh);
+      wk->dC[(t - 1) * n + j] += 2.0f * dN * wk->kk[t * n + j];
+      float g = 2.0f * dN * wk->cC[(t - 1) * n + j];
+      dkk[t * n + j] += g; /* kk is symmetric: its (t, j) and (j, t) are one product */
+      dkk[j * n + t] += g;
+    }
+  titans_gemm(0, 0, n, dh, n, 1.0f, titans_cm(dkk, n), titans_cm(k, dh), 1.0f, titans_m(dk, dh));
+  for (size_t t = 0; t < n; t++) {
+    const float *dt = dehat + t * dh;
+    float a = t ? wk->cA[t - 1] : 1.0f, b = t ? wk->cB[t - 1] : 0.0f;
+    if (t) {
+      wk->dA[t - 1] += 2.0f * titans__dot(dt, p + t * dh, dh);
+      if (momentum) wk->dB[t - 1] += 2.0f * titans__dot(dt, wk->ps + t * dh, dh);
+    }
+    titans__ops_scale_to(dp + t * dh, dt, 2.0f * a, dh);
+    if (momentum) titans__ops_scale_to(dps + t * dh, dt, 2.0f * b, dh);
+    titans__axpy(wk->dv + t * dh, -2.0f, dt, dh);
+    if (residual) titans__axpy(dk + t * dh, 2.0f, dt, dh);
+  }
+  titans_gemm(1, 0, dh, dh, n, 1.0f, titans_cm(dp, dh), titans_cm(k, dh), 1.0f, titans_m(wk->dW, dh));
+  titans_gemm(0, 0, n, dh, dh, 1.0f, titans_cm(dp, dh), titans_cm(w, dh), 1.0f, titans_m(dk, dh));
+  if (momentum) {
+    titans_gemm(1, 0, dh, dh, n, 1.0f, titans_cm(dps, dh), titans_cm(k, dh), 1.0f, titans_m(wk->dS, dh));
+    titans_gemm(0, 0, n, dh, dh, 1.0f, titans_cm(dps, dh), titans_cm(s, dh), 1.0f, titans_m(dk, dh));
+  }
+}
+
 /* The outputs of one piece c of n <= b tokens of one head, from a running state (W, S) = (w, s) inside a
    chunk whose inner gradients are taken at wgrad (the chunk-start weights; the same pointer as w at a
    chunk start). Writes y [n, ld] (unless y is NULL) and leaves in wk everything the backward and
@@ -4379,6 +4477,7 @@ static void titans__mem_chunk_forward(const titans__mem_dims *m, int residual, f
                                       const float *wgrad, const float *w, const float *s, titans__mem_work *wk) {
   const size_t L = m->L, dh = m->dh, n = c->n, ld = c->ld;
   titans__mem_chunk_keys(m, residual, c, wgrad, wk);
+  if (m->exact) titans__mem_delta_solve(m, wk, s, n); /* wgrad == w: the caller's piece starts the solve */
 
   /* Query path through the per-token weights W_t = A_t W + B_t S - sum_i C_{t,i} u_i:
      zq[i] = diag(A) aq[i] W_i^T + diag(B) aq[i] S_i^T - (C o (aq[i] ak[i]^T)) delta[i]. */
@@ -4721,13 +4820,15 @@ static void titans__mem_chunk_backward(const titans__mem_dims *m, int residual, 
   titans__mem_work_zero_grads(m, wk, n);
   titans__mem_end_state_backward(m, wk, w, s, n);
   titans__mem_query_backward(m, residual, wk, dy, c->ld, w, s, n);
+  /* per_token_grad: the solve for the errors adds into the coefficients' gradients, so it goes first */
+  if (m->exact) titans__mem_delta_solve_backward(m, residual, wk, w, s, n);
   /* The gates through the coefficients (complete here: the key path reads no coefficient), then the
      surprise bound, whose scale depends on the key path's errors and activations. */
   const titans__mem_coeffs_view coeffs = {wk->cA, wk->cB, wk->cE, wk->cC, wk->cD};
   const titans__mem_coeffs_view dcoeffs = {wk->dA, wk->dB, wk->dE, wk->dC, wk->dD};
   titans__mem_coeffs_backward(wk->dth, wk->det, wk->dal, &dcoeffs, &coeffs, wk->et, wk->al, n);
   titans__mem_bound_steps_backward(m, wk, c->theta, c->gstride, n);
-  titans__mem_key_backward(m, residual, wk, w, n);
+  if (!m->exact) titans__mem_key_backward(m, residual, wk, w, n);
   titans__mem_chunk_grad_add(m, g, c, wk);
 }
 
@@ -5301,7 +5402,9 @@ static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans
     }
     titans__mem_sink sink = {NULL, NULL, off + len == m->b}; /* a chunk's end: flush */
     const titans__mem_chunk piece = titans__mem_piece_of(m, bf, base + t * ld, gbase + t * m->H, len);
-    const float *wgrad = whole_inner ? w : wchunk;
+    /* per_token_grad: every token's error is taken at the weights before it, so a piece starts from w
+       wherever it falls in its chunk */
+    const float *wgrad = whole_inner || m->exact ? w : wchunk;
     if (len == 1 && fusable) { /* a session's token: one pass per layer over W and S */
       checked = titans__mem_token_step(m, residual, bf->y + base + t * ld, &piece, wgrad, w, s, sink.flush, wk);
     } else {
@@ -12010,6 +12113,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add_when_set(mem, "no_momentum", &c->mem.no_momentum);
   titans__ck_add_when_set(mem, "no_forget", &c->mem.no_forget);
   titans__ck_add_when_set(mem, "gate_key", &c->mem.gate_key);
+  titans__ck_add_when_set(mem, "per_token_grad", &c->mem.per_token_grad);
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {

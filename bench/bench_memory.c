@@ -7,6 +7,8 @@
      ./build/default/bench_memory --one b threads T
                                          one chunk size and thread count only, on one line with a hash
                                          of the results (bench/ab.sh compares two titans.h with it)
+     ./build/default/bench_memory --delta [T] [R]
+                                         the gated delta rule's section alone (below)
 
    Layer: d = 256, H = 4, d_h = 64, L_M = 2, e = 4 (|W| = 32768 floats per head), K_c = 4, batch 4.
    Prints, for chunk sizes b = 16, 32, 64 on 1 and 2 threads, the forward (inference form) and the
@@ -17,6 +19,9 @@
      chunked form equals its own recurrence fed one token per call;
    - a long inference stream (1M tokens by default, about a minute): the per-token cost at the end
      against that at 1K, the share of subnormal floats in the memory state and the RSS;
+   - the gated delta rule (depth 1, no momentum) token by token (b = 1) against its chunked form
+     (per_token_grad, b = 16, 32, 64): the same function, so the ratio is the chunked algorithm's speed-up,
+     and the outputs' and gradients' distance from b = 1's says it is the same function;
    - where the time goes: the layer's stages, timed by the layer itself (its stage timers,
      titans_mem_ctx.stage_seconds), and one chunk of one head: its share of the recurrence against the
      same matrix products replayed alone (titans_gemm at the chunk's shapes).
@@ -279,9 +284,9 @@ static titans_mem_config bench_config(int chunk) {
 }
 
 /* The same weights and inputs for every b (the parameter layout does not depend on b). */
-static void layer_init(layer *ly, int chunk, size_t B, size_t T) {
+static void layer_init_cfg(layer *ly, titans_mem_config cfg, size_t B, size_t T) {
   memset(ly, 0, sizeof *ly);
-  ly->cfg = bench_config(chunk);
+  ly->cfg = cfg;
   ly->B = B;
   ly->T = T;
   size_t np = titans_mem_param_count(&ly->cfg), nx = B * T * BENCH_D;
@@ -303,6 +308,8 @@ static void layer_init(layer *ly, int chunk, size_t B, size_t T) {
   if (titans_mem_state_init(&ly->st, &ly->cfg, B) != TITANS_OK) die("state", ly->st.error);
   titans_mem_ctx_init(&ly->ctx);
 }
+
+static void layer_init(layer *ly, int chunk, size_t B, size_t T) { layer_init_cfg(ly, bench_config(chunk), B, T); }
 
 static void layer_free(layer *ly) {
   titans_mem_state_free(&ly->st);
@@ -558,6 +565,89 @@ static unsigned long long hash_floats(const float *x, size_t n, unsigned long lo
   return h;
 }
 
+/* ---- the gated delta rule: token by token against its chunked form --------------------------- */
+#ifndef BENCH_ONE_ONLY /* bench/ab.sh builds --one alone, against headers older than per_token_grad too */
+
+/* The gated delta rule (titans_mem_config_gated_delta: depth 1, no momentum, no bound) with H = 4 heads of
+   d_h = 64 at b = 1, and at b = 16, 32, 64 with per_token_grad (docs/model.md 1.10): the same function
+   computed a chunk at a time. Forward and forward + backward on 1 thread, median of reps runs, and how far
+   each chunked run's outputs and gradients lie from b = 1's (relative to their largest magnitude). */
+#define DELTA_CHUNKS 4
+typedef struct delta_rule_row {
+  int b;
+  stats fwd, fwdbwd;
+  double recur;               /* median s of the recurrence's stages (forward and backward) in a fwd+bwd */
+  double out_diff, grad_diff; /* max |x - x_b1| / max |x_b1| */
+} delta_rule_row;
+
+static void delta_rule_run(delta_rule_row *rows, size_t B, size_t T, int reps) {
+  static const int chunks[DELTA_CHUNKS] = {1, 16, 32, 64};
+  float *out1 = NULL, *grad1 = NULL;
+  size_t nx = B * T * BENCH_D, np = 0;
+  set_threads(1);
+  for (int ci = 0; ci < DELTA_CHUNKS; ci++) {
+    titans_mem_config c = titans_mem_config_gated_delta(BENCH_D);
+    c.heads = BENCH_HEADS;
+    c.head_dim = BENCH_DH;
+    c.chunk = chunks[ci];
+    c.per_token_grad = chunks[ci] > 1;
+    layer ly;
+    layer_init_cfg(&ly, c, B, T);
+    np = titans_mem_param_count(&c);
+    rows[ci].b = chunks[ci];
+    rows[ci].fwd = time_runs(&ly, 0, reps);
+    double parts[BENCH_PARTS];
+    time_parts(&ly, reps, parts);
+    rows[ci].recur = parts[TITANS_MEM_STAGE_RECURRENCE] + parts[TITANS_MEM_STAGE_RECURRENCE_BACKWARD];
+    rows[ci].fwdbwd = time_runs(&ly, 1, reps); /* leaves the last run's outputs and gradients */
+    if (ci == 0) {
+      out1 = titans_alloc_floats(nx);
+      grad1 = titans_alloc_floats(np);
+      if (!out1 || !grad1) die("delta rule", "out of memory");
+      memcpy(out1, ly.out, nx * sizeof(float));
+      memcpy(grad1, ly.grads, np * sizeof(float));
+    }
+    rows[ci].out_diff = max_abs_diff(ly.out, out1, nx) / max_abs(out1, nx);
+    rows[ci].grad_diff = max_abs_diff(ly.grads, grad1, np) / max_abs(grad1, np);
+    layer_free(&ly);
+  }
+  titans_free(out1);
+  titans_free(grad1);
+}
+
+static void delta_rule_report(const delta_rule_row *rows, size_t B, size_t T, int reps) {
+  printf("\nthe gated delta rule (depth 1, no momentum, H = %d heads of d_h = %d): token by token (b = 1) against\n"
+         "its chunked form (per_token_grad: the same recurrence, a chunk of b tokens at a time), 1 thread, T = %zu,\n"
+         "batch %zu, median of %d runs [min, max]; diff = max |x - x(b = 1)| / max |x(b = 1)| of the outputs and\n"
+         "the parameters' gradients; recur = the recurrence's own stages of a fwd+bwd (the layer's stage timers)\n",
+         BENCH_HEADS, BENCH_DH, T, B, reps);
+  printf("%4s %21s %21s %9s %9s %9s %8s %10s %10s\n", "b", "fwd s", "fwd+bwd s", "fwd x", "fwd+bwd x", "recur s",
+         "recur x", "out diff", "grad diff");
+  for (int ci = 0; ci < DELTA_CHUNKS; ci++) {
+    const delta_rule_row *r = &rows[ci];
+    printf("%4d %7.3f [%5.3f,%5.3f] %7.3f [%5.3f,%5.3f] %8.1fx %8.1fx %9.3f %7.1fx %10.2g %10.2g\n", r->b, r->fwd.med,
+           r->fwd.min, r->fwd.max, r->fwdbwd.med, r->fwdbwd.min, r->fwdbwd.max, rows[0].fwd.med / r->fwd.med,
+           rows[0].fwdbwd.med / r->fwdbwd.med, r->recur, rows[0].recur / r->recur, r->out_diff, r->grad_diff);
+  }
+  for (int ci = 1; ci < DELTA_CHUNKS; ci++)
+    printf("bench_memory_delta b=%d fwd_speedup=%.2f fwdbwd_speedup=%.2f recur_speedup=%.2f out_diff=%.3g "
+           "grad_diff=%.3g\n",
+           rows[ci].b, rows[0].fwd.med / rows[ci].fwd.med, rows[0].fwdbwd.med / rows[ci].fwdbwd.med,
+           rows[0].recur / rows[ci].recur, rows[ci].out_diff, rows[ci].grad_diff);
+}
+
+/* --delta [T] [reps]: the delta rule's section alone */
+static int run_delta(int argc, char **argv) {
+  long T = argc > 2 ? strtol(argv[2], NULL, 10) : 512, reps = argc > 3 ? strtol(argv[3], NULL, 10) : 5;
+  if (T < 1 || T > 65536 || reps < 1 || reps > BENCH_MAX_REPS)
+    die("usage", "bench_memory --delta [T tokens per row (512)] [repetitions 1..9 (5)]");
+  delta_rule_row rows[DELTA_CHUNKS];
+  delta_rule_run(rows, BENCH_BATCH, (size_t)T, (int)reps);
+  delta_rule_report(rows, BENCH_BATCH, (size_t)T, (int)reps);
+  return 0;
+}
+#endif
+
 /* --one b threads T: one layer at one chunk size and thread count, forward and forward + backward
    (one warm-up, then BENCH_MAX_REPS runs of each), printed on one line with a hash of the output, dx
    and the weight gradients. bench/ab.sh runs it for two builds of titans.h in turns. */
@@ -583,6 +673,11 @@ static int run_one(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--one") == 0) return run_one(argc, argv);
+#ifndef BENCH_ONE_ONLY
+  if (argc > 1 && strcmp(argv[1], "--delta") == 0) return run_delta(argc, argv);
+#else
+  die("usage", "built with BENCH_ONE_ONLY (bench/ab.sh): only --one");
+#endif
   static const int chunks[3] = {16, 32, 64};
   static const int threads[2] = {1, 2};
   int nthreads = 2;
@@ -774,7 +869,13 @@ int main(int argc, char **argv) {
   }
   peak_update(&R, nthreads);
 
-  /* 5. a long inference stream: per-token cost at the end against 1K, subnormals, RSS (1 thread) */
+#ifndef BENCH_ONE_ONLY
+  /* 5. the gated delta rule token by token against its chunked form */
+  delta_rule_row delta_rows[DELTA_CHUNKS];
+  delta_rule_run(delta_rows, B, 512, 3);
+#endif
+
+  /* 6. a long inference stream: per-token cost at the end against 1K, subnormals, RSS (1 thread) */
   long_stream LS;
   memset(&LS, 0, sizeof LS);
   if (long_tokens > 0) {
@@ -863,6 +964,9 @@ int main(int argc, char **argv) {
              fl / whole * 1e-9, fl / g * 1e-9, 100 * fl / g * 1e-9 / R.peak[0]);
     }
   }
+#ifndef BENCH_ONE_ONLY
+  delta_rule_report(delta_rows, B, 512, 3);
+#endif
   if (long_tokens > 0) {
     printf("\nlong inference stream (1 thread, batch 1, b = 16, %zu tokens per call, %zu tokens, %.0f s): the state\n"
            "saved at 1K and the state at the end each fed one call in turns, 9 rounds; medians [min, max]\n",

@@ -30,7 +30,8 @@ typedef struct task_list {
 
 typedef struct options {
   const char *cmd, *out, *model, *results, *plot_in;
-  int block, d, layers, heads, mem_heads, mem_depth, chunk, window, segment, slots, gated_delta, lookup_init, no_forget;
+  int block, d, layers, heads, mem_heads, mem_depth, chunk, window, segment, slots, gated_delta, lookup_init, no_forget,
+      per_token_grad;
   double theta_max, emb_shared;
   int vocab, random_filler, curriculum, threads, seed_given, batch_given;
   double alpha, lr;
@@ -68,8 +69,11 @@ static const char *usage_text =
     "        phase p training on the first p + 1 tasks; default every task from the start, round robin)\n"
     "model:  --block attn|swa|mac|mag|mal|lmm|lm2 (attn)  --d 64  --layers 2  --heads H  --mem-heads H\n"
     "        --mem-depth N  --chunk B  --window W (64)  --segment C  --slots N  --theta-max X\n"
-    "        --gated-delta (the memory as a gated delta rule: depth 1, chunk 1, no momentum, unbounded step,\n"
-    "        titans_mem_config_gated_delta)  --no-forget (the memory forgets nothing: alpha_t = 0,\n"
+    "        --gated-delta (the memory as a gated delta rule: depth 1, no momentum, unbounded step,\n"
+    "        titans_mem_config_gated_delta: chunk 16 computed as chunk 1)  --per-token-grad 0|1 (1: each token's\n"
+    "        error at the weights before it with any --chunk, the delta rule's chunked form; 0: a chunk's\n"
+    "        gradients at its start; default the configuration's, cfg.mem.per_token_grad)\n"
+    "        --no-forget (the memory forgets nothing: alpha_t = 0,\n"
     "        cfg.mem.no_forget)  --lookup-init (titans_lookup_init_default: memory keys on the previous token)\n"
     "        --emb-shared X (every token embedding starts with one shared vector, X times\n"
     "        the normal std: attention can then attend by position; titans_lookup_init.emb_shared)\n"
@@ -122,6 +126,7 @@ static options default_options(const char *cmd) {
   o.steps = 1000;
   o.batch = 32;
   o.warmup = -1;
+  o.per_token_grad = -1; /* the configuration's */
   o.log_every = 50;
   o.eval_every = 200;
   o.eval_examples = 256;
@@ -163,6 +168,8 @@ static options parse_options(const char *cmd, int argc, char **argv) {
       o.gated_delta = 1;
     else if (!strcmp(s, "--no-forget"))
       o.no_forget = 1;
+    else if (!strcmp(s, "--per-token-grad"))
+      o.per_token_grad = (int)arg_long(&a, s, 0, 1);
     else if (!strcmp(s, "--lookup-init"))
       o.lookup_init = 1;
     else if (!strcmp(s, "--emb-shared"))
@@ -230,6 +237,7 @@ static titans_config model_config(const options *o) {
   if (o->mem_depth) c.mem.depth = o->mem_depth;
   if (o->chunk) c.mem.chunk = o->chunk;
   c.mem.no_forget = o->no_forget;
+  if (o->per_token_grad >= 0) c.mem.per_token_grad = o->per_token_grad;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
   c.window = o->window;
   if (o->segment) c.segment = o->segment;
@@ -330,10 +338,14 @@ static mqar_config task_at(const task_list *tl, int i, int vocab, double alpha, 
 }
 
 /* What sets a run apart from its block's defaults, for a results line: "gated-delta", its chunk when not 1,
-   "lookup" (--lookup-init), "sharedX" (--emb-shared X), joined by '+'; "-" for none. */
+   "per-token" (per_token_grad, other than the gated delta rule's), "no-forget", "lookup" (--lookup-init), "sharedX" (--emb-shared X), joined
+   by '+'; "-" for none. */
 static void variant_name(char *out, size_t size, const options *o, const titans_config *c) {
   int used = snprintf(out, size, "%s", o->gated_delta ? "gated-delta" : "");
-  if (o->gated_delta && c->mem.chunk != 1) used += snprintf(out + used, size - (size_t)used, "-b%d", c->mem.chunk);
+  /* the gated delta rule's chunk only when it changes the function (a chunk's gradients at its start) */
+  if (o->gated_delta && c->mem.chunk != 1 && !c->mem.per_token_grad)
+    used += snprintf(out + used, size - (size_t)used, "-b%d", c->mem.chunk);
+  if (!o->gated_delta && c->mem.per_token_grad) used += snprintf(out + used, size - (size_t)used, "%sper-token", used ? "+" : "");
   if (o->no_forget) used += snprintf(out + used, size - (size_t)used, "%sno-forget", used ? "+" : "");
   if (o->lookup_init) used += snprintf(out + used, size - (size_t)used, "%slookup", used ? "+" : "");
   if (o->emb_shared > 0) snprintf(out + used, size - (size_t)used, "%sshared%g", used ? "+" : "", o->emb_shared);
@@ -390,9 +402,9 @@ static void write_checkpoint(titans_model *m, const options *o, double mean_acc)
   format_tasks(tasks, sizeof tasks, &o->train);
   snprintf(meta, sizeof meta,
            "mqar: alpha=%g random_filler=%d train=%s curriculum=%d steps=%ld batch=%ld lr=%g seed=%llu gated_delta=%d "
-           "lookup_init=%d emb_shared=%g no_forget=%d mean_accuracy=%.4f",
+           "lookup_init=%d emb_shared=%g no_forget=%d per_token_grad=%d mean_accuracy=%.4f",
            o->alpha, o->random_filler, tasks, o->curriculum, o->steps, o->batch, o->lr, (unsigned long long)o->seed,
-           o->gated_delta, o->lookup_init, o->emb_shared, o->no_forget, mean_acc);
+           o->gated_delta, o->lookup_init, o->emb_shared, o->no_forget, m->cfg.mem.per_token_grad, mean_acc);
   if (titans_model_save_ex(m, NULL, meta, o->out) != TITANS_OK) usage_fail(o->cmd, "saving %s: %s", o->out, m->error);
   printf("saved %s (task in its metadata: %s)\n", o->out, meta);
 }

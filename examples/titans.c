@@ -892,6 +892,8 @@ typedef struct train_opts {
                                               N tokens before): its other taps are zeroed after every step */
   int gate_key;                            /* 1: the memory's write gate also reads its key (cfg.mem.gate_key) */
   int no_forget;                           /* 1: the memory forgets nothing, alpha_t = 0 (cfg.mem.no_forget) */
+  int per_token_grad;                      /* 1: each token's inner gradient at the weights before it
+                                              (cfg.mem.per_token_grad; needs --mem-depth 1 --surprise-bound 0) */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
   double head_gain;                        /* > 0: the final norm's gain starts here (0: the library's 1) */
   double attn_identity; /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
@@ -962,6 +964,9 @@ static void help_train(void) {
       "                      by the tokens before it, not by the token alone (not in the paper; docs/model.md 1.3)\n"
       "  --no-forget         the memory forgets nothing: alpha_t = 0, --alpha-init unused (not in the paper;\n"
       "                      docs/model.md 1.3)\n"
+      "  --per-token-grad    each token's inner gradient at the weights just before it, as with chunk 1, for any\n"
+      "                      --chunk (the delta rule's chunked form; needs --mem-depth 1 --surprise-bound 0;\n"
+      "                      docs/model.md 1.10)\n"
       "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
       "  --head-gain X       the final norm's gain starts at X: the tied head's logits x X (1)\n"
       "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n");
@@ -1183,6 +1188,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     }
     else if (!strcmp(s, "--gate-key")) o->gate_key = 1;
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
+    else if (!strcmp(s, "--per-token-grad")) o->per_token_grad = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--head-gain")) o->head_gain = arg_double(&a, s, 0.0, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
@@ -1299,6 +1305,7 @@ static titans_config train_config_of(const train_opts *o) {
   if (o->key_ngram && c.mem.conv_width >= 2) c.mem.key_ngram = o->key_ngram; /* the trainer holds the key there */
   c.mem.gate_key = o->gate_key;
   c.mem.no_forget = o->no_forget;
+  c.mem.per_token_grad = o->per_token_grad;
   return c;
 }
 
@@ -1522,6 +1529,7 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--surprise-bound", want.mem.surprise_bound, had->mem.surprise_bound},
            {"--gate-key", want.mem.gate_key, had->mem.gate_key},
            {"--no-forget", want.mem.no_forget, had->mem.no_forget},
+           {"--per-token-grad", want.mem.per_token_grad, had->mem.per_token_grad},
            {"--lr", (float)o->lr, tr->tc.lr},
            {"--warmup", (double)o->warmup, (double)tr->tc.warmup_steps}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
@@ -3353,6 +3361,7 @@ static void info_model(titans_st_reader *r, const char *path) {
     printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
   if (c->mem.gate_key) printf("memory write gate: reads the key as well as the token\n");
   if (c->mem.no_forget) printf("memory forgetting: none (alpha = 0)\n");
+  if (c->mem.per_token_grad) printf("memory gradients: each token's at the weights before it (per_token_grad)\n");
   print_gate_biases(&m);
   printf("config: %s\n", titans_st_meta(r, "config"));
   if (titans_st_meta(r, "train_config")) printf("training: %s\n", titans_st_meta(r, "train_config"));

@@ -31,6 +31,19 @@ static void lively_weights(titans_model *m, uint64_t seed) {
 static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
 /* 1: the memories of a test's tiny_config have the write gate that reads the key (cfg.mem.gate_key) */
 static int tiny_gate_key = 0;
+/* 1: they are matrix memories (depth 1, no surprise bound) whose tokens' inner gradients are taken at the
+   weights before each (cfg.mem.per_token_grad), chunks of 2 computed as chunks of 1 */
+static int tiny_per_token = 0;
+
+/* The memory options above, set on c. */
+static inline void tiny_memory_options(titans_config *c) {
+  c->mem.gate_key = tiny_gate_key;
+  if (tiny_per_token) {
+    c->mem.depth = 1;
+    c->mem.surprise_bound = 0.0f;
+    c->mem.per_token_grad = 1;
+  }
+}
 
 /* Tiny, every option on (test_stream, test_reduce): persistent tokens, a window shorter than a stream
    window, a 2-layer memory with conv, chunks of 2 and segments of 4 (windows are multiples of 4). */
@@ -50,7 +63,7 @@ static inline titans_config tiny_stream_config(int kind) {
   c.mem.theta_max = 0.1f;
   if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3;
   if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
-  c.mem.gate_key = tiny_gate_key;
+  tiny_memory_options(&c);
   return c;
 }
 
@@ -59,8 +72,8 @@ static inline titans_config tiny_stream_config(int kind) {
 static const char *kind_label(int kind) {
   static char label[96];
   int from_x = kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT;
-  snprintf(label, sizeof label, "%s%s%s", titans_block_name(kind), from_x ? " (memory learns from X)" : "",
-           tiny_gate_key ? " (write gate reads the key)" : "");
+  snprintf(label, sizeof label, "%s%s%s%s", titans_block_name(kind), from_x ? " (memory learns from X)" : "",
+           tiny_gate_key ? " (write gate reads the key)" : "", tiny_per_token ? " (per-token gradients)" : "");
   return label;
 }
 

@@ -143,7 +143,8 @@ static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T
       }
       memset(S, 0, hs * sizeof(double));
       for (size_t t = 0; t < T; t++) {
-        if (t % m->b == 0) memcpy(Wc, W, hs * sizeof(double)); /* W^(c): the chunk's start */
+        /* W^(c): the chunk's start; with per_token_grad the weights just before the token */
+        if (t % m->b == 0 || rm->cfg.per_token_grad) memcpy(Wc, W, hs * sizeof(double));
         const double *q = vec + (0 * T + t) * dm + h * dh, *k = vec + (1 * T + t) * dm + h * dh;
         const double *v = vec + (2 * T + t) * dm + h * dh;
         double th = gates[(0 * T + t) * H + h], et = gates[(1 * T + t) * H + h], al = gates[(2 * T + t) * H + h];
@@ -208,6 +209,12 @@ static titans_mem_config make_cfg(int d, int H, int dh, int L, int e, int b, int
 /* cfg whose write gate reads the key (gate_key, docs/model.md 1.3) */
 static titans_mem_config keyed_gate(titans_mem_config c) {
   c.gate_key = 1;
+  return c;
+}
+
+/* cfg whose tokens' gradients are taken at the weights before each (per_token_grad, docs/model.md 1.10) */
+static titans_mem_config per_token(titans_mem_config c) {
+  c.per_token_grad = 1;
   return c;
 }
 
@@ -279,9 +286,10 @@ static double rel_to_max(const float *a, const double *b, size_t n) {
 }
 
 static void cfg_label(char *buf, size_t n, const titans_mem_config *c, size_t T) {
-  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s%s%s", c->depth, c->chunk, c->conv_width,
+  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s%s%s%s", c->depth, c->chunk, c->conv_width,
            c->residual, (double)c->surprise_bound, c->heads, c->head_dim, T, c->gate_key ? " gate_key" : "",
-           c->no_momentum ? " no_momentum" : "", c->no_forget ? " no_forget" : "");
+           c->no_momentum ? " no_momentum" : "", c->no_forget ? " no_forget" : "",
+           c->per_token_grad ? " per_token_grad" : "");
 }
 
 /* ---- 7.1: chunked == recurrence --------------------------------------------------------------- */
@@ -414,10 +422,13 @@ static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
 /* Fed one token a call, the memory's weights after every token equal Gated DeltaNet's recurrence
    W_t = (1 - alpha_t) W_{t-1} - beta_t (W_{t-1} k_t - v_t) k_t^T with beta_t = 2 theta_t, written here in
    double on the reference's k, v and gates; its momentum stays 0. A whole call gives the same outputs. */
-static void test_gated_delta(size_t B, size_t T) {
+/* chunk > 1 takes per_token_grad: the delta rule's chunked form must give the same memory */
+static void test_gated_delta(size_t B, size_t T, int chunk) {
   titans_mem_config cfg = titans_mem_config_gated_delta(8);
   cfg.heads = 2;
   cfg.head_dim = 4;
+  cfg.chunk = chunk;
+  cfg.per_token_grad = chunk > 1;
   fixture f;
   fixture_init(&f, cfg, B, T, 4321);
   size_t d = 8, dm = 8, H = 2, dh = 4, hs = dh * dh;
@@ -454,11 +465,14 @@ static void test_gated_delta(size_t B, size_t T) {
       }
     worst = fmax(worst, rel_to_max(st.w, W, B * H * hs));
   }
-  th_close("gated delta rule: the memory after each token fed one a call vs W_t = (1 - alpha) W - beta (W k - v) k^T "
-           "in double", rc ? INFINITY : worst, 2e-5);
+  char what[200];
+  snprintf(what, sizeof what, "gated delta rule (chunk %d): the memory after each token fed one a call vs "
+           "W_t = (1 - alpha) W - beta (W k - v) k^T in double", chunk);
+  th_close(what, rc ? INFINITY : worst, 2e-5);
   rc = titans_mem_forward(&cfg, &f.w, &whole, out, f.x, T, NULL);
-  th_close("gated delta rule: one call over the whole sequence leaves the same memory",
-           rc ? INFINITY : rel_to_max(whole.w, W, B * H * hs), 2e-5);
+  snprintf(what, sizeof what, "gated delta rule (chunk %d): one call over the whole sequence leaves the same memory",
+           chunk);
+  th_close(what, rc ? INFINITY : rel_to_max(whole.w, W, B * H * hs), 2e-5);
   free(x); free(proj); free(vec); free(gates); free(W);
   titans_free(out); titans_free(one); titans_free(xt);
   titans_mem_state_free(&st);
@@ -876,7 +890,8 @@ int main(void) {
       test_chunked_vs_recurrence(bounded(make_cfg(8, 2, 4, L, 2, chunks[ci], 4, L == 3, 0.5f), 0.5f), 2, 23);
   test_bound_acts(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f));
   printf("memory layer: the gated delta rule (no momentum), token by token and chunked\n");
-  test_gated_delta(2, 19);
+  test_gated_delta(2, 19, 1);
+  test_gated_delta(2, 19, 8);
   titans_mem_config no_momentum = make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f);
   no_momentum.no_momentum = 1;
   test_chunked_vs_recurrence(no_momentum, 2, 23);
@@ -885,6 +900,20 @@ int main(void) {
   test_chunked_vs_recurrence(no_forget, 2, 23);
   no_forget.no_momentum = 1; /* neither: W_t = W_{t-1} - theta_t u_t */
   test_chunked_vs_recurrence(no_forget, 2, 23);
+  printf("memory layer: each token's gradient at the weights before it, chunked (per_token_grad)\n");
+  for (int ci = 1; ci < 4; ci++) {
+    titans_mem_config delta = titans_mem_config_gated_delta(8); /* no momentum, forgetting */
+    delta.heads = 2;
+    delta.head_dim = 4;
+    delta.chunk = chunks[ci];
+    test_chunked_vs_recurrence(per_token(delta), 2, 23);
+    test_chunked_vs_recurrence(per_token(make_cfg(8, 2, 4, 1, 2, chunks[ci], 4, 1, 0.25f)), 2, 23); /* momentum */
+  }
+  titans_mem_config exact_no_forget = per_token(make_cfg(8, 2, 4, 1, 2, 8, 0, 0, 0.5f));
+  exact_no_forget.no_forget = 1;
+  exact_no_forget.no_momentum = 1;
+  test_chunked_vs_recurrence(exact_no_forget, 2, 23);
+  test_chunked_vs_recurrence(per_token(make_cfg(16, 1, 16, 1, 1, 16, 4, 0, 0.25f)), 2, 37);
   printf("memory layer: the write gate that reads the key (gate_key)\n");
   test_chunked_vs_recurrence(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.5f)), 2, 23);
   test_chunked_vs_recurrence(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 3, 4, 0, 0.5f), 0.5f)), 2, 23);
@@ -906,6 +935,13 @@ int main(void) {
   delta.chunk = 1;
   delta.no_forget = 1; /* the delta rule without forgetting: decay_w, decay_b get no gradient */
   test_gradients(delta, 2, 7);
+  delta.no_forget = 0;
+  delta.chunk = 3; /* per_token_grad: the triangular solve's backward */
+  test_gradients(per_token(delta), 2, 7);
+  delta.chunk = 4;
+  delta.no_forget = 1;
+  test_gradients(per_token(delta), 2, 9);
+  test_gradients(per_token(make_cfg(8, 2, 4, 1, 2, 4, 4, 1, 0.5f)), 2, 9); /* momentum, residual */
   titans_mem_config no_forget_deep = make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f);
   no_forget_deep.no_forget = 1;
   test_gradients(bounded(no_forget_deep, 0.5f), 2, 9);
@@ -920,6 +956,7 @@ int main(void) {
   test_streaming(make_cfg(8, 2, 4, 1, 2, 16, 3, 1, 0.25f));
   test_streaming(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f));
   test_streaming(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)));
+  test_streaming(per_token(make_cfg(8, 2, 4, 1, 2, 8, 4, 1, 0.25f)));
   test_causality(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
   test_causality(keyed_gate(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f)));
   test_causality(make_cfg(8, 2, 4, 3, 2, 16, 0, 1, 0.5f));
@@ -929,6 +966,7 @@ int main(void) {
   test_chained_backward(make_cfg(8, 2, 4, 1, 2, 2, 3, 1, 0.25f), 2, 1);
   test_chained_backward(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f), 8, 13);
   test_chained_backward(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)), 8, 13);
+  test_chained_backward(per_token(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)), 8, 13);
   test_bad_input();
   test_long_run_finite();
   return th_summary("test_memory");

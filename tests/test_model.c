@@ -30,7 +30,7 @@ static titans_config tiny_config(int kind) {
   c.mem.theta_max = 0.1f;
   if (kind == TITANS_BLOCK_LM2) c.lm2_slots = 3; /* segments 4, 4, 2 of T = 10: two writes, a partial read */
   if (kind == TITANS_BLOCK_MAC) c.mac_learns_from = tiny_mac_learns_from;
-  c.mem.gate_key = tiny_gate_key;
+  tiny_memory_options(&c);
   return c;
 }
 
@@ -336,6 +336,20 @@ static void test_lookup_init(void) {
   th_check(rc == TITANS_OK && back.mem.gate_key == 1, "gate_key = 1 is written and read back (%s)", json);
   keyed.mem.gate_key = 2;
   th_check(titans_config_check(&keyed, err) != TITANS_OK, "gate_key = 2 is refused: %s", err);
+  /* per_token_grad, likewise; it needs a matrix memory without the surprise bound */
+  th_check(strstr(json, "per_token_grad") == NULL, "per_token_grad = 0 is not written (files stay as they were)");
+  titans_config exact = m.cfg;
+  exact.mem.depth = 1;
+  exact.mem.surprise_bound = 0.0f;
+  exact.mem.per_token_grad = 1;
+  titans_config_to_json(&exact, json, sizeof json);
+  rc = titans_config_from_json(&back, json, err);
+  th_check(rc == TITANS_OK && back.mem.per_token_grad == 1, "per_token_grad = 1 is written and read back (%s)", json);
+  exact.mem.depth = 2;
+  th_check(titans_config_check(&exact, err) != TITANS_OK, "per_token_grad with depth 2 is refused: %s", err);
+  exact.mem.depth = 1;
+  exact.mem.surprise_bound = 1.0f;
+  th_check(titans_config_check(&exact, err) != TITANS_OK, "per_token_grad with a surprise bound is refused: %s", err);
   titans_trainer t;
   titans_trainer_init(&t, &m, NULL);
   int tok[2 * 17];
@@ -683,6 +697,13 @@ int main(void) {
   test_gradients(TITANS_BLOCK_MAG);
   test_causality_and_sessions(TITANS_BLOCK_MAG);
   tiny_gate_key = 0;
+  printf("models: a matrix memory whose tokens' gradients are at the weights before each (per_token_grad)\n");
+  tiny_per_token = 1;
+  test_gradients(TITANS_BLOCK_LMM);
+  test_gradients(TITANS_BLOCK_MAC);
+  test_causality_and_sessions(TITANS_BLOCK_LMM);
+  test_causality_and_sessions(TITANS_BLOCK_MAC);
+  tiny_per_token = 0;
   printf("models: the look-up initialisation and keys held on the previous token\n");
   test_lookup_init();
   printf("models: training\n");
