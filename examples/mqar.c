@@ -338,14 +338,15 @@ static mqar_config task_at(const task_list *tl, int i, int vocab, double alpha, 
 }
 
 /* What sets a run apart from its block's defaults, for a results line: "gated-delta", its chunk when not 1,
-   "per-token" (per_token_grad, other than the gated delta rule's), "no-forget", "lookup" (--lookup-init), "sharedX" (--emb-shared X), joined
-   by '+'; "-" for none. */
+   "per-token" (per_token_grad, other than the gated delta rule's), "no-forget", "lookup" (--lookup-init),
+   "sharedX" (--emb-shared X), joined by '+'; "-" for none. */
 static void variant_name(char *out, size_t size, const options *o, const titans_config *c) {
   int used = snprintf(out, size, "%s", o->gated_delta ? "gated-delta" : "");
   /* the gated delta rule's chunk only when it changes the function (a chunk's gradients at its start) */
   if (o->gated_delta && c->mem.chunk != 1 && !c->mem.per_token_grad)
     used += snprintf(out + used, size - (size_t)used, "-b%d", c->mem.chunk);
-  if (!o->gated_delta && c->mem.per_token_grad) used += snprintf(out + used, size - (size_t)used, "%sper-token", used ? "+" : "");
+  if (!o->gated_delta && c->mem.per_token_grad)
+    used += snprintf(out + used, size - (size_t)used, "%sper-token", used ? "+" : "");
   if (o->no_forget) used += snprintf(out + used, size - (size_t)used, "%sno-forget", used ? "+" : "");
   if (o->lookup_init) used += snprintf(out + used, size - (size_t)used, "%slookup", used ? "+" : "");
   if (o->emb_shared > 0) snprintf(out + used, size - (size_t)used, "%sshared%g", used ? "+" : "", o->emb_shared);
