@@ -1303,7 +1303,8 @@ TITANSDEF int titans_session_state_loaded(titans_session *s);
 /* ---- session batches: many streams at once ----
    n independent sessions (streams) of one model, fed one token each per call: every stream has its own
    memory, position, caches and error, and the products with the shared weights (FFN, output head, the
-   attention's projections for ATTN and SWA) run over the n rows at once instead of n times one row.
+   attention's projections, the memory's projections, gates and output, LM2's projections) run over the
+   n rows at once instead of n times one row; each stream's memory recurrence and bank run per stream.
    Each stream is an ordinary titans_session (b->streams[i], or titans_session_batch_stream): fork it,
    save or load it, read its state with the titans_session_* functions, or copy a session in and out
    (titans_session_batch_get / _put). Every block kind works; a stream's logits equal those of a
@@ -5500,6 +5501,71 @@ TITANSDEF int titans_mem_forward(const titans_mem_config *cfg, const titans_mem_
   return titans__mem_forward_checked(cfg, w, st, out, x, T, ctx, NULL);
 }
 
+/* Floats of the shared buffers of titans__mem_forward_rows for n rows: the rows' projections, gates and
+   outputs (titans__mem_bufs) and their three conv tails gathered [3, n, K_c - 1, d_m]. */
+static size_t titans__mem_rows_floats(const titans_mem_config *cfg, size_t n) {
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  titans__mem_bufs bf;
+  size_t K1 = m.K > 0 ? m.K - 1 : 0;
+  return titans__mem_bufs_carve(&bf, NULL, &m, n) + 3 * n * K1 * m.dm;
+}
+
+/* Row r of titans__mem_forward_rows: the recurrence of every head of state st (batch 1) over its one
+   token, bf's row r, with st's scratch (reserved by the caller) as the work space. Returns 1 when its W
+   and S were rewritten and found finite (titans__mem_recur_one), 0 if not known. */
+static int titans__mem_row_recur(const titans__mem_dims *m, int residual, titans__mem_bufs *bf, titans_mem_state *st,
+                                 size_t r) {
+  size_t hs = m->head_size;
+  titans__mem_work wk;
+  titans__mem_work_carve(&wk, st->scratch, m, 0);
+  int finite = 1;
+  for (size_t h = 0; h < m->H; h++) {
+    const titans__mem_head_state hst = {st->w_chunk + h * hs, st->w + h * hs, st->s_chunk + h * hs, st->s + h * hs};
+    finite = titans__mem_recur_one(m, residual, bf, &hst, NULL, st->position, r, h, 1, &wk) && finite;
+  }
+  st->position++;
+  return finite;
+}
+
+/* One token for each of n memories of one layer: titans_mem_forward of x [n, d] row r on state st[r]
+   (batch 1, each its own position) at T = 1, out [n, d]. The projections, the gates and the output gate
+   and projection are products over the n rows; the convs (on each state's tails, gathered into the
+   shared buffers and put back) and the recurrences are per state. bufs [titans__mem_rows_floats(cfg, n)].
+   finite [n] as titans__mem_forward_checked's state_finite. TITANS_ERR_NOMEM (a state's work space could
+   not grow; every state is then left unchanged) or TITANS_OK. */
+static int titans__mem_forward_rows(const titans_mem_config *cfg, const titans_mem_weights *w,
+                                    titans_mem_state *const *st, size_t n, float *out, const float *x, float *bufs,
+                                    int *finite) {
+  titans__mem_dims m = titans__mem_get_dims(cfg);
+  titans__mem_bufs bf;
+  size_t K1 = m.K > 0 ? m.K - 1 : 0, tail = K1 * m.dm, used = titans__mem_bufs_carve(&bf, bufs, &m, n);
+  size_t work_floats = titans__mem_work_carve(NULL, NULL, &m, 0);
+  for (size_t r = 0; r < n; r++) /* before any change, so that a failure leaves every state as it was */
+    if (!titans__reserve(&st[r]->scratch, &st[r]->scratch_size, work_floats)) return TITANS_ERR_NOMEM;
+  float *tails[3] = {bufs + used, bufs + used + n * tail, bufs + used + 2 * n * tail}; /* [n, K_c - 1, d_m] each */
+  for (size_t r = 0; r < n && tail; r++) {
+    memcpy(tails[0] + r * tail, st[r]->tail_q, tail * sizeof(float));
+    memcpy(tails[1] + r * tail, st[r]->tail_k, tail * sizeof(float));
+    memcpy(tails[2] + r * tail, st[r]->tail_v, tail * sizeof(float));
+  }
+  float *none[3] = {NULL, NULL, NULL};
+  titans__mem_inputs_forward(&m, cfg, w, &bf, tails, none, x, n, 1, 3);
+  for (size_t r = 0; r < n && tail; r++) {
+    memcpy(st[r]->tail_q, tails[0] + r * tail, tail * sizeof(float));
+    memcpy(st[r]->tail_k, tails[1] + r * tail, tail * sizeof(float));
+    memcpy(st[r]->tail_v, tails[2] + r * tail, tail * sizeof(float));
+  }
+#ifdef _OPENMP
+  if (n > 1 && titans__mem_split(&m, (long long)(n * m.H), 1)) {
+#pragma omp parallel for schedule(static)
+    for (long long r = 0; r < (long long)n; r++) finite[r] = titans__mem_row_recur(&m, cfg->residual, &bf, st[r], (size_t)r);
+  } else
+#endif
+    for (size_t r = 0; r < n; r++) finite[r] = titans__mem_row_recur(&m, cfg->residual, &bf, st[r], r);
+  titans__mem_output_forward(&m, w, &bf, out, x, n);
+  return TITANS_OK;
+}
+
 /* y [n, ld] = M(q; W) for n <= b queries of one head; leaves activations in wk->aq, wk->zq. */
 static void titans__mem_read_block(const titans__mem_dims *m, int residual, float *y, size_t ldy, const float *q,
                                    size_t ld, const float *w, size_t n, titans__mem_work *wk) {
@@ -8220,7 +8286,8 @@ static titans__backward_fn titans__baseline_backward, titans__mac_backward, tita
     titans__lmm_backward, titans__lm2_backward;
 static titans__step_fn titans__baseline_step, titans__mac_step, titans__mag_step, titans__mal_step, titans__lmm_step,
     titans__lm2_step;
-static titans__step_rows_fn titans__baseline_step_rows;
+static titans__step_rows_fn titans__baseline_step_rows, titans__mac_step_rows, titans__mag_step_rows,
+    titans__mal_step_rows, titans__lmm_step_rows, titans__lm2_step_rows;
 static titans__stream_unit_fn titans__swa_stream_unit, titans__mac_stream_unit, titans__mag_stream_unit,
     titans__lmm_stream_unit, titans__lm2_stream_unit;
 static titans__carry_init_fn titans__mac_carry_init, titans__lm2_carry_init;
@@ -8252,15 +8319,15 @@ static const titans__kind titans__kinds[TITANS_BLOCK_COUNT] = {
   {"swa",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              0, titans__baseline_forward,
    titans__baseline_backward, titans__baseline_step, titans__swa_stream_unit, titans__baseline_step_rows, NULL},
   {"mac",  TITANS__KEYS_SEGMENT, 1,  1,   0,            0,              0, titans__mac_forward, titans__mac_backward,
-   titans__mac_step, titans__mac_stream_unit, NULL, &titans__mac_carry},
+   titans__mac_step, titans__mac_stream_unit, titans__mac_step_rows, &titans__mac_carry},
   {"mag",  TITANS__KEYS_WINDOW,  1,  1,   1,            0,              0, titans__mag_forward, titans__mag_backward,
-   titans__mag_step, titans__mag_stream_unit, NULL, NULL},
+   titans__mag_step, titans__mag_stream_unit, titans__mag_step_rows, NULL},
   {"mal",  TITANS__KEYS_WINDOW,  1,  0,   1,            1,              0, titans__mal_forward, titans__mal_backward,
-   titans__mal_step, NULL, NULL, NULL},
+   titans__mal_step, NULL, titans__mal_step_rows, NULL},
   {"lmm",  TITANS__KEYS_NONE,    1,  0,   0,            0,              0, titans__lmm_forward, titans__lmm_backward,
-   titans__lmm_step, titans__lmm_stream_unit, NULL, NULL},
+   titans__lmm_step, titans__lmm_stream_unit, titans__lmm_step_rows, NULL},
   {"lm2",  TITANS__KEYS_WINDOW,  0,  0,   0,            0,              1, titans__lm2_forward, titans__lm2_backward,
-   titans__lm2_step, titans__lm2_stream_unit, NULL, &titans__lm2_carry},
+   titans__lm2_step, titans__lm2_stream_unit, titans__lm2_step_rows, &titans__lm2_carry},
 };
 
 /* The row of a kind; an all-zero row (no sublayer, no function) for a number outside the enum. */
@@ -9296,9 +9363,15 @@ typedef struct titans__rows_work {
   float *k, *v;            /* [n, 2, d] the key and value rows appended to the caches */
   float *xf;               /* [n, d] RMSNorm(x; norm_f) */
   float *logits;           /* [n, V] */
+  float *y, *m;            /* [n, d] the attention and memory outputs the mixer combines (MAC, MAG, MAL) */
+  float *pair;             /* [n, 2, d] MAC: Hm_i || X_i, each row's two key rows */
+  titans__gate_save gate;  /* yn, sg [n, d], rstd_y, rstd_m [n]: the gate's rows (MAC, MAG) */
+  float *mem;              /* [titans__mem_rows_floats(n)] the memory's shared buffers (kinds with a memory) */
   titans_session **s;      /* [n] the streams fed in this call, row r's at s[r] */
   size_t *slot;            /* [n] row r's stream number (its row in the caller's tokens and logits) */
   titans_kv_cache **kv;    /* [n] one layer's caches of the rows (titans__session_attend_rows) */
+  titans_mem_state **mst;  /* [n] one layer's running memories of the rows (titans__mem_forward_rows) */
+  int *finite;             /* [n] whether each row's memory step found its W and S finite */
   int64_t *pos;            /* [n, 2] query and key positions */
   int64_t *qk;             /* [2, n, 2] the positions as titans__attn_sub_forward reads them */
 } titans__rows_work;
@@ -9315,6 +9388,15 @@ static size_t titans__rows_work_carve(titans__rows_work *w, float *base, const t
   w->k = titans__take(base, &used, 2 * n * d);
   w->v = titans__take(base, &used, 2 * n * d);
   w->logits = titans__take(base, &used, n * (size_t)c->vocab);
+  w->y = titans__take(base, &used, n * d);
+  w->m = titans__take(base, &used, n * d);
+  w->pair = titans__take(base, &used, 2 * n * d);
+  w->gate.yn = titans__take(base, &used, n * d);
+  w->gate.sg = titans__take(base, &used, n * d);
+  w->gate.rstd_y = titans__take(base, &used, n);
+  w->gate.rstd_m = titans__take(base, &used, n);
+  w->gate.y = w->gate.m = NULL;
+  w->mem = titans__take(base, &used, titans__kind_of(c->block)->mem ? titans__mem_rows_floats(&c->mem, n) : 0);
   return used;
 }
 
@@ -9328,8 +9410,12 @@ static size_t titans__rows_index_carve(titans__rows_work *w, unsigned char *base
   used += n * sizeof(titans_session *);
   w->kv = (titans_kv_cache **)(base ? base + used : NULL);
   used += n * sizeof(titans_kv_cache *);
+  w->mst = (titans_mem_state **)(base ? base + used : NULL);
+  used += n * sizeof(titans_mem_state *);
   w->slot = (size_t *)(base ? base + used : NULL);
   used += n * sizeof(size_t);
+  w->finite = (int *)(base ? base + used : NULL);
+  used += n * sizeof(int);
   return used;
 }
 
@@ -9392,6 +9478,27 @@ static int titans__session_attend(titans_session *s, int l, float *out, const fl
 static void titans__session_gate(const titans_layer *L, float *out, const float *y, const float *m,
                                  titans__step_work *w, size_t d) {
   titans__gate_rows(&w->gate, out, y, m, L->gate_norm_y, L->gate_norm_m, 1, d);
+}
+
+/* The running memory of layer l on a session batch's n rows: out [n, d] = M(x [n, d]) row by row on each
+   row's own memory (titans__mem_forward_rows), as titans__mem_forward_checked on one token per session. */
+static int titans__rows_memory(titans__rows_work *w, size_t n, int l, float *out, const float *x) {
+  const titans_model *mo = w->s[0]->model;
+  for (size_t r = 0; r < n; r++) w->mst[r] = &w->s[r]->layers[l].mem;
+  TITANS__TRY(titans__mem_forward_rows(&mo->cfg.mem, &mo->w.layers[l].mem, w->mst, n, out, x, w->mem, w->finite));
+  for (size_t r = 0; r < n; r++) w->s[r]->layers[l].mem_finite = w->finite[r];
+  return TITANS_OK;
+}
+
+/* The attention of layer l on a session batch's n rows, each token's query and key from its row of x
+   [n, d] at the stream's position (the self-attention step of ATTN, SWA and MAG; MAL on its memory's
+   output); out [n, d]. */
+static int titans__rows_attend(titans__rows_work *w, size_t n, int l, float *out, const float *x) {
+  const titans_model *m = w->s[0]->model;
+  titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
+  for (size_t b = 0; b < n; b++) w->pos[2 * b] = w->pos[2 * b + 1] = (int64_t)w->s[b]->position;
+  const titans__attend_rows_in in = {x, x, 1, w->pos}; /* the token's own row gives its key */
+  return titans__session_attend_rows(&m->cfg, &m->w.layers[l], w->s, n, l, out, &in, &sv, w->kv, w->qk);
 }
 
 /* ---- ATTN and SWA: the attention baselines --------------------------------------------------------
@@ -9475,11 +9582,7 @@ static int titans__baseline_step(titans_session *s, int l, float *mix, const flo
 
 /* One token in each of n streams: the projections are [n, d] products (titans__session_attend_rows). */
 static int titans__baseline_step_rows(titans__rows_work *w, size_t n, int l) {
-  const titans_model *m = w->s[0]->model;
-  titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
-  for (size_t b = 0; b < n; b++) w->pos[2 * b] = w->pos[2 * b + 1] = (int64_t)w->s[b]->position;
-  const titans__attend_rows_in in = {w->xn, w->xn, 1, w->pos}; /* the token's own row gives its key */
-  return titans__session_attend_rows(&m->cfg, &m->w.layers[l], w->s, n, l, w->mix, &in, &sv, w->kv, w->qk);
+  return titans__rows_attend(w, n, l, w->mix, w->xn);
 }
 
 /* SWA streams any window length: the carried rows make a window's keys what a session's would be. ATTN
@@ -9797,6 +9900,34 @@ static int titans__mac_step(titans_session *s, int l, float *mix, const float *x
   return TITANS_OK;
 }
 
+/* titans__mac_step on n streams: the retrieval stream by stream (each from its own committed memory),
+   the attention's and the memory's products over the n rows. */
+static int titans__mac_step_rows(titans__rows_work *w, size_t n, int l) {
+  const titans_model *mo = w->s[0]->model;
+  const titans_config *c = &mo->cfg;
+  const titans_layer *L = &mo->w.layers[l];
+  size_t d = (size_t)c->d;
+  for (size_t r = 0; r < n; r++) {
+    struct titans__session_layer *sl = &w->s[r]->layers[l];
+    long long p = w->s[r]->position;
+    int64_t i = (int64_t)(p % c->segment);
+    if (i == 0 && p > 0) { /* as titans__mac_step */
+      titans__mem_state_commit(&sl->committed, &sl->mem);
+      titans_kv_cache_reset(&sl->kv);
+    }
+    float *pair = w->pair + r * 2 * d; /* Hm_i || X_i */
+    TITANS__TRY(titans_mem_retrieve(&c->mem, &L->mem, &sl->committed, pair, w->xn + r * d, 1, NULL));
+    memcpy(pair + d, w->xn + r * d, d * sizeof(float));
+    w->pos[2 * r] = w->pos[2 * r + 1] = i;
+  }
+  titans__attn_save sv = {w->q, w->k, w->v, w->att, NULL};
+  const titans__attend_rows_in in = {w->xn, w->pair, 2, w->pos};
+  TITANS__TRY(titans__session_attend_rows(c, L, w->s, n, l, w->y, &in, &sv, w->kv, w->qk));
+  TITANS__TRY(titans__rows_memory(w, n, l, w->m, titans__mac_learn_rows(c, w->y, w->xn)));
+  titans__gate_rows(&w->gate, w->mix, w->y, w->m, L->gate_norm_y, L->gate_norm_m, n, d);
+  return TITANS_OK;
+}
+
 /* Whole segments keep the segments where a session has them. */
 static size_t titans__mac_stream_unit(const titans_config *c) { return (size_t)c->segment; }
 
@@ -9894,6 +10025,15 @@ static int titans__mag_step(titans_session *s, int l, float *mix, const float *x
   return TITANS_OK;
 }
 
+/* titans__mag_step on n streams: both branches' products over the n rows. */
+static int titans__mag_step_rows(titans__rows_work *w, size_t n, int l) {
+  const titans_layer *L = &w->s[0]->model->w.layers[l];
+  TITANS__TRY(titans__rows_attend(w, n, l, w->y, w->xn));
+  TITANS__TRY(titans__rows_memory(w, n, l, w->m, w->xn));
+  titans__gate_rows(&w->gate, w->mix, w->y, w->m, L->gate_norm_y, L->gate_norm_m, n, (size_t)w->s[0]->model->cfg.d);
+  return TITANS_OK;
+}
+
 /* MAG streams when its persistent tokens fill whole memory chunks, so that every later window still
    starts the memory at a chunk boundary; windows are then whole chunks. */
 static size_t titans__mag_stream_unit(const titans_config *c) {
@@ -9948,6 +10088,12 @@ static int titans__mal_step(titans_session *s, int l, float *mix, const float *x
   return titans__session_attend(s, l, mix, w->y, w->y, 1, p, p, w);
 }
 
+/* titans__mal_step on n streams: the memory's and the attention's products over the n rows. */
+static int titans__mal_step_rows(titans__rows_work *w, size_t n, int l) {
+  TITANS__TRY(titans__rows_memory(w, n, l, w->y, w->xn));
+  return titans__rows_attend(w, n, l, w->mix, w->y);
+}
+
 /* ---- LMM: the memory alone ----------------------------------------------------------------------
    mix = M(xn): the neural long-term memory as the whole mixer (no attention, no persistent tokens). */
 
@@ -9977,6 +10123,11 @@ static int titans__lmm_step(titans_session *s, int l, float *mix, const float *x
   (void)w;
   struct titans__session_layer *sl = &s->layers[l];
   return titans__mem_forward_checked(&c->mem, &s->model->w.layers[l].mem, &sl->mem, mix, xn, 1, NULL, &sl->mem_finite);
+}
+
+/* titans__lmm_step on n streams: the memory's products over the n rows. */
+static int titans__lmm_step_rows(titans__rows_work *w, size_t n, int l) {
+  return titans__rows_memory(w, n, l, w->mix, w->xn);
 }
 
 /* Whole chunks keep the memory's chunks where a session has them. */
@@ -10399,34 +10550,27 @@ static void titans__lm2_stream_keep(float *rows, const titans__layer_fwd *lf, co
 /* One token at position p, the i-th of its segment: E from the attention over the cache, the read of the
    bank of the segment's start, the token's term of the write's softmax, and when the token completes the
    segment, the write (the next token reads the new bank). */
-static int titans__lm2_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
-  const titans_config *c = &s->model->cfg;
-  const titans_layer *L = &s->model->w.layers[l];
-  struct titans__session_layer *sl = &s->layers[l];
-  size_t d = (size_t)c->d, C = (size_t)c->segment, Ns = (size_t)c->lm2_slots, i = (size_t)(p % (long long)C);
+/* A session's write of one token at segment offset i, from its key row uk [d] and value row uv [d]: the
+   scores qu_j . uk / sqrt(d) folded into each slot's running softmax; at the segment's end U = acc / wsum
+   and the gated update of the bank in place. Scratch a [N_s], u, gi, tu, gf [N_s, d] from w. */
+static void titans__lm2_session_write(const titans_config *c, const titans_layer *L, struct titans__session_layer *sl,
+                                      size_t i, const float *uk, const float *uv, titans__step_work *w) {
+  size_t d = (size_t)c->d, C = (size_t)c->segment, Ns = (size_t)c->lm2_slots;
   titans__lm2_session ls;
   titans__lm2_session_carve(&ls, sl->lm2, Ns, d);
-  TITANS__TRY(titans__session_attend(s, l, w->y, xn, xn, 1, p, p, w)); /* y = E [d] */
-  titans__linear(w->q, w->y, L->lm2.wq, 1, d, d);
-  titans__lm2_read_attend(w->a, w->emem, ls.kb, ls.vb, w->q, 1, Ns, d);
-  titans__lm2_read_gate(&L->lm2, mix, w->g, w->emem, w->y, 1, d);
-  /* the write's scores qu_j . ku / sqrt(d), folded into each slot's running softmax */
-  titans__linear(w->k, w->y, L->lm2.uk, 1, d, d);
-  titans__linear(w->v, w->y, L->lm2.uv, 1, d, d);
-  titans_gemm(0, 1, 1, Ns, d, 1.0f / sqrtf((float)d), titans_cm(w->k, d), titans_cm(ls.qu, d), 0.0f,
-              titans_m(w->a, Ns));
+  titans_gemm(0, 1, 1, Ns, d, 1.0f / sqrtf((float)d), titans_cm(uk, d), titans_cm(ls.qu, d), 0.0f, titans_m(w->a, Ns));
   for (size_t j = 0; j < Ns; j++) {
     float *acc = ls.acc + j * d, sc = w->a[j];
     if (i == 0 || ls.wsum[j] == 0.0f) { /* the segment's first token starts the sums (0: no term yet) */
       ls.wmax[j] = sc;
       ls.wsum[j] = 1.0f;
-      memcpy(acc, w->v, d * sizeof(float));
+      memcpy(acc, uv, d * sizeof(float));
       continue;
     }
     float mx = sc > ls.wmax[j] ? sc : ls.wmax[j], old = expf(ls.wmax[j] - mx), now = expf(sc - mx);
     ls.wsum[j] = ls.wsum[j] * old + now;
     titans__ops_scale(acc, old, d);
-    titans__axpy(acc, now, w->v, d);
+    titans__axpy(acc, now, uv, d);
     ls.wmax[j] = mx;
   }
   if (i + 1 == C) { /* U = acc / wsum (wsum >= 1 here), then the gated update of the bank in place */
@@ -10434,6 +10578,53 @@ static int titans__lm2_step(titans_session *s, int l, float *mix, const float *x
       for (size_t e = 0; e < d; e++) w->u[j * d + e] = ls.acc[j * d + e] / ls.wsum[j];
     titans__lm2_update(&L->lm2, ls.bank, w->gi, w->tu, w->gf, w->u, ls.bank, Ns, d);
     titans__lm2_session_derive(c, L, sl->lm2);
+  }
+}
+
+static int titans__lm2_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
+  const titans_config *c = &s->model->cfg;
+  const titans_layer *L = &s->model->w.layers[l];
+  struct titans__session_layer *sl = &s->layers[l];
+  size_t d = (size_t)c->d, Ns = (size_t)c->lm2_slots;
+  titans__lm2_session ls;
+  titans__lm2_session_carve(&ls, sl->lm2, Ns, d);
+  TITANS__TRY(titans__session_attend(s, l, w->y, xn, xn, 1, p, p, w)); /* y = E [d] */
+  titans__linear(w->q, w->y, L->lm2.wq, 1, d, d);
+  titans__lm2_read_attend(w->a, w->emem, ls.kb, ls.vb, w->q, 1, Ns, d);
+  titans__lm2_read_gate(&L->lm2, mix, w->g, w->emem, w->y, 1, d);
+  titans__linear(w->k, w->y, L->lm2.uk, 1, d, d);
+  titans__linear(w->v, w->y, L->lm2.uv, 1, d, d);
+  titans__lm2_session_write(c, L, sl, (size_t)(p % c->segment), w->k, w->v, w);
+  return TITANS_OK;
+}
+
+/* titans__lm2_step on n streams: the attention, the read's query and gate and the write's key and value
+   rows as products over the n rows; each stream's read of its bank and its write stream by stream (with
+   that stream's own scratch). */
+static int titans__lm2_step_rows(titans__rows_work *w, size_t n, int l) {
+  const titans_model *mo = w->s[0]->model;
+  const titans_config *c = &mo->cfg;
+  const titans_layer *L = &mo->w.layers[l];
+  size_t d = (size_t)c->d, Ns = (size_t)c->lm2_slots;
+  TITANS__TRY(titans__rows_attend(w, n, l, w->y, w->xn)); /* E [n, d] */
+  /* the attention's scratch is free now: q, k, v [n, d] the read's queries, the write's keys and values;
+     att [n, d] the read's gate */
+  titans__linear(w->q, w->y, L->lm2.wq, n, d, d);
+  for (size_t r = 0; r < n; r++) {
+    titans__lm2_session ls;
+    titans__step_work sw; /* named slices of the stream's own scratch */
+    titans__lm2_session_carve(&ls, w->s[r]->layers[l].lm2, Ns, d);
+    titans__step_work_carve(&sw, w->s[r]->work, c);
+    titans__lm2_read_attend(sw.a, w->m + r * d, ls.kb, ls.vb, w->q + r * d, 1, Ns, d); /* E_mem rows in m */
+  }
+  titans__lm2_read_gate(&L->lm2, w->mix, w->att, w->m, w->y, n, d);
+  titans__linear(w->k, w->y, L->lm2.uk, n, d, d);
+  titans__linear(w->v, w->y, L->lm2.uv, n, d, d);
+  for (size_t r = 0; r < n; r++) {
+    titans__step_work sw;
+    titans__step_work_carve(&sw, w->s[r]->work, c);
+    titans__lm2_session_write(c, L, &w->s[r]->layers[l], (size_t)(w->s[r]->position % c->segment), w->k + r * d,
+                              w->v + r * d, &sw);
   }
   return TITANS_OK;
 }

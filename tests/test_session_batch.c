@@ -7,7 +7,23 @@
    - non-finite: a NaN reached by one stream's token breaks that stream only (TITANS_ERR_NONFINITE naming
      it), the others go on matching their sessions, the broken one refuses to feed until reset;
    - bad arguments (no streams, no model, no tokens, a token outside the vocabulary, a stream number out of
-     range, a session of another model) return errors and change nothing. */
+     range, a session of another model) return errors and change nothing;
+   - an allocation-failure sweep over a batch's set-up and feeds: each refused allocation makes the call it
+     hits return TITANS_ERR_NOMEM, the streams it broke refuse to feed until reset, and every other stream
+     goes on as a session.
+   The allocator is replaced (TITANS_MALLOC / TITANS_FREE) to refuse the n-th allocation. */
+#include <stdlib.h>
+static long long ba_countdown = -1; /* refuse the allocation when this reaches 0; -1: never */
+static int ba_injected;             /* allocations refused so far */
+static void *ba_malloc(size_t n) {
+  if (ba_countdown >= 0 && ba_countdown-- == 0) {
+    ba_injected++;
+    return NULL;
+  }
+  return malloc(n);
+}
+#define TITANS_MALLOC(n) ba_malloc(n)
+#define TITANS_FREE(p) free(p)
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
 #include "harness.h"
@@ -247,6 +263,102 @@ static void test_bad_arguments(void) {
   titans_model_free(&m2);
 }
 
+/* What one run of the sweep saw. */
+typedef struct sweep_count {
+  int failures, reported, unreported; /* refused allocations; calls that then returned NOMEM; that did not */
+  int in_feed;                        /* refused allocations inside titans_session_batch_feed */
+  int not_refused;                    /* broken streams that fed again without a reset */
+  double worst;                       /* the largest difference of a stream's logits from its session's */
+} sweep_count;
+
+#define SWEEP_CALLS 20
+/* Three streams of a fresh batch fed SWEEP_CALLS calls, the allocator refusing its k-th allocation from
+   the batch's init on (k = -1: none), against one session a stream fed by the same allocator unhindered.
+   A broken stream sits out (IDLE) after checking that feeding it is refused, and is reset two calls later;
+   its session is reset with it. Returns 1 when k was past the run's last allocation. */
+static int sweep_run(const titans_model *m, const int *toks, long long k, sweep_count *cnt) {
+  size_t V = (size_t)m->cfg.vocab;
+  titans_session ref[3];
+  int have_ref = 0, broke_at[3] = {-1, -1, -1};
+  for (; have_ref < 3; have_ref++)
+    if (titans_session_init(&ref[have_ref], m)) break;
+  float *lb = titans_alloc_floats(3 * V), *lr = titans_alloc_floats(V); /* [3, V], [V] */
+  titans_session_batch b;
+  int before = ba_injected;
+  ba_countdown = k;
+  int rc = titans_session_batch_init(&b, m, 3), ran = 0;
+  if (ba_injected != before) {
+    cnt->failures++;
+    if (rc == TITANS_ERR_NOMEM) cnt->reported++;
+    else cnt->unreported++;
+  }
+  for (int t = 0; t < SWEEP_CALLS && !rc && have_ref == 3 && lb && lr; t++) {
+    int tok[3];
+    for (int i = 0; i < 3; i++) {
+      tok[i] = toks[t * 3 + i];
+      if (broke_at[i] >= 0 && t == broke_at[i] + 2) { /* the broken stream back from position 0 */
+        ba_countdown = -1;
+        if (titans_session_batch_reset(&b, (size_t)i) || titans_session_reset(&ref[i])) cnt->unreported++;
+        broke_at[i] = -1;
+      } else if (broke_at[i] >= 0) {
+        tok[i] = TITANS_SESSION_BATCH_IDLE;
+      }
+    }
+    before = ba_injected;
+    int frc = titans_session_batch_feed(&b, tok, lb);
+    long long after = ba_countdown;
+    ba_countdown = -1; /* the sessions are the reference: never refused */
+    if (ba_injected != before) {
+      cnt->failures++;
+      cnt->in_feed++;
+      if (frc == TITANS_ERR_NOMEM) cnt->reported++;
+      else cnt->unreported++;
+    }
+    for (int i = 0; i < 3; i++) {
+      if (tok[i] == TITANS_SESSION_BATCH_IDLE) continue;
+      titans_session *st = titans_session_batch_stream(&b, (size_t)i);
+      if (st->broken) { /* it fed no further: a retry is refused, its session drops this token */
+        int retry[3] = {TITANS_SESSION_BATCH_IDLE, TITANS_SESSION_BATCH_IDLE, TITANS_SESSION_BATCH_IDLE};
+        retry[i] = 1;
+        if (titans_session_batch_feed(&b, retry, NULL) != TITANS_ERR_STATE) cnt->not_refused++;
+        broke_at[i] = t;
+        continue;
+      }
+      if (titans_session_feed(&ref[i], &tok[i], 1, lr)) cnt->unreported++;
+      else cnt->worst = fmax(cnt->worst, rel_diff(lb + (size_t)i * V, lr, V));
+    }
+    ba_countdown = after < 0 ? -1 : after;
+    ran = 1;
+  }
+  int past = ba_countdown >= 0 || k < 0; /* the countdown never reached 0 */
+  ba_countdown = -1;
+  if (!rc) titans_session_batch_free(&b);
+  for (int i = 0; i < have_ref; i++) titans_session_free(&ref[i]);
+  titans_free(lb);
+  titans_free(lr);
+  return past && ran;
+}
+
+static void test_alloc_sweep(int kind) {
+  titans_config c = tiny_config(kind);
+  titans_model m;
+  titans_model_init(&m, &c);
+  lively_weights(&m, 51 + (uint64_t)kind);
+  int toks[SWEEP_CALLS * 3];
+  random_tokens(toks, SWEEP_CALLS * 3, c.vocab, 7 + (uint64_t)kind);
+  sweep_count cnt;
+  memset(&cnt, 0, sizeof cnt);
+  int runs = 0, complete = 0;
+  for (long long k = 0; k < 100000 && !complete; k++, runs++) complete = sweep_run(&m, toks, k, &cnt);
+  th_check(complete && cnt.failures > 0 && cnt.failures == cnt.reported && cnt.unreported == 0 && cnt.not_refused == 0 &&
+               cnt.worst <= 2e-5,
+           "%s: %d allocation failures injected (one per run, %d runs over init and %d feeds of 3 streams; %d in a feed): %d "
+           "returned TITANS_ERR_NOMEM, %d did not; %d broken streams fed again unreset; the others as their sessions "
+           "(max diff %.3g, tol 2e-5)",
+           kind_label(kind), cnt.failures, runs, SWEEP_CALLS, cnt.in_feed, cnt.reported, cnt.unreported, cnt.not_refused, cnt.worst);
+  titans_model_free(&m);
+}
+
 int main(void) {
   printf("session batches: each stream == a session, forks and state files, every block kind\n");
   for (int k = 0; k < NKINDS; k++) test_streams_equal_sessions(kinds[k]);
@@ -260,5 +372,7 @@ int main(void) {
   for (int k = 0; k < NKINDS; k++) test_nonfinite(kinds[k]);
   printf("session batches: bad arguments\n");
   test_bad_arguments();
+  printf("session batches: allocation failures\n");
+  for (int k = 0; k < NKINDS; k++) test_alloc_sweep(kinds[k]);
   return th_summary("test_session_batch");
 }
