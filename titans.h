@@ -4089,8 +4089,8 @@ static size_t titans__mem_work_carve(titans__mem_work *wk, float *buf, const tit
     wk->mx[i] = titans__take(buf, &used, b * b);
   }
   wk->cm = titans__take(buf, &used, b * b);
-  wk->kk = titans__take(buf, &used, b * b);
-  wk->ps = titans__take(buf, &used, b * m->dh);
+  wk->kk = titans__take(buf, &used, m->exact ? b * b : 0);     /* per_token_grad's solve only */
+  wk->ps = titans__take(buf, &used, m->exact ? b * m->dh : 0);
   wk->tmp = titans__take(buf, &used, b * m->nmax);
   wk->tmp2 = titans__take(buf, &used, b * m->nmax);
   if (backward) {
@@ -4401,12 +4401,18 @@ static void titans__mem_chunk_keys(const titans__mem_dims *m, int residual, cons
    a unit lower triangular system (I + N) e = ehat, solved by forward substitution. Everything after (query
    path, chunk-end state) reads delta[0] as before. Keeps kk = K K^T and ps = K S^T for the backward; s is
    the momentum at the piece's start (skipped when every B_t is 0: no momentum). Depth 1 only. */
+/* Whether the chunk's n tokens carry any momentum term (a B coefficient not 0): else the solve skips S. */
+static int titans__chunk_has_momentum(const titans__mem_work *wk, size_t n) {
+  for (size_t t = 0; t < n; t++)
+    if (wk->cB[t] != 0.0f) return 1;
+  return 0;
+}
+
 static void titans__mem_delta_solve(const titans__mem_dims *m, titans__mem_work *wk, const float *s, size_t n) {
   const size_t dh = m->dh;
   float *e = wk->delta[0];
   const float *p = wk->zk[0], *k = wk->ak[0]; /* p [n, dh] = K W^T from the key path */
-  int momentum = 0;
-  for (size_t t = 0; t < n; t++) momentum |= wk->cB[t] != 0.0f;
+  int momentum = titans__chunk_has_momentum(wk, n);
   if (momentum)
     titans_gemm(0, 1, n, dh, dh, 1.0f, titans_cm(k, dh), titans_cm(s, dh), 0.0f, titans_m(wk->ps, dh));
   titans_gemm(0, 1, n, n, dh, 1.0f, titans_cm(k, dh), titans_cm(k, dh), 0.0f, titans_m(wk->kk, n));
@@ -4432,8 +4438,7 @@ static void titans__mem_delta_solve_backward(const titans__mem_dims *m, int resi
   const size_t dh = m->dh;
   const float *e = wk->delta[0], *de = wk->ddelta[0], *k = wk->ak[0], *p = wk->zk[0];
   float *dehat = wk->dz, *dp = wk->dp1, *dps = wk->dp2, *dkk = wk->t1, *dk = wk->dak[0];
-  int momentum = 0;
-  for (size_t t = 0; t < n; t++) momentum |= wk->cB[t] != 0.0f;
+  int momentum = titans__chunk_has_momentum(wk, n);
   for (size_t t = n; t-- > 0;) {
     float *dt = dehat + t * dh;
     memcpy(dt, de + t * dh, dh * sizeof(float));
