@@ -327,7 +327,7 @@ static int sweep_run(const titans_model *m, const int *toks, long long k, sweep_
       if (titans_session_feed(&ref[i], &tok[i], 1, lr)) cnt->unreported++;
       else cnt->worst = fmax(cnt->worst, rel_diff(lb + (size_t)i * V, lr, V));
     }
-    ba_countdown = after < 0 ? -1 : after;
+    ba_countdown = after; /* as the feed left it: -1 once the run's one refusal is spent */
     ran = 1;
   }
   int past = ba_countdown >= 0 || k < 0; /* the countdown never reached 0 */
