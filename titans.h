@@ -4393,6 +4393,13 @@ static void titans__mem_chunk_keys(const titans__mem_dims *m, int residual, cons
   titans__mem_coeffs(wk->cA, wk->cB, wk->cE, wk->cC, wk->cD, wk->th, wk->et, wk->al, n);
 }
 
+/* Whether the chunk's n tokens carry any momentum term (a B coefficient not 0): else the solve skips S. */
+static int titans__chunk_has_momentum(const titans__mem_work *wk, size_t n) {
+  for (size_t t = 0; t < n; t++)
+    if (wk->cB[t] != 0.0f) return 1;
+  return 0;
+}
+
 /* per_token_grad (docs/model.md 1.10): turns the errors titans__mem_chunk_keys took at the piece's start
    weights, delta_t = 2 (W k_t + r k_t - v_t) (r: residual), into the errors at the weights just before each
    token, e_t = 2 (W_{t-1} k_t + r k_t - v_t), in place in wk->delta[0]. With depth 1 every step is
@@ -4401,13 +4408,6 @@ static void titans__mem_chunk_keys(const titans__mem_dims *m, int residual, cons
    a unit lower triangular system (I + N) e = ehat, solved by forward substitution. Everything after (query
    path, chunk-end state) reads delta[0] as before. Keeps kk = K K^T and ps = K S^T for the backward; s is
    the momentum at the piece's start (skipped when every B_t is 0: no momentum). Depth 1 only. */
-/* Whether the chunk's n tokens carry any momentum term (a B coefficient not 0): else the solve skips S. */
-static int titans__chunk_has_momentum(const titans__mem_work *wk, size_t n) {
-  for (size_t t = 0; t < n; t++)
-    if (wk->cB[t] != 0.0f) return 1;
-  return 0;
-}
-
 static void titans__mem_delta_solve(const titans__mem_dims *m, titans__mem_work *wk, const float *s, size_t n) {
   const size_t dh = m->dh;
   float *e = wk->delta[0];
@@ -5549,16 +5549,14 @@ static int titans__mem_forward_rows(const titans_mem_config *cfg, const titans_m
     if (!titans__reserve(&st[r]->scratch, &st[r]->scratch_size, work_floats)) return TITANS_ERR_NOMEM;
   float *tails[3] = {bufs + used, bufs + used + n * tail, bufs + used + 2 * n * tail}; /* [n, K_c - 1, d_m] each */
   for (size_t r = 0; r < n && tail; r++) {
-    memcpy(tails[0] + r * tail, st[r]->tail_q, tail * sizeof(float));
-    memcpy(tails[1] + r * tail, st[r]->tail_k, tail * sizeof(float));
-    memcpy(tails[2] + r * tail, st[r]->tail_v, tail * sizeof(float));
+    float *own[3] = {st[r]->tail_q, st[r]->tail_k, st[r]->tail_v};
+    for (int si = 0; si < 3; si++) memcpy(tails[si] + r * tail, own[si], tail * sizeof(float));
   }
   float *none[3] = {NULL, NULL, NULL};
   titans__mem_inputs_forward(&m, cfg, w, &bf, tails, none, x, n, 1, 3);
   for (size_t r = 0; r < n && tail; r++) {
-    memcpy(st[r]->tail_q, tails[0] + r * tail, tail * sizeof(float));
-    memcpy(st[r]->tail_k, tails[1] + r * tail, tail * sizeof(float));
-    memcpy(st[r]->tail_v, tails[2] + r * tail, tail * sizeof(float));
+    float *own[3] = {st[r]->tail_q, st[r]->tail_k, st[r]->tail_v};
+    for (int si = 0; si < 3; si++) memcpy(own[si], tails[si] + r * tail, tail * sizeof(float));
   }
 #ifdef _OPENMP
   if (n > 1 && titans__mem_split(&m, (long long)(n * m.H), 1)) {
@@ -10552,9 +10550,6 @@ static void titans__lm2_stream_keep(float *rows, const titans__layer_fwd *lf, co
   if (lf->lm2.nwrite == lf->lm2.nseg) memcpy(rows, lf->lm2.bank + lf->lm2.nwrite * n, n * sizeof(float));
 }
 
-/* One token at position p, the i-th of its segment: E from the attention over the cache, the read of the
-   bank of the segment's start, the token's term of the write's softmax, and when the token completes the
-   segment, the write (the next token reads the new bank). */
 /* A session's write of one token at segment offset i, from its key row uk [d] and value row uv [d]: the
    scores qu_j . uk / sqrt(d) folded into each slot's running softmax; at the segment's end U = acc / wsum
    and the gated update of the bank in place. Scratch a [N_s], u, gi, tu, gf [N_s, d] from w. */
@@ -10586,6 +10581,9 @@ static void titans__lm2_session_write(const titans_config *c, const titans_layer
   }
 }
 
+/* One token at position p, the i-th of its segment: E from the attention over the cache, the read of the
+   bank of the segment's start, the token's term of the write's softmax, and when the token completes the
+   segment, the write (the next token reads the new bank). */
 static int titans__lm2_step(titans_session *s, int l, float *mix, const float *xn, long long p, titans__step_work *w) {
   const titans_config *c = &s->model->cfg;
   const titans_layer *L = &s->model->w.layers[l];
