@@ -475,6 +475,10 @@ typedef struct titans_mem_ctx {
   float *grad_work;     /* the backward's gradient vectors and per-thread work, kept between calls */
   size_t cap_grad;
   double *stage_seconds; /* NULL, or the caller's [TITANS_MEM_STAGES]: the stage timers (below) */
+  /* 0, or the weight of a cost on writing that the caller adds to its loss: write_cost times the sum over
+     the forward's tokens and heads of theta_t / theta_max. The backward adds its gradient, write_cost /
+     theta_max, to every d theta_t. The trainer sets it from titans_train_config.write_cost. */
+  float write_cost;
   char error[TITANS_ERR_MSG_SIZE];
 } titans_mem_ctx;
 
@@ -1048,6 +1052,12 @@ typedef struct titans_train_config {
   float beta1, beta2;  /* 0.9, 0.95 */
   float eps;           /* 1e-8 */
   float clip;          /* global gradient-norm clip (1.0; 0 = none) */
+  float write_cost;    /* a cost on writing (0 = none; not in the paper): the loss trained gains write_cost
+                          times the mean over the batch's tokens, and the sum over memory layers and heads,
+                          of theta_t / theta_max, so the write gates stay shut where writing does not help
+                          the loss (docs/model.md 5). The loss reported leaves it out. */
+  long write_cost_from; /* the optimizer step from which the cost applies (0: from the first), so that
+                           the memory first learns what to write */
 } titans_train_config;
 
 /* The defaults: peak lr 4e-4 reached by a linear warm-up over 100 steps, then a cosine down to min_lr =
@@ -5767,6 +5777,8 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
   const titans__mem_input in = {x, dx, B, T};
   const titans__mem_tails_grad tails = {ctx->tails + slot, ctx->dtails_final + slot, ctx->dtails_init + slot};
+  if (ctx->write_cost != 0.0f && !ctx->retrieval) /* a retrieval writes nothing */
+    for (size_t j = 0; j < bt * m.H; j++) gr.dgates[0][j] += ctx->write_cost / cfg->theta_max;
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, &in, &tails, ctx->retrieval ? 1 : 3);
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS_BACKWARD, &since);
   return TITANS_OK;
@@ -8726,6 +8738,8 @@ TITANSDEF titans_train_config titans_train_config_default(void) {
   t.beta2 = 0.95f;
   t.eps = 1e-8f;
   t.clip = 1.0f;
+  t.write_cost = 0.0f;
+  t.write_cost_from = 0;
   return t;
 }
 
@@ -10978,6 +10992,22 @@ TITANSDEF void titans_trainer_free(titans_trainer *t) {
   t->fwd = NULL;
 }
 
+/* Every memory context of a layer's forward (MAC's are its rows') gets the cost on writing per token. */
+static void titans__layer_set_write_cost(titans__layer_fwd *lf, float per_token) {
+  for (size_t i = 0; i < lf->nctx; i++) lf->ctxs[i].write_cost = per_token;
+  for (size_t b = 0; b < lf->nrows; b++) titans__layer_set_write_cost(&lf->rows[b], per_token);
+}
+
+/* The cost on writing (titans_train_config.write_cost) as every memory call of the forward sees it: the
+   mean over the batch's B x T tokens, times the gradient's scale (a micro-batch's share of the step);
+   none before step write_cost_from. */
+static void titans__set_write_cost(titans_trainer *t, float scale) {
+  struct titans__fwd *f = t->fwd;
+  size_t n = f->B * f->T;
+  float per_token = n > 0 && t->step >= t->tc.write_cost_from ? t->tc.write_cost * scale / (float)n : 0.0f;
+  for (int l = 0; l < t->model->cfg.n_layers; l++) titans__layer_set_write_cost(&f->layers[l], per_token);
+}
+
 /* Forward and backward of one batch (stream may be NULL), adding scale * gradient into t->grads;
    *count (may be NULL) gets the targets the loss counted. */
 static int titans__forward_backward(titans_trainer *t, titans_stream *stream, const titans__batch *batch, size_t B,
@@ -10993,6 +11023,7 @@ static int titans__forward_backward(titans_trainer *t, titans_stream *stream, co
   float l = titans_cross_entropy(dlogits, f->logits, f->head_targets, f->n_head, V, scale);
   if (loss) *loss = l;
   if (!isfinite(l)) return titans__error(t->error, TITANS_ERR_NONFINITE, "step %ld: the loss is not finite", t->step);
+  titans__set_write_cost(t, scale);
   return titans__model_backward(t, dlogits);
 }
 
@@ -12321,6 +12352,10 @@ static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *
   titans__ck_add(fs, "beta2", TITANS__CK_FLOAT, &tc->beta2);
   titans__ck_add(fs, "eps", TITANS__CK_FLOAT, &tc->eps);
   titans__ck_add(fs, "clip", TITANS__CK_FLOAT, &tc->clip);
+  titans__ck_add(fs, "write_cost", TITANS__CK_FLOAT, &tc->write_cost);
+  fs->f[fs->n - 1].optional = 2; /* written only when set: 0 is none */
+  titans__ck_add(fs, "write_cost_from", TITANS__CK_LONG, &tc->write_cost_from);
+  fs->f[fs->n - 1].optional = 2;
 }
 
 /* A bounded string builder: ok stays 0 once something did not fit. */
@@ -12346,7 +12381,10 @@ static void titans__ck_put_object(titans__ck_buf *b, const titans__ck_fields *fs
   titans__ck_put(b, "{");
   for (int i = 0, written = 0; i < fs->n; i++) {
     const titans__ck_field *f = &fs->f[i];
-    if (f->optional == 2 && f->type == TITANS__CK_INT && *(const int *)f->ptr == 0) continue; /* left out at 0 */
+    if (f->optional == 2 && ((f->type == TITANS__CK_INT && *(const int *)f->ptr == 0) ||
+                             (f->type == TITANS__CK_LONG && *(const long *)f->ptr == 0) ||
+                             (f->type == TITANS__CK_FLOAT && *(const float *)f->ptr == 0.0f)))
+      continue; /* left out at 0 */
     if (written++) titans__ck_put(b, ",");
     titans__ck_put(b, "\"");
     titans__ck_put(b, f->key);
@@ -12539,7 +12577,7 @@ TITANSDEF int titans_train_config_from_json(titans_train_config *tc, const char 
   if (rc) return rc;
   if (!(c.lr >= 0.0f) || !(c.min_lr >= 0.0f) || c.warmup_steps < 0 || c.total_steps < 0 || !(c.weight_decay >= 0.0f) ||
       !(c.beta1 >= 0.0f && c.beta1 < 1.0f) || !(c.beta2 >= 0.0f && c.beta2 < 1.0f) || !(c.eps > 0.0f) ||
-      !(c.clip >= 0.0f))
+      !(c.clip >= 0.0f) || !(c.write_cost >= 0.0f && c.write_cost < 1e30f) || c.write_cost_from < 0)
     return titans__error(err, TITANS_ERR_FORMAT, "train config JSON: a value is out of range");
   *tc = c;
   return TITANS_OK;

@@ -891,6 +891,8 @@ typedef struct train_opts {
   int key_ngram;                           /* >= 1: ... and stays there (--key-shift-fixed: 1; --key-ngram N: on the
                                               N tokens before): its other taps are zeroed after every step */
   int gate_key;                            /* 1: the memory's write gate also reads its key (cfg.mem.gate_key) */
+  double write_cost;                       /* a cost on writing (titans_train_config.write_cost; 0: none) */
+  long write_cost_from;                    /* ... from this step on (titans_train_config.write_cost_from) */
   int no_forget;                           /* 1: the memory forgets nothing, alpha_t = 0 (cfg.mem.no_forget) */
   int per_token_grad;                      /* 1: each token's inner gradient at the weights before it
                                               (cfg.mem.per_token_grad; needs --mem-depth 1 --surprise-bound 0) */
@@ -962,6 +964,10 @@ static void help_train(void) {
       "                      reading token t-1-g, the query's the same groups one token later (conv width N+1)\n"
       "  --gate-key          the memory's write gate (theta) also reads the key, so it can write a token or not\n"
       "                      by the tokens before it, not by the token alone (not in the paper; docs/model.md 1.3)\n"
+      "  --write-cost X      the loss trained gains X times the mean write gate theta_t / theta_max (summed over\n"
+      "                      memory layers and heads), so the memory writes only where it pays (0; not in the\n"
+      "                      paper; docs/model.md 5)\n"
+      "  --write-cost-from N the cost applies from step N on, once the memory has learned what to write (0)\n"
       "  --no-forget         the memory forgets nothing: alpha_t = 0, --alpha-init unused (not in the paper;\n"
       "                      docs/model.md 1.3)\n"
       "  --per-token-grad    each token's inner gradient at the weights just before it, as with chunk 1, for any\n"
@@ -1187,6 +1193,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
       o->key_shift = 1;
     }
     else if (!strcmp(s, "--gate-key")) o->gate_key = 1;
+    else if (!strcmp(s, "--write-cost")) o->write_cost = arg_double(&a, s, 0.0, 1e6);
+    else if (!strcmp(s, "--write-cost-from")) o->write_cost_from = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--per-token-grad")) o->per_token_grad = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
@@ -1531,6 +1539,8 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--no-forget", want.mem.no_forget, had->mem.no_forget},
            {"--per-token-grad", want.mem.per_token_grad, had->mem.per_token_grad},
            {"--lr", (float)o->lr, tr->tc.lr},
+           {"--write-cost", (float)o->write_cost, tr->tc.write_cost},
+           {"--write-cost-from", (double)o->write_cost_from, (double)tr->tc.write_cost_from},
            {"--warmup", (double)o->warmup, (double)tr->tc.warmup_steps}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
     if (v[i].want != v[i].had && arg_given(argc, argv, v[i].opt))
@@ -1733,6 +1743,8 @@ static int cmd_train(int argc, char **argv) {
     tc.min_lr = (float)o.lr / 10;
     tc.warmup_steps = o.warmup;
     tc.total_steps = o.steps;
+    tc.write_cost = (float)o.write_cost;
+    tc.write_cost_from = o.write_cost_from;
     if (titans_trainer_init(&tr, &model, &tc) != TITANS_OK) fail("%s", tr.error);
   }
   /* everything is checked: now the folder, created with its parents and tried for writing, so a bad --out
@@ -2891,19 +2903,47 @@ static size_t trace_weights(titans_session *s, const titans_config *c, float *ke
   return at;
 }
 
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of the log10 changes y [n_chunks] of the chunks without a needle whose digit count is in
+   [lo, hi], into *median (log10); returns how many there were. */
+static size_t trace_median(const double *y, const char *has_needle, const unsigned char *digits, size_t n_chunks,
+                           unsigned lo, unsigned hi, double *median) {
+  double *pick = (double *)xmalloc((n_chunks ? n_chunks : 1) * sizeof(double)); /* [n_chunks] */
+  size_t n = 0;
+  for (size_t ch = 0; ch < n_chunks; ch++)
+    if (!has_needle[ch] && digits[ch] >= lo && digits[ch] <= hi) pick[n++] = y[ch];
+  qsort(pick, n, sizeof(double), compare_doubles);
+  *median = n ? (n % 2 ? pick[n / 2] : 0.5 * (pick[n / 2 - 1] + pick[n / 2])) : 0.0;
+  free(pick);
+  return n;
+}
+
 /* Per memory layer, from log10 changes y [layers, n_chunks]: the largest write of a chunk that holds a
-   needle token, and how many chunks without one wrote at least a tenth of it (writes that share the
-   memory with the needles'). */
-static void trace_summary(const double *y, const char *has_needle, size_t layers, size_t n_chunks) {
+   needle token, how many chunks without one wrote at least a tenth of it (writes that share the
+   memory with the needles'), and the median write of the others against it, apart for chunks without
+   a digit and chunks of 4 digits or more (digits [n_chunks]): how selective the write gate is amid the
+   haystack's text and amid its numbers. */
+static void trace_summary(const double *y, const char *has_needle, const unsigned char *digits, size_t layers,
+                          size_t n_chunks) {
   for (size_t l = 0; l < layers; l++) {
-    double needle_max = -1e300;
+    const double *yl = y + l * n_chunks;
+    double needle_max = -1e300, text, numbers;
     size_t others = 0, strong = 0;
     for (size_t ch = 0; ch < n_chunks; ch++)
-      if (has_needle[ch] && y[l * n_chunks + ch] > needle_max) needle_max = y[l * n_chunks + ch];
+      if (has_needle[ch] && yl[ch] > needle_max) needle_max = yl[ch];
     for (size_t ch = 0; ch < n_chunks; ch++)
-      if (!has_needle[ch]) others++, strong += y[l * n_chunks + ch] >= needle_max - 1.0;
+      if (!has_needle[ch]) others++, strong += yl[ch] >= needle_max - 1.0;
     printf("layer %zu: the needles' chunks moved the memory's weights by up to %.3g; %zu of the %zu other chunks "
            "moved them by a tenth of that or more\n", l, pow(10.0, needle_max), strong, others);
+    size_t n_text = trace_median(yl, has_needle, digits, n_chunks, 0, 0, &text);
+    size_t n_numbers = trace_median(yl, has_needle, digits, n_chunks, 4, 255, &numbers);
+    printf("layer %zu: median write over the needles' largest: %.3g in the %zu chunks without a digit, %.3g in the %zu "
+           "with 4 or more\n", l, n_text ? pow(10.0, text - needle_max) : 0.0, n_text,
+           n_numbers ? pow(10.0, numbers - needle_max) : 0.0, n_numbers);
   }
 }
 
@@ -2927,6 +2967,7 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
   double *x = (double *)xmalloc(n_chunks * sizeof(double));     /* [n_chunks] the chunk's last position + 1 */
   double *y = (double *)xmalloc(L * n_chunks * sizeof(double)); /* [L, n_chunks] log10 of the change */
   char *has_needle = (char *)xmalloc(n_chunks);                  /* [n_chunks] 1: a needle token in the chunk */
+  unsigned char *digits = (unsigned char *)xmalloc(n_chunks);    /* [n_chunks] the chunk's digit tokens */
   FILE *f = fopen(o->trace, "w");
   if (!f) fail("cannot write %s: %s", o->trace, strerror(errno));
   fprintf(f, "# %s, %s example, length %zu, depth %.0f%%, %zu needle(s); per chunk of %zu tokens\n", o->models.path[0],
@@ -2950,6 +2991,8 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
     trace_weights(&s, c, now, total);
     x[ch] = (double)to;
     has_needle[ch] = needle_tokens > 0;
+    digits[ch] = 0;
+    for (size_t i = from; i < to; i++) digits[ch] += longctx_token(&ex, i) >= '0' && longctx_token(&ex, i) <= '9';
     mem_layers = 0;
     for (size_t l = 0; l * per_layer < total; l++, mem_layers++) {
       double change = 0, norm = 0;
@@ -2973,8 +3016,8 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
                        name_ptr, n_chunks, x, y) != 0)
     fail("cannot write %s: %s", svg, strerror(errno));
   printf("wrote %s and %s (the asked needle at token %zu)\n", o->trace, svg, ex.needle_at);
-  trace_summary(y, has_needle, mem_layers, n_chunks);
-  free(before), free(now), free(x), free(y), free(has_needle);
+  trace_summary(y, has_needle, digits, mem_layers, n_chunks);
+  free(before), free(now), free(x), free(y), free(has_needle), free(digits);
   titans_session_free(&s);
 }
 

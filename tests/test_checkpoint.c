@@ -167,6 +167,30 @@ static void test_json(void) {
   }
   th_check(fl_ok, "%zu floats (denormal, FLT_MAX, 1e-8, 1/3, ...) round-trip bit for bit",
            sizeof vals / sizeof vals[0]);
+  {
+    /* the cost on writing: written only when set (a trainer file without it is an earlier version's, or
+       one that trains without it), round-trips, and a negative or infinite one is refused */
+    titans_train_config tc = titans_train_config_default(), tb = tc;
+    titans_train_config_to_json(&tc, json, sizeof json);
+    int absent = strstr(json, "write_cost") == NULL;
+    tc.write_cost = 0.3f;
+    tc.write_cost_from = 1000;
+    tb.write_cost = 0.0f;
+    int rt = !titans_train_config_to_json(&tc, json, sizeof json) && !titans_train_config_from_json(&tb, json, err) &&
+             tb.write_cost == 0.3f && tb.write_cost_from == 1000;
+    char neg[1024], inf[1024];
+    const char *at = strstr(json, "\"write_cost\":");
+    char early[1024];
+    snprintf(neg, sizeof neg, "%.*s\"write_cost\":-1}", at ? (int)(at - json) : 0, json);
+    snprintf(inf, sizeof inf, "%.*s\"write_cost\":1e39}", at ? (int)(at - json) : 0, json);
+    snprintf(early, sizeof early, "%.*s\"write_cost\":0.3,\"write_cost_from\":-1}", at ? (int)(at - json) : 0, json);
+    int refused = at && titans_train_config_from_json(&tb, neg, err) == TITANS_ERR_FORMAT &&
+                  titans_train_config_from_json(&tb, inf, err) == TITANS_ERR_FORMAT &&
+                  titans_train_config_from_json(&tb, early, err) == TITANS_ERR_FORMAT;
+    th_check(absent && rt && refused,
+             "write_cost, write_cost_from: left out of the JSON at 0, round-trip at 0.3 and 1000, a cost of -1 or "
+             "1e39 and a step of -1 refused (%s)", json);
+  }
 
   /* bad JSON of every kind */
   const char *good = json;

@@ -51,6 +51,18 @@ check "it resumed at step 4" grep -q "resumed .* at step 4" out.txt
 check "resumed weights are bit-identical to the uninterrupted run's" cmp -s full/model.safetensors split/model.safetensors
 check "so is the whole trainer checkpoint (moments, step, loss history)" cmp -s full/trainer.safetensors split/trainer.safetensors
 
+rc=$(run "$bin" train $tiny --steps 8 --write-cost 0.5 --write-cost-from 2 --out cost)
+check "train --write-cost 0.5 --write-cost-from 2 exits 0, its trainer file keeps both (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'write_cost...0[.]5,..write_cost_from...2}' cost/trainer.safetensors && \
+         ! grep -q write_cost full/trainer.safetensors"
+run "$bin" train $tiny --steps 8 --write-cost 0.5 --write-cost-from 2 --stop-at 4 --out cost_split > /dev/null
+rc=$(run "$bin" train $tiny --steps 8 --resume --out cost_split)
+check "a run with a cost on writing resumed: the uninterrupted run's weights, bit for bit (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && cmp -s cost/model.safetensors cost_split/model.safetensors && \
+         ! cmp -s cost/model.safetensors full/model.safetensors"
+rc=$(run "$bin" train $tiny --steps 8 --write-cost 0.2 --resume --out cost_split)
+check "--resume with another --write-cost is refused (rc=$rc)" sh -c "[ $rc != 0 ] && grep -q 'write-cost' err.txt"
+
 rc=$(run "$bin" train $tiny --steps 8 --seed 8 --resume --out split)
 check "--resume with another seed is refused (rc=$rc)" [ "$rc" != 0 ]
 check "  with a message" grep -q "seed" err.txt
@@ -305,6 +317,9 @@ rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data ti
   --trace trace.tsv --svg n.svg)
 check "needle --trace writes the memory's change per chunk and layer, and its plot (rc=$rc)" \
   sh -c "[ $rc = 0 ] && [ \$(grep -c '^[0-9]' trace.tsv) -ge 40 ] && awk -F'\t' '\$5 > 0' trace.tsv | grep -q 'magic' && grep -q '</svg>' trace.tsv.svg"
+no_digit=$(awk -F'\t' '$1 ~ /^[0-9]/ && $2 == 0 && $5 == 0 && $6 !~ /[0-9]/' trace.tsv | wc -l)
+check "needle --trace: the write gate's selectivity, its chunks without a digit counted as in the TSV ($no_digit)" \
+  grep -q "^layer 0: median write over the needles' largest: [0-9.e-]* in the $no_digit chunks without a digit" out.txt
 rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --len 600 --depth 10 --trials 2 \
   --curve curve.tsv --curve-every 50)
 check "needle --curve: a line per trial and probe, 50 tokens apart, digits read never fewer, and its plot (rc=$rc)" \

@@ -354,16 +354,34 @@ static void test_bound_acts(titans_mem_config cfg) {
 
 /* ---- 7.4: gradients against central differences of the double reference ---------------------- */
 
-static double ref_loss(const ref_model *rm, const double *x, const float *dout, size_t B, size_t T) {
+/* sum over the B rows, T tokens and H heads of theta_t / theta_max: what a cost on writing weighs */
+static double ref_write_sum(const ref_model *rm, const double *x, size_t B, size_t T) {
+  const titans__mem_dims *m = &rm->m;
+  double *proj = calloc(3 * T * m->dm, sizeof(double)), *vec = calloc(3 * T * m->dm, sizeof(double)),
+         *gates = calloc(3 * T * m->H, sizeof(double)), sum = 0;
+  for (size_t b = 0; b < B; b++) {
+    ref_token_inputs(rm, x + b * T * m->d, T, proj, vec, gates);
+    for (size_t j = 0; j < T * m->H; j++) sum += gates[j] / rm->cfg.theta_max; /* gates[0 .. T H): theta */
+  }
+  free(proj); free(vec); free(gates);
+  return sum;
+}
+
+/* sum(out . dout) + write_cost * ref_write_sum: the loss whose gradient the backward returns when the
+   ctx's write_cost is set */
+static double ref_loss(const ref_model *rm, const double *x, const float *dout, size_t B, size_t T,
+                       double write_cost) {
   size_t n = B * T * rm->m.d;
   double *o = calloc(n, sizeof(double)), L = 0;
   ref_forward(rm, x, B, T, o, NULL, NULL);
   for (size_t i = 0; i < n; i++) L += o[i] * dout[i];
   free(o);
+  if (write_cost != 0) L += write_cost * ref_write_sum(rm, x, B, T);
   return L;
 }
 
-static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
+/* write_cost: the ctx's (a caller's cost on writing, added to the loss the backward differentiates) */
+static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, float write_cost) {
   fixture f;
   fixture_init(&f, cfg, B, T, 99 + (uint64_t)cfg.depth);
   size_t n = B * T * (size_t)cfg.d;
@@ -374,9 +392,11 @@ static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
   titans_mem_state_reset(&st, &f.w);
   float *out = titans_alloc_floats(n), *dx = titans_alloc_floats(n);
   int rc = titans_mem_forward(&cfg, &f.w, &st, out, f.x, T, &ctx);
+  ctx.write_cost = write_cost;
   if (!rc) rc = titans_mem_backward(&cfg, &f.w, &f.g, dx, f.dout, f.x, &ctx, 1);
-  char label[128], what[256];
-  cfg_label(label, sizeof label, &cfg, T);
+  char label[160], what[300];
+  cfg_label(label, sizeof label - 32, &cfg, T);
+  if (write_cost != 0) snprintf(label + strlen(label), 32, " write_cost=%g", (double)write_cost);
   double *x = to_double(f.x, n), h = 1e-5, worst = 0;
   const char *worst_name = "";
   for (size_t pi = 0; pi < f.rm.nparams; pi++) {
@@ -385,9 +405,9 @@ static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
     for (size_t j = 0; j < p->size; j++) {
       double *v = f.rm.p + p->offset + j, keep = *v;
       *v = keep + h;
-      double lp = ref_loss(&f.rm, x, f.dout, B, T);
+      double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost);
       *v = keep - h;
-      double lm = ref_loss(&f.rm, x, f.dout, B, T);
+      double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost);
       *v = keep;
       fd[j] = (lp - lm) / (2 * h);
     }
@@ -401,9 +421,9 @@ static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
   for (size_t j = 0; j < n; j++) {
     double keep = x[j];
     x[j] = keep + h;
-    double lp = ref_loss(&f.rm, x, f.dout, B, T);
+    double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost);
     x[j] = keep - h;
-    double lm = ref_loss(&f.rm, x, f.dout, B, T);
+    double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost);
     x[j] = keep;
     fdx[j] = (lp - lm) / (2 * h);
   }
@@ -416,6 +436,8 @@ static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
   titans_mem_state_free(&st);
   fixture_free(&f);
 }
+
+static void test_gradients(titans_mem_config cfg, size_t B, size_t T) { test_gradients_with_cost(cfg, B, T, 0.0f); }
 
 /* ---- the gated delta rule (titans_mem_config_gated_delta, docs/model.md 1.9) ----------------------- */
 
@@ -947,6 +969,10 @@ int main(void) {
   test_gradients(bounded(no_forget_deep, 0.5f), 2, 9);
   test_gradients(keyed_gate(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f)), 2, 7);
   test_gradients(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
+  /* a cost on writing (ctx.write_cost, titans_train_config.write_cost): large enough that the write gates'
+     gradients are mostly the cost's */
+  test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 3.0f);
+  test_gradients_with_cost(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9, 3.0f);
 
   printf("memory layer: golden values of the PyTorch reference (tests/ref)\n");
   test_golden("tests/ref/memory_golden.bin");

@@ -627,6 +627,81 @@ static void test_recompute(int kind) {
   titans_model_free(&m);
 }
 
+/* The gradient of titans_forward_backward with tc.write_cost set minus the same without it, with every
+   memory's write gate reading nothing but its bias (lr_w = 0, lr_b[h] = z_h): theta_t / theta_max =
+   sigma(z_h) at every token, so the cost's gradient on lr_b[h] is write_cost * sigma'(z_h) times the
+   tokens a memory writes per token of the batch (MAG and MAL: (T + N_p) / T), in every layer, and no other
+   tensor but lr_w moves. With recompute (MAC's segments run again) and in two micro-batches of half the
+   scale the same. */
+static void write_cost_grads(titans_model *m, float cost, long from, int recompute, const int *tokens, size_t B,
+                             size_t T, int halves, float *g, int *ok) {
+  titans_train_config tc = titans_train_config_default();
+  tc.write_cost = cost;
+  tc.write_cost_from = from;
+  titans_trainer t;
+  float loss = 0.0f;
+  *ok = *ok && titans_trainer_init(&t, m, &tc) == TITANS_OK;
+  titans_trainer_set_recompute(&t, recompute);
+  if (halves) /* rows [0, B/2) and [B/2, B), each at scale 1/2 */
+    for (size_t h = 0; h < 2; h++)
+      *ok = *ok && titans_forward_backward(&t, tokens + h * (B / 2) * (T + 1), B / 2, T, 0.5f, &loss) == TITANS_OK;
+  else
+    *ok = *ok && titans_forward_backward(&t, tokens, B, T, 1.0f, &loss) == TITANS_OK;
+  memcpy(g, t.grads, m->n_floats * sizeof(float));
+  titans_trainer_free(&t);
+}
+
+static void test_write_cost(int kind) {
+  titans_config c = tiny_config(kind);
+  titans_model m;
+  titans_model_init(&m, &c);
+  lively_weights(&m, 9);
+  const float zs[2] = {-1.0f, 0.5f}, cost = 0.3f;
+  for (size_t p = 0; p < m.n_params; p++) {
+    const titans_param *pp = &m.plist[p];
+    if (strstr(pp->name, "mem.lr_w")) memset(m.params + pp->offset, 0, pp->size * sizeof(float));
+    if (strstr(pp->name, "mem.lr_b"))
+      for (size_t h = 0; h < pp->size; h++) m.params[pp->offset + h] = zs[h % 2];
+  }
+  size_t B = 2, T = kind == TITANS_BLOCK_MAC ? 15 : 10;
+  /* MAG's and MAL's memories write their persistent tokens before the sequence's */
+  size_t prefix = kind == TITANS_BLOCK_MAG || kind == TITANS_BLOCK_MAL ? (size_t)c.n_persist : 0;
+  double writes_per_token = (double)(T + prefix) / (double)T;
+  int tokens[2 * 16], ok = 1;
+  random_tokens(tokens, B * (T + 1), c.vocab, 3);
+  float *g0 = titans_alloc_floats(m.n_floats), *g1 = titans_alloc_floats(m.n_floats);
+  ok = g0 && g1;
+  for (int variant = 0; variant < 3 && ok; variant++) { /* plain, recompute, two micro-batches */
+    write_cost_grads(&m, 0.0f, 0, variant == 1, tokens, B, T, variant == 2, g0, &ok);
+    write_cost_grads(&m, cost, 0, variant == 1, tokens, B, T, variant == 2, g1, &ok);
+    double worst = 0.0;
+    int others_same = 1, gates = 0;
+    for (size_t p = 0; ok && p < m.n_params; p++) {
+      const titans_param *pp = &m.plist[p];
+      if (strstr(pp->name, "mem.lr_w")) continue;
+      if (strstr(pp->name, "mem.lr_b")) {
+        gates++;
+        for (size_t h = 0; h < pp->size; h++) {
+          double sg = 1.0 / (1.0 + exp(-(double)zs[h % 2])), want = cost * sg * (1.0 - sg) * writes_per_token;
+          worst = fmax(worst, fabs((double)g1[pp->offset + h] - g0[pp->offset + h] - want) / want);
+        }
+      } else
+        others_same = others_same && memcmp(g0 + pp->offset, g1 + pp->offset, pp->size * sizeof(float)) == 0;
+    }
+    th_check(ok && gates == c.n_layers && others_same && worst <= 1e-4,
+             "%s: a cost on writing adds write_cost sigma'(z) to every layer's write-gate bias gradient (worst %.2g, "
+             "tol 1e-4) and nothing elsewhere (%s)", kind_label(kind), worst,
+             variant == 0 ? "one call" : variant == 1 ? "recompute" : "two micro-batches at scale 1/2");
+  }
+  write_cost_grads(&m, 0.0f, 0, 0, tokens, B, T, 0, g0, &ok);
+  write_cost_grads(&m, cost, 1, 0, tokens, B, T, 0, g1, &ok); /* a fresh trainer is at step 0 */
+  th_check(ok && memcmp(g0, g1, m.n_floats * sizeof(float)) == 0,
+           "%s: with write_cost_from 1 the first step's gradient is the one without the cost", kind_label(kind));
+  titans_free(g0);
+  titans_free(g1);
+  titans_model_free(&m);
+}
+
 static void test_sampling(void) {
   float logits[5] = {0.1f, 2.0f, -1.0f, 1.5f, 0.0f};
   titans_rng r;
@@ -713,6 +788,12 @@ int main(void) {
   for (int k = 0; k < NKINDS; k++) test_recompute(kinds[k]);
   tiny_mac_learns_from = TITANS_MAC_LEARNS_INPUT;
   test_recompute(TITANS_BLOCK_MAC);
+  tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
+  printf("models: a cost on writing (titans_train_config.write_cost)\n");
+  const int memory_kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL, TITANS_BLOCK_LMM};
+  for (int k = 0; k < 4; k++) test_write_cost(memory_kinds[k]);
+  tiny_mac_learns_from = TITANS_MAC_LEARNS_INPUT;
+  test_write_cost(TITANS_BLOCK_MAC);
   tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
   test_sampling();
   test_config_errors();
