@@ -12300,10 +12300,10 @@ static void titans__ck_add_optional(titans__ck_fields *fs, const char *key, int 
   fs->f[fs->n - 1].optional = 1;
 }
 
-/* An optional int written only when it is not 0: models that do not use it keep the files earlier
-   versions wrote, byte for byte. */
-static void titans__ck_add_when_set(titans__ck_fields *fs, const char *key, int *ptr) {
-  titans__ck_add(fs, key, TITANS__CK_INT, ptr);
+/* An optional number (int, long or float) written only when it is not 0: models and runs that do not use
+   it keep the files earlier versions wrote, byte for byte. */
+static void titans__ck_add_when_set(titans__ck_fields *fs, const char *key, int type, void *ptr) {
+  titans__ck_add(fs, key, type, ptr);
   fs->f[fs->n - 1].optional = 2;
 }
 
@@ -12334,11 +12334,11 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add(mem, "residual", TITANS__CK_INT, &c->mem.residual);
   titans__ck_add(mem, "theta_max", TITANS__CK_FLOAT, &c->mem.theta_max);
   titans__ck_add_optional(mem, "surprise_bound", TITANS__CK_FLOAT, &c->mem.surprise_bound); /* 0: unbounded */
-  titans__ck_add_when_set(mem, "key_ngram", &c->mem.key_ngram);
-  titans__ck_add_when_set(mem, "no_momentum", &c->mem.no_momentum);
-  titans__ck_add_when_set(mem, "no_forget", &c->mem.no_forget);
-  titans__ck_add_when_set(mem, "gate_key", &c->mem.gate_key);
-  titans__ck_add_when_set(mem, "per_token_grad", &c->mem.per_token_grad);
+  titans__ck_add_when_set(mem, "key_ngram", TITANS__CK_INT, &c->mem.key_ngram);
+  titans__ck_add_when_set(mem, "no_momentum", TITANS__CK_INT, &c->mem.no_momentum);
+  titans__ck_add_when_set(mem, "no_forget", TITANS__CK_INT, &c->mem.no_forget);
+  titans__ck_add_when_set(mem, "gate_key", TITANS__CK_INT, &c->mem.gate_key);
+  titans__ck_add_when_set(mem, "per_token_grad", TITANS__CK_INT, &c->mem.per_token_grad);
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {
@@ -12352,10 +12352,8 @@ static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *
   titans__ck_add(fs, "beta2", TITANS__CK_FLOAT, &tc->beta2);
   titans__ck_add(fs, "eps", TITANS__CK_FLOAT, &tc->eps);
   titans__ck_add(fs, "clip", TITANS__CK_FLOAT, &tc->clip);
-  titans__ck_add(fs, "write_cost", TITANS__CK_FLOAT, &tc->write_cost);
-  fs->f[fs->n - 1].optional = 2; /* written only when set: 0 is none */
-  titans__ck_add(fs, "write_cost_from", TITANS__CK_LONG, &tc->write_cost_from);
-  fs->f[fs->n - 1].optional = 2;
+  titans__ck_add_when_set(fs, "write_cost", TITANS__CK_FLOAT, &tc->write_cost); /* 0: no cost */
+  titans__ck_add_when_set(fs, "write_cost_from", TITANS__CK_LONG, &tc->write_cost_from);
 }
 
 /* A bounded string builder: ok stays 0 once something did not fit. */

@@ -2910,7 +2910,7 @@ static int compare_doubles(const void *a, const void *b) {
 
 /* The median of the log10 changes y [n_chunks] of the chunks without a needle whose digit count is in
    [lo, hi], into *median (log10); returns how many there were. */
-static size_t trace_median(const double *y, const char *has_needle, const unsigned char *digits, size_t n_chunks,
+static size_t trace_median(const double *y, const char *has_needle, const unsigned *digits, size_t n_chunks,
                            unsigned lo, unsigned hi, double *median) {
   double *pick = (double *)xmalloc((n_chunks ? n_chunks : 1) * sizeof(double)); /* [n_chunks] */
   size_t n = 0;
@@ -2927,7 +2927,7 @@ static size_t trace_median(const double *y, const char *has_needle, const unsign
    memory with the needles'), and the median write of the others against it, apart for chunks without
    a digit and chunks of 4 digits or more (digits [n_chunks]): how selective the write gate is amid the
    haystack's text and amid its numbers. */
-static void trace_summary(const double *y, const char *has_needle, const unsigned char *digits, size_t layers,
+static void trace_summary(const double *y, const char *has_needle, const unsigned *digits, size_t layers,
                           size_t n_chunks) {
   for (size_t l = 0; l < layers; l++) {
     const double *yl = y + l * n_chunks;
@@ -2940,7 +2940,7 @@ static void trace_summary(const double *y, const char *has_needle, const unsigne
     printf("layer %zu: the needles' chunks moved the memory's weights by up to %.3g; %zu of the %zu other chunks "
            "moved them by a tenth of that or more\n", l, pow(10.0, needle_max), strong, others);
     size_t n_text = trace_median(yl, has_needle, digits, n_chunks, 0, 0, &text);
-    size_t n_numbers = trace_median(yl, has_needle, digits, n_chunks, 4, 255, &numbers);
+    size_t n_numbers = trace_median(yl, has_needle, digits, n_chunks, 4, UINT_MAX, &numbers);
     printf("layer %zu: median write over the needles' largest: %.3g in the %zu chunks without a digit, %.3g in the %zu "
            "with 4 or more\n", l, n_text ? pow(10.0, text - needle_max) : 0.0, n_text,
            n_numbers ? pow(10.0, numbers - needle_max) : 0.0, n_numbers);
@@ -2967,7 +2967,7 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
   double *x = (double *)xmalloc(n_chunks * sizeof(double));     /* [n_chunks] the chunk's last position + 1 */
   double *y = (double *)xmalloc(L * n_chunks * sizeof(double)); /* [L, n_chunks] log10 of the change */
   char *has_needle = (char *)xmalloc(n_chunks);                  /* [n_chunks] 1: a needle token in the chunk */
-  unsigned char *digits = (unsigned char *)xmalloc(n_chunks);    /* [n_chunks] the chunk's digit tokens */
+  unsigned *digits = (unsigned *)xmalloc(n_chunks * sizeof(unsigned)); /* [n_chunks] the chunk's digit tokens */
   FILE *f = fopen(o->trace, "w");
   if (!f) fail("cannot write %s: %s", o->trace, strerror(errno));
   fprintf(f, "# %s, %s example, length %zu, depth %.0f%%, %zu needle(s); per chunk of %zu tokens\n", o->models.path[0],
@@ -2981,13 +2981,14 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
     for (size_t i = from; i < to; i++) {
       int tok = longctx_token(&ex, i);
       if (titans_session_feed(&s, &tok, 1, NULL) != TITANS_OK) fail("%s", s.error);
-      text[i - from] = tok >= 32 && tok < 127 && tok != '\t' ? (char)tok : ' ';
+      if (i - from < sizeof text - 1) /* a chunk of more than 63 tokens shows its first 63 */
+        text[i - from] = tok >= 32 && tok < 127 && tok != '\t' ? (char)tok : ' ';
       for (size_t k = 0, shift = 0; k < ex.n_needles; shift += ex.others_len[k], k++) {
         size_t at = ex.insert_at[k] + shift;
         needle_tokens += i >= at && i < at + ex.others_len[k];
       }
     }
-    text[to - from] = 0;
+    text[to - from < sizeof text - 1 ? to - from : sizeof text - 1] = 0;
     trace_weights(&s, c, now, total);
     x[ch] = (double)to;
     has_needle[ch] = needle_tokens > 0;

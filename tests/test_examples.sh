@@ -320,6 +320,12 @@ check "needle --trace writes the memory's change per chunk and layer, and its pl
 no_digit=$(awk -F'\t' '$1 ~ /^[0-9]/ && $2 == 0 && $5 == 0 && $6 !~ /[0-9]/' trace.tsv | wc -l)
 check "needle --trace: the write gate's selectivity, its chunks without a digit counted as in the TSV ($no_digit)" \
   grep -q "^layer 0: median write over the needles' largest: [0-9.e-]* in the $no_digit chunks without a digit" out.txt
+run "$bin" train $tiny --block lmm --chunk 96 --steps 2 --out chunk96 > /dev/null
+rc=$(run "$bin" needle --model chunk96/model.safetensors --task prose --data tiny.txt --len 400 --depth 50 --trials 1 \
+  --trace trace96.tsv --svg n.svg)
+check "needle --trace of a memory whose chunks are 96 tokens: each line shows the chunk's first 63 (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && [ \$(grep -c '^[0-9]' trace96.tsv) -ge 4 ] && \
+         awk -F'\t' '\$1 ~ /^[0-9]/ && length(\$6) != 63 && \$1 % 96 == 0 {bad = 1} END {exit bad}' trace96.tsv"
 rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --len 600 --depth 10 --trials 2 \
   --curve curve.tsv --curve-every 50)
 check "needle --curve: a line per trial and probe, 50 tokens apart, digits read never fewer, and its plot (rc=$rc)" \
