@@ -83,6 +83,8 @@
                          one exp (degree 7) for kernels and attention: activations change in their last bits
                          titans_lookup_init.head_gain (the final norm's gain at the start); the default
                          look-up start sets it to 0.5 (titans_lookup_init_default changes the models it builds)
+                         titans_train_config.write_cost and write_cost_from, a cost on writing (titans_mem_ctx.
+                         write_cost carries it into the memory's backward; off: files unchanged)
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
