@@ -5779,8 +5779,10 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
   const titans__mem_input in = {x, dx, B, T};
   const titans__mem_tails_grad tails = {ctx->tails + slot, ctx->dtails_final + slot, ctx->dtails_init + slot};
-  if (ctx->write_cost != 0.0f && !ctx->retrieval) /* a retrieval writes nothing */
-    for (size_t j = 0; j < bt * m.H; j++) gr.dgates[0][j] += ctx->write_cost / cfg->theta_max;
+  if (ctx->write_cost != 0.0f && !ctx->retrieval) { /* a retrieval writes nothing */
+    const float dtheta = ctx->write_cost / cfg->theta_max; /* d (c theta / theta_max) / d theta */
+    for (size_t j = 0; j < bt * m.H; j++) gr.dgates[0][j] += dtheta;
+  }
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, &in, &tails, ctx->retrieval ? 1 : 3);
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS_BACKWARD, &since);
   return TITANS_OK;
@@ -12358,6 +12360,16 @@ static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *
   titans__ck_add_when_set(fs, "write_cost_from", TITANS__CK_LONG, &tc->write_cost_from);
 }
 
+/* Whether a number field (int, long or float) holds 0: a titans__ck_add_when_set field is then left out. */
+static int titans__ck_is_zero(const titans__ck_field *f) {
+  switch (f->type) {
+  case TITANS__CK_INT: return *(const int *)f->ptr == 0;
+  case TITANS__CK_LONG: return *(const long *)f->ptr == 0;
+  case TITANS__CK_FLOAT: return *(const float *)f->ptr == 0.0f;
+  default: return 0;
+  }
+}
+
 /* A bounded string builder: ok stays 0 once something did not fit. */
 typedef struct titans__ck_buf {
   char *s;
@@ -12381,10 +12393,7 @@ static void titans__ck_put_object(titans__ck_buf *b, const titans__ck_fields *fs
   titans__ck_put(b, "{");
   for (int i = 0, written = 0; i < fs->n; i++) {
     const titans__ck_field *f = &fs->f[i];
-    if (f->optional == 2 && ((f->type == TITANS__CK_INT && *(const int *)f->ptr == 0) ||
-                             (f->type == TITANS__CK_LONG && *(const long *)f->ptr == 0) ||
-                             (f->type == TITANS__CK_FLOAT && *(const float *)f->ptr == 0.0f)))
-      continue; /* left out at 0 */
+    if (f->optional == 2 && titans__ck_is_zero(f)) continue; /* left out at 0 */
     if (written++) titans__ck_put(b, ",");
     titans__ck_put(b, "\"");
     titans__ck_put(b, f->key);

@@ -2978,9 +2978,11 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
   for (size_t ch = 0; ch < n_chunks; ch++) {
     size_t from = ch * chunk, to = from + chunk < ex.length ? from + chunk : ex.length, needle_tokens = 0;
     char text[64] = "";
+    digits[ch] = 0;
     for (size_t i = from; i < to; i++) {
       int tok = longctx_token(&ex, i);
       if (titans_session_feed(&s, &tok, 1, NULL) != TITANS_OK) fail("%s", s.error);
+      digits[ch] += tok >= '0' && tok <= '9';
       if (i - from < sizeof text - 1) /* a chunk of more than 63 tokens shows its first 63 */
         text[i - from] = tok >= 32 && tok < 127 && tok != '\t' ? (char)tok : ' ';
       for (size_t k = 0, shift = 0; k < ex.n_needles; shift += ex.others_len[k], k++) {
@@ -2992,8 +2994,6 @@ static void needle_trace(const needle_opts *o, const titans_model *model) {
     trace_weights(&s, c, now, total);
     x[ch] = (double)to;
     has_needle[ch] = needle_tokens > 0;
-    digits[ch] = 0;
-    for (size_t i = from; i < to; i++) digits[ch] += longctx_token(&ex, i) >= '0' && longctx_token(&ex, i) <= '9';
     mem_layers = 0;
     for (size_t l = 0; l * per_layer < total; l++, mem_layers++) {
       double change = 0, norm = 0;
