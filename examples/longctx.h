@@ -111,6 +111,9 @@ typedef struct longctx_options {
                              fixed sentence cycle */
   double number_words; /* the fraction of the filler's words (runs of letters) written as numbers, a random
                           digit for each letter: numbers amid the text that no question asks for (0: none) */
+  double decoy_numbers; /* prose: the fraction of those numbers that are decoys, starting with the first 1 to 6
+                           digits of a needle's number (random digits after): the same digits in another
+                           context, which a memory that writes every number writes over the needle's (0: none) */
 } longctx_options;
 
 typedef struct longctx_example {
@@ -128,6 +131,7 @@ typedef struct longctx_example {
                               fixed sentence cycle (passkey, copy) */
   size_t source_len, source_offset;
   double number_words;     /* longctx_options.number_words */
+  double decoy_numbers;    /* longctx_options.decoy_numbers */
   uint64_t number_key;     /* the stream that picks those words and their digits (from the seed) */
   /* every needle, the asked one included, in the order they come in the context */
   size_t n_needles;
@@ -225,6 +229,13 @@ static int longctx_filler_byte(const longctx_example *ex, size_t j) {
     return c; /* a very long word */
   double draw = (double)(longctx_mix64(ex->number_key, (uint64_t)start) >> 11) * (1.0 / 9007199254740992.0);
   if (draw >= ex->number_words) return c;
+  if (ex->decoy_numbers > 0 && ex->n_needles > 0) { /* a decoy: a needle's first digits */
+    uint64_t h = longctx_mix64(ex->number_key ^ 0xDEC0DEC0ull, (uint64_t)start);
+    double decoy_draw = (double)(h >> 11) * (1.0 / 9007199254740992.0);
+    const char *number = ex->numbers[(h & 0xFF) % ex->n_needles];
+    size_t prefix = 1 + (size_t)((h >> 8) & 0xFF) % 6, at = j - start;
+    if (decoy_draw < ex->decoy_numbers && at < prefix && number[at]) return number[at];
+  }
   return '0' + (int)(longctx_mix64(ex->number_key ^ 0xD161D161ull, (uint64_t)j) % 10);
 }
 
@@ -331,11 +342,12 @@ static void longctx_key_word(int word_set, const int *source, size_t source_len,
    depth. So one needle with the training words draws exactly what it always drew. */
 static int longctx_example_init(longctx_example *ex, int kind, size_t length, double depth, uint64_t seed,
                                 const int *source, size_t source_len, const longctx_options *opt, char *err) {
-  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0};
+  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0};
   if (!opt) opt = &one_needle;
   uint64_t rng = seed;
   memset(ex, 0, sizeof *ex);
   ex->number_words = opt->number_words;
+  ex->decoy_numbers = kind == LONGCTX_PROSE ? opt->decoy_numbers : 0.0;
   ex->number_key = longctx_mix64(seed, 0x4E554D42455253ull); /* not drawn from rng: the draws below stay */
   ex->kind = kind;
   ex->length = length;

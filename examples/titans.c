@@ -880,6 +880,8 @@ typedef struct train_opts {
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
                                     words as numbers (longctx_options.number_words) */
+  double decoys;                 /* --decoys F: longctx_options.decoy_numbers, that fraction of those numbers
+                                    starting with a needle's first digits */
   double theta_init[MAX_ALPHA_LAYERS];     /* where the write gate starts, per layer (0: the library's) */
   size_t n_theta_init;                     /* 1: theta_init[0] for every layer; else one per layer */
   double eta_init;                         /* where the momentum gate starts (0: the library's) */
@@ -975,7 +977,7 @@ static void help_train(void) {
       "                      docs/model.md 1.10)\n"
       "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
       "  --head-gain X       the final norm's gain starts at X: the tied head's logits x X (1)\n"
-      "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I\n");
+      "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I (0: off)\n");
   printf("Retrieval training (docs/long_context.md):\n"
          "  --task KIND         rows are retrieval examples: passkey | prose | copy (the needle at a uniform depth),\n"
          "                      and the defaults become the retrieval recipe: --block mac --d 64 (prose 128)\n"
@@ -1000,6 +1002,8 @@ static void help_train(void) {
          "  --numbers F         each example writes a fraction, uniform in [0, F), of its filler's words as\n"
          "                      numbers no question asks for: the memory learns to bind a number to its key,\n"
          "                      not to every number it reads (0)\n"
+         "  --decoys F          prose: this fraction of those numbers start with the first 1 to 6 digits of\n"
+         "                      a needle's number, the same digits in another context (0)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
          "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
@@ -1177,6 +1181,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
         usage_fail("train", "--key-words %s: want train, random or text", w);
     } else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
+    else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init"))
@@ -1199,7 +1204,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--per-token-grad")) o->per_token_grad = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--head-gain")) o->head_gain = arg_double(&a, s, 0.0, 1e3);
-    else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 1e-3, 1e3);
+    else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 0, 1e3); /* 0: off */
     else if (!strcmp(s, "--eta-init")) o->eta_init = arg_double(&a, s, 1e-6, 0.999999);
     else if (!strcmp(s, "--alpha-init"))
       o->n_alpha_init = arg_double_list(&a, s, o->alpha_init, MAX_ALPHA_LAYERS, 1e-9, 0.999999);
@@ -1236,9 +1241,9 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
-        o->numbers > 0 || o->min_rows || o->key_words || o->ask_all)
+        o->numbers > 0 || o->decoys > 0 || o->min_rows || o->key_words || o->ask_all)
       usage_fail("train", "--task-frac, --lens, --lens-mix, --min-rows, --end-jitter, --answer-loss, --needles, "
-                 "--key-words, --ask-all, --haystack and --numbers go with --task");
+                 "--key-words, --ask-all, --haystack, --numbers and --decoys go with --task");
     return;
   }
   if ((o->needles > 1 || o->key_words || o->ask_all) && o->task != LONGCTX_PROSE)
@@ -1388,7 +1393,8 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
   /* --numbers F: a fraction uniform in [0, F) of the filler's words are numbers (a stream of its own too) */
   double number_words =
       o->numbers * (double)(longctx_mix64(seed, 0x4E554D57524453ull) >> 11) * (1.0 / 9007199254740992.0);
-  longctx_options opt = {needles, o->key_words, o->haystack != NULL && kind != LONGCTX_PROSE, number_words};
+  longctx_options opt = {needles, o->key_words, o->haystack != NULL && kind != LONGCTX_PROSE, number_words,
+                         o->decoys};
   if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) {
     opt.needles = 1; /* a row too short for its needles holds one */
     if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) fail("%s", why);
@@ -1441,7 +1447,8 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->key_words && n < size)
     n += (size_t)snprintf(out + n, size - n, " key-words=%s", longctx_word_set_name(o->key_words));
   if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
-  if (o->numbers > 0 && n < size) snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
+  if (o->numbers > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
+  if (o->decoys > 0 && n < size) snprintf(out + n, size - n, " decoys=%.17g", o->decoys);
 }
 
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */
@@ -2607,6 +2614,8 @@ static void help_needle(void) {
          "                      of 5 to 8 letters of the haystack, no held-out one) (train)\n"
          "  --numbers F         the filler writes this fraction of its words as numbers no question asks for,\n"
          "                      a random digit per letter (0)\n"
+         "  --decoys F          prose: this fraction of those numbers start with the first 1 to 6 digits of\n"
+         "                      a needle's number (0)\n"
          "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
          "  --svg FILE          heat map of exact match, one panel per model (needle.svg)\n"
          "  --trace FILE        write trace: the first model reads the first trial of the first (length, depth)\n"
@@ -2630,6 +2639,7 @@ typedef struct needle_opts {
   int kind, threads;
   int needles, word_set;     /* --needles, --key-words: longctx_options */
   double numbers;            /* --numbers: longctx_options.number_words */
+  double decoys;             /* --decoys: longctx_options.decoy_numbers */
   const char *data, *svg, *haystack, *trace, *answers; /* answers: --answers FILE, one line per trial */
   const char *curve;         /* --curve FILE: the needle's hold along the haystack instead of the table */
   size_t curve_every;        /* --curve-every: tokens between probes (0: the first length / 64) */
@@ -2671,6 +2681,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--curve-every")) o->curve_every = (size_t)arg_long(&a, s, 1, 1L << 30);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
+    else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--key-words")) {
       const char *w = arg_value(&a, s);
       o->word_set = longctx_word_set_parse(w);
@@ -2746,7 +2757,7 @@ static void task_check(const train_opts *o, const titans_model *model, const dat
   longctx_example ex[3];
   char why[200];
   int ok = 0;
-  longctx_options opt = {o->needles, LONGCTX_WORDS_TRAIN, source != NULL && o->task != LONGCTX_PROSE, 0.0};
+  longctx_options opt = {o->needles, LONGCTX_WORDS_TRAIN, source != NULL && o->task != LONGCTX_PROSE, 0.0, 0.0};
   for (; opt.needles >= 1; opt.needles--) { /* as many needles as the run trained on, or as fit */
     ok = 1;
     for (size_t i = 0; i < 3 && ok; i++)
@@ -2784,7 +2795,8 @@ static void task_check(const train_opts *o, const titans_model *model, const dat
    why [200]. */
 static int needle_example(const needle_opts *o, size_t length, double depth, size_t trial, longctx_example *ex,
                           char *why) {
-  longctx_options opt = {o->needles, o->word_set, o->source != NULL && o->kind != LONGCTX_PROSE, o->numbers};
+  longctx_options opt = {o->needles, o->word_set, o->source != NULL && o->kind != LONGCTX_PROSE, o->numbers,
+                         o->decoys};
   return longctx_example_init(ex, o->kind, length, depth, longctx_eval_seed(o->seed, length, depth, trial),
                                    o->source, o->source_len, &opt, why);
 }
@@ -3222,6 +3234,7 @@ static int cmd_needle(int argc, char **argv) {
            : o.word_set == LONGCTX_WORDS_TEXT                                         ? "haystack's"
                                                                                       : "training");
   if (o.numbers > 0) printf("filler: %g of its words written as numbers\n", o.numbers);
+  if (o.decoys > 0) printf("filler: %g of those numbers start with a needle's first digits\n", o.decoys);
   models_load(&o.models);
   if (o.trace) needle_trace(&o, &o.models.model[0]);
   if (o.curve) {

@@ -172,7 +172,7 @@ static void test_needles(const int *source, size_t source_len) {
     for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++)
       for (uint64_t seed = 1; seed <= 4; seed++) {
         longctx_example ex;
-        longctx_options opt = {n, set, 0, 0.0};
+        longctx_options opt = {n, set, 0, 0.0, 0.0};
         char err[200], asked[160];
         size_t length = seed % 2 ? 1000 : 4096;
         if (longctx_example_init(&ex, LONGCTX_PROSE, length, 0.3, seed * 77 + (uint64_t)n, source, source_len, &opt,
@@ -206,19 +206,19 @@ static void test_needles(const int *source, size_t source_len) {
            "(%zu, %zu wrong)", bad_answer, bad_question);
   th_check(bad_pieces == 0, "several needles: longctx_tokens in pieces = token by token (%zu differ)", bad_pieces);
   longctx_example a, b;
-  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0};
+  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0};
   char err[200];
   longctx_example_init(&a, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, NULL, err);
   longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &one, err);
   size_t differ = 0;
   for (size_t i = 0; i < 4096 + a.answer_len; i++) differ += longctx_token(&a, i) != longctx_token(&b, i);
   th_check(differ == 0, "one needle through the options = the single-needle example (%zu tokens differ)", differ);
-  longctx_options random_one = {1, LONGCTX_WORDS_RANDOM, 0, 0.0};
+  longctx_options random_one = {1, LONGCTX_WORDS_RANDOM, 0, 0.0, 0.0};
   longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &random_one, err);
   th_check(a.source_offset == b.source_offset && !strcmp(a.answer, b.answer) && strcmp(a.words[0], b.words[0]),
            "random key words draw from a stream of their own: the filler's place and the number stay (%s, %s)",
            a.words[0], b.words[0]);
-  longctx_options text_one = {1, LONGCTX_WORDS_TEXT, 0, 0.0};
+  longctx_options text_one = {1, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0};
   longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &text_one, err);
   th_check(a.source_offset == b.source_offset && !strcmp(a.answer, b.answer) && strcmp(a.words[0], b.words[0]),
            "words of the text draw from a stream of their own: the filler's place and the number stay (%s, %s)",
@@ -227,7 +227,7 @@ static void test_needles(const int *source, size_t source_len) {
   static const char few[] = "a bb ccc dddd eeeee ffffffffff ";
   int few_ids[sizeof few - 1];
   for (size_t i = 0; i < sizeof few - 1; i++) few_ids[i] = (unsigned char)few[i];
-  longctx_options text_eight = {8, LONGCTX_WORDS_TEXT, 0, 0.0};
+  longctx_options text_eight = {8, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0};
   int few_ok = longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 5, few_ids, sizeof few - 1, &text_eight, err) == 0;
   size_t from_text = 0, random_ok = 0;
   for (int k = 0; few_ok && k < 8; k++) {
@@ -240,10 +240,10 @@ static void test_needles(const int *source, size_t source_len) {
   int names_ok = longctx_word_set_parse("bogus") == -1;
   for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++) names_ok &= longctx_word_set_parse(longctx_word_set_name(set)) == set;
   th_check(names_ok, "every word set's name parses back to it, and an unknown name to -1");
-  longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0, 0.0};
+  longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0};
   th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 4096, 0.5, 1, NULL, 0, &two, err) != 0,
            "several needles are refused for the passkey: %s", err);
-  longctx_options eight = {8, LONGCTX_WORDS_TRAIN, 0, 0.0};
+  longctx_options eight = {8, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0};
   th_check(longctx_example_init(&a, LONGCTX_PROSE, 300, 0.5, 1, source, source_len, &eight, err) != 0,
            "a length too short for its needles is refused: %s", err);
 }
@@ -256,7 +256,7 @@ static void test_other_questions(const int *source, size_t source_len) {
   for (int n = 2; n <= 4; n++)
     for (uint64_t seed = 1; seed <= 6; seed++) {
       longctx_example ex;
-      longctx_options opt = {n, LONGCTX_WORDS_TEXT, 0, 0.0};
+      longctx_options opt = {n, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0};
       char err[200], text[LONGCTX_MAX_NEEDLES * 160], want[160];
       size_t at[LONGCTX_MAX_NEEDLES], n_at = 0;
       if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, seed * 31 + (uint64_t)n, source, source_len, &opt, err))
@@ -280,7 +280,7 @@ static void test_other_questions(const int *source, size_t source_len) {
            "other questions: one per other needle with its own number, none for the asked word, after the last needle "
            "(%zu, %zu, %zu, %zu wrong)", bad_count, bad_answer, bad_question, bad_place);
   longctx_example ex;
-  longctx_options one = {1, LONGCTX_WORDS_TEXT, 0, 0.0}, three = {3, LONGCTX_WORDS_TEXT, 0, 0.0};
+  longctx_options one = {1, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0}, three = {3, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0};
   char err[200], text[LONGCTX_MAX_NEEDLES * 160];
   size_t at[LONGCTX_MAX_NEEDLES], n_at = 9;
   longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, 7, source, source_len, &one, err);
@@ -297,11 +297,11 @@ static void test_other_questions(const int *source, size_t source_len) {
    the question and the answer are untouched; any piece of the example reads as token by token. */
 static void test_number_words(const int *source, size_t source_len) {
   enum { LEN = 16384 };
-  longctx_options none = {2, LONGCTX_WORDS_TRAIN, 0, 0.0}, some = {2, LONGCTX_WORDS_TRAIN, 0, 0.05};
+  longctx_options none = {2, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0}, some = {2, LONGCTX_WORDS_TRAIN, 0, 0.05, 0.0};
   longctx_example plain, with_numbers, zero;
   char err[200];
   longctx_example_init(&plain, LONGCTX_PROSE, LEN, 0.3, 7, source, source_len, NULL, err);
-  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0};
+  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0};
   longctx_example_init(&zero, LONGCTX_PROSE, LEN, 0.3, 7, source, source_len, &one, err);
   size_t differ = 0;
   for (size_t i = 0; i < LEN + plain.answer_len; i++) differ += longctx_token(&plain, i) != longctx_token(&zero, i);
@@ -342,6 +342,62 @@ static void test_number_words(const int *source, size_t source_len) {
   th_check(bad == 0, "numbers 0.05: longctx_tokens in pieces = token by token (%zu differ)", bad);
 }
 
+/* Decoy numbers (longctx_options.decoy_numbers): with 0 the numbers are the ones number_words writes alone;
+   with 1 every number starts with the first 1 to 6 digits of one of the example's needles' numbers (a
+   shorter word: as many as it has), each prefix length drawn about equally often; only the numbers' digits
+   change, the needles, question and answer do not; a passkey ignores it. */
+static void test_decoy_numbers(const int *source, size_t source_len) {
+  enum { LEN = 16384 };
+  longctx_options numbers = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 0.0}, decoys = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 1.0},
+                  half = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 0.5};
+  longctx_example plain, all, some;
+  char err[200];
+  longctx_example_init(&plain, LONGCTX_PROSE, LEN, 0.4, 9, source, source_len, &numbers, err);
+  longctx_example_init(&all, LONGCTX_PROSE, LEN, 0.4, 9, source, source_len, &decoys, err);
+  longctx_example_init(&some, LONGCTX_PROSE, LEN, 0.4, 9, source, source_len, &half, err);
+  size_t not_digit = 0, n_numbers = 0, decoy_all = 0, decoy_half = 0, by_prefix[7] = {0};
+  for (size_t i = 0; i < LEN; i++) {
+    int a = longctx_token(&plain, i), b = longctx_token(&all, i);
+    if (a != b && !(a >= '0' && a <= '9' && b >= '0' && b <= '9')) not_digit++;
+    /* a number word of 7 or more digits after a space: long enough for every prefix length */
+    if (i < 1 || longctx_token(&plain, i - 1) != ' ' || !(a >= '0' && a <= '9')) continue;
+    size_t end = i;
+    while (end < LEN && longctx_token(&plain, end) >= '0' && longctx_token(&plain, end) <= '9') end++;
+    if (end - i < 7) continue;
+    n_numbers++;
+    size_t best_all = 0, best_half = 0; /* the longest start shared with a needle's number */
+    for (size_t k = 0; k < all.n_needles; k++) {
+      size_t m = 0, h = 0;
+      while (m < 7 && longctx_token(&all, i + m) == all.numbers[k][m]) m++;
+      while (h < 7 && longctx_token(&some, i + h) == some.numbers[k][h]) h++;
+      if (m > best_all) best_all = m;
+      if (h > best_half) best_half = h;
+    }
+    decoy_all += best_all >= 1;
+    decoy_half += best_half >= 1;
+    by_prefix[best_all < 7 ? best_all : 6]++;
+  }
+  th_check(not_digit == 0 && !strcmp(all.answer, plain.answer) && !strcmp(all.needle, plain.needle) &&
+               !strcmp(all.question, plain.question),
+           "decoys: only the numbers' digits change; needle, question and answer kept (%zu)", not_digit);
+  th_check(n_numbers > 100 && decoy_all == n_numbers, "decoys 1: each of %zu numbers starts with a needle's digits (%zu)",
+           n_numbers, decoy_all);
+  /* a prefix of p digits shares p (or by chance more) with the needle: 1..6 about equally often */
+  size_t least = n_numbers, most = 0;
+  for (int p = 1; p <= 5; p++) least = by_prefix[p] < least ? by_prefix[p] : least, most = by_prefix[p] > most ? by_prefix[p] : most;
+  th_check(least > n_numbers / 12 && most < n_numbers / 3, "decoys 1: prefixes of 1 to 6 digits each drawn (%zu..%zu of %zu)",
+           least, most, n_numbers);
+  /* half decoys: the other half start with a needle's first digit by chance only (about 3 in 10 for 3 needles) */
+  double frac = (double)decoy_half / (double)n_numbers;
+  th_check(frac > 0.55 && frac < 0.75, "decoys 0.5: %.2f of the numbers start with a needle's first digit", frac);
+  longctx_options passkey_decoys = {1, LONGCTX_WORDS_TRAIN, 1, 0.3, 1.0}, passkey_numbers = {1, LONGCTX_WORDS_TRAIN, 1, 0.3, 0.0};
+  longctx_example_init(&all, LONGCTX_PASSKEY, 4096, 0.4, 9, source, source_len, &passkey_decoys, err);
+  longctx_example_init(&plain, LONGCTX_PASSKEY, 4096, 0.4, 9, source, source_len, &passkey_numbers, err);
+  size_t differ = 0;
+  for (size_t i = 0; i < 4096; i++) differ += longctx_token(&all, i) != longctx_token(&plain, i);
+  th_check(differ == 0, "decoys: a passkey example ignores them (%zu tokens differ)", differ);
+}
+
 /* Plain sentences in random order: deterministic by seed, made of the pool's sentences only, and not
    periodic (no shift of up to 4,096 bytes repeats a 2,048-byte stretch); a passkey read from it keeps
    its needle, question and answer. */
@@ -371,7 +427,7 @@ static void test_sentence_haystack(void) {
   for (size_t shift = 1; shift <= 4096; shift++) periodic += !memcmp(a + 8192, a + 8192 + shift, 2048 * sizeof(int));
   th_check(periodic == 0, "sentence haystack: no period up to 4,096 bytes (%zu shifts repeat)", periodic);
   longctx_example ex;
-  longctx_options from_source = {1, LONGCTX_WORDS_TRAIN, 1, 0.0};
+  longctx_options from_source = {1, LONGCTX_WORDS_TRAIN, 1, 0.0, 0.0};
   char err[200];
   longctx_example_init(&ex, LONGCTX_PASSKEY, 8192, 0.5, 3, a, N, &from_source, err);
   th_check(count_in_example(&ex, ex.needle) == 1 && find_in_example(&ex, ex.question) == 8192 - ex.question_len &&
@@ -769,6 +825,7 @@ int main(int argc, char **argv) {
   test_needles(ids, text_len);
   test_other_questions(ids, text_len);
   test_number_words(ids, text_len);
+  test_decoy_numbers(ids, text_len);
   test_sentence_haystack();
   test_xml_checker();
 
