@@ -1248,6 +1248,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   }
   if ((o->needles > 1 || o->key_words || o->ask_all) && o->task != LONGCTX_PROSE)
     usage_fail("train", "--needles, --key-words and --ask-all go with --task prose");
+  if (o->decoys > 0 && (o->task != LONGCTX_PROSE || o->numbers <= 0)) /* a fraction of --numbers' numbers */
+    usage_fail("train", "--decoys goes with --task prose and --numbers above 0 (the decoys are some of its numbers)");
   if (o->haystack && !strcmp(o->haystack, "own")) o->haystack = NULL; /* the kind's own filler, the recipe's aside */
   if (o->needles == 0) o->needles = 1;
   if (o->min_rows == 0) o->min_rows = 1;
@@ -2697,6 +2699,8 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
   if (o->models.n == 0) usage_fail("needle", "--model FILE is required");
   if ((o->needles > 1 || o->word_set != LONGCTX_WORDS_TRAIN) && o->kind != LONGCTX_PROSE)
     usage_fail("needle", "--needles and --key-words go with --task prose");
+  if (o->decoys > 0 && (o->kind != LONGCTX_PROSE || o->numbers <= 0))
+    usage_fail("needle", "--decoys goes with --task prose and --numbers above 0 (the decoys are some of its numbers)");
   if (o->haystack && o->data) usage_fail("needle", "--data and --haystack both name the filler: give one");
   for (size_t i = 0; i < o->n_lens; i++)
     if (o->lens[i] < longctx_min_length(o->kind))

@@ -352,6 +352,8 @@ rc=$(run "$bin" needle --model numbers/model.safetensors --task prose --data tin
 check "needle --numbers 0.3 exits 0 and says so (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '0.3 of its words written as numbers' out.txt"
 rc=$(run "$bin" train $tiny --decoys 0.5 --steps 2 --out nope)
 check "--decoys without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train $tiny --task prose --recipe none --decoys 0.5 --lens 400 --steps 3 --out nope)
+check "--decoys without --numbers: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'decoys are some of its numbers' err.txt"
 rc=$(run "$bin" train $tiny --task prose --recipe none --numbers 0.2 --decoys 0.5 --lens 400 --steps 3 --out decoys)
 check "train --task prose --decoys 0.5 exits 0 (rc=$rc)" [ "$rc" = 0 ]
 rc=$(run "$bin" train $tiny --task prose --recipe none --numbers 0.2 --lens 400 --steps 3 --resume --out decoys)
@@ -359,6 +361,8 @@ check "  --resume without its --decoys is refused (rc=$rc)" sh -c "[ $rc = 1 ] &
 rc=$(run "$bin" needle --model decoys/model.safetensors --task prose --data tiny.txt --numbers 0.3 --decoys 0.5 --len 400 \
   --depth 50 --trials 2 --svg n.svg)
 check "needle --decoys 0.5 exits 0 and says so (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '0.5 of those numbers start' out.txt"
+rc=$(run "$bin" needle --model decoys/model.safetensors --task prose --data tiny.txt --decoys 0.5 --len 400 --trials 1)
+check "needle --decoys without --numbers: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --needles 2 --len 400)
 check "needle --needles with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model hay/model.safetensors --task prose --data tiny.txt --haystack sentences --len 400)
