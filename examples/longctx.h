@@ -169,6 +169,94 @@ static void longctx_sentence_text(int *out, size_t n, uint64_t seed) {
   }
 }
 
+/* Names for longctx_technical_text's constants, fields and functions (upper case there, lower in prose). */
+static const char *const longctx_tech_words[] = {
+    "buffer", "count", "size",   "flag",   "mode",    "port",  "timeout", "retry",  "limit", "offset", "index",
+    "level",  "state", "error",  "clock",  "rate",    "width", "height",  "depth",  "block", "page",   "sector",
+    "channel", "device", "queue", "signal", "vector", "table", "frame",   "packet", "stream", "cache", "mask",
+    "shift",  "base",  "version", "user",  "group",   "file",  "path",    "name",   "type",  "class",  "event",
+    "timer",  "power", "pin",    "irq",    "bus",     "reg",   "ctrl",    "status", "data",  "addr",   "len",
+    "max",    "min",   "default", "id",    "node",    "link",  "slot",    "unit",   "word"};
+#define LONGCTX_N_TECH_WORDS (sizeof longctx_tech_words / sizeof longctx_tech_words[0])
+
+/* A number of 1 to `max_digits` digits, the count uniform: small and large numbers alike. */
+static unsigned long longctx_tech_number(uint64_t *rng, int max_digits) {
+  int digits = 1 + (int)(longctx_next(rng) % (uint64_t)max_digits);
+  unsigned long ten = 1;
+  for (int k = 0; k < digits; k++) ten *= 10;
+  return (unsigned long)(longctx_next(rng) % ten);
+}
+
+/* One line (or a short block) of technical text into line [size]; returns its length. Every draw is a
+   statement of its own, in order: C leaves the order of a call's arguments open, and the text must be the
+   same from every compiler. */
+static size_t longctx_tech_line(char *line, size_t size, uint64_t *rng) {
+  const char *w[4]; /* names, lower case */
+  char up[2][16];   /* the first two in upper case, for constants */
+  for (int k = 0; k < 4; k++) w[k] = longctx_tech_words[longctx_next(rng) % LONGCTX_N_TECH_WORDS];
+  for (int k = 0; k < 2; k++) {
+    size_t j = 0;
+    for (; w[k][j] && j < 15; j++) up[k][j] = (char)(w[k][j] >= 'a' && w[k][j] <= 'z' ? w[k][j] - 32 : w[k][j]);
+    up[k][j] = 0;
+  }
+  int kind = (int)(longctx_next(rng) % 16), rows = 2 + (int)(longctx_next(rng) % 6), n = 0;
+  unsigned long v[6]; /* the line's numbers, drawn in order; each template takes what it needs */
+  static const int digits[16][6] = {{7}, {6}, {3}, {0}, {2, 2, 2, 2, 2, 5}, {1, 2, 3, 2}, {0}, {0}, {4},
+                                    {3, 3, 3, 3, 5}}; /* kinds 10-15: none */
+  for (int k = 0; k < 6; k++) v[k] = digits[kind][k] ? longctx_tech_number(rng, digits[kind][k]) : 0;
+  switch (kind) {
+  case 0: n = snprintf(line, size, "#define %s_%s 0x%0*lX\n", up[0], up[1], 2 << (rows % 3), v[0]); break;
+  case 1: n = snprintf(line, size, "#define %s_%s %lu\n", up[0], up[1], v[0]); break;
+  case 2: /* an enumeration: consecutive values from a random start */
+    n = snprintf(line, size, "enum %s_%s {\n", w[2], w[3]);
+    for (int r = 0; r < rows + 1 && n > 0 && n < (int)size; r++)
+      n += snprintf(line + n, size - (size_t)n, "\t%s_%s = %lu,\n", up[0],
+                    longctx_tech_words[(v[0] + (unsigned long)r * 7) % LONGCTX_N_TECH_WORDS], v[0] + (unsigned long)r);
+    if (n > 0 && n < (int)size) n += snprintf(line + n, size - (size_t)n, "};\n");
+    break;
+  case 3: /* a table of numbers of one width */
+    for (int r = 0, width = 1 + rows % 5; r < rows && n >= 0 && n < (int)size; r++) {
+      unsigned long t[4];
+      for (int k = 0; k < 4; k++) t[k] = longctx_tech_number(rng, width);
+      n += snprintf(line + n, size - (size_t)n, "\t{ %lu, %lu, %lu, %lu },\n", t[0], t[1], t[2], t[3]);
+    }
+    break;
+  case 4: n = snprintf(line, size, "%04lu-%02lu-%02lu %02lu:%02lu:%02lu %s[%lu]: %s %s\n", 1990 + v[5] % 36,
+                       1 + v[0] % 12, 1 + v[1] % 28, v[2] % 24, v[3] % 60, v[4] % 60, w[0], v[5], w[1], w[2]); break;
+  case 5: n = snprintf(line, size, "%s-%s version %lu.%lu.%lu, released %lu\n", w[0], w[1], v[0], v[1], v[2],
+                       1990 + v[3] % 36); break;
+  case 6: n = snprintf(line, size, "/* the %s of the %s, before the %s is set */\n", w[0], w[1], w[2]); break;
+  case 7: n = snprintf(line, size, "int %s_%s(struct %s *%s);\n", w[0], w[1], w[2], w[3]); break;
+  case 10: case 11: case 12: /* comments: text without numbers, as much of a header is */
+    n = snprintf(line, size, "/*\n * Set the %s of each %s before its %s: a %s that is not set\n * reads as the default.\n */\n",
+                 w[0], w[1], w[2], w[3]); break;
+  case 13: case 14:
+    n = snprintf(line, size, "struct %s_%s {\n\tunsigned long %s;\n\tstruct %s *%s;\n};\n", w[0], w[1], w[2], w[3], w[0]);
+    break;
+  case 8: n = snprintf(line, size, "%s/%s.c:%lu: warning: %s may be used before it is set\n", w[0], w[1], v[0],
+                       w[2]); break;
+  case 9: n = snprintf(line, size, "\t.%s = %lu.%lu.%lu.%lu:%lu,\n", w[0], v[0] % 256, v[1] % 256, v[2] % 256,
+                        v[3] % 256, v[4]); break;
+  default: n = snprintf(line, size, "extern const char *%s_%s_name(void);\n", w[0], w[1]); break;
+  }
+  return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
+/* out [n] = technical text drawn from seed: #define'd constants in decimal and hexadecimal, enumerations,
+   tables, dated log lines, versions, compiler warnings with line numbers, addresses, and lines without
+   numbers (comments, prototypes) between; about 90 digits a KB, as this machine's C headers denser than 40
+   digits a KB (91.6). Numbers in many formats and contexts that no question asks for: amid them a write
+   gate learns to pass digits by that do not follow a needle's words (docs/long_context.md). */
+static void longctx_technical_text(int *out, size_t n, uint64_t seed) {
+  uint64_t rng = longctx_mix64(seed, 0x54454348ull);
+  char line[1024]; /* [len] one line or block */
+  size_t i = 0;
+  while (i < n) {
+    size_t len = longctx_tech_line(line, sizeof line, &rng);
+    for (size_t k = 0; k < len && i < n; k++) out[i++] = (unsigned char)line[k];
+  }
+}
+
 /* The seed of evaluation trial `trial` at (length, depth): the same for every model, so all models of
    one run answer the same questions. */
 static uint64_t longctx_eval_seed(uint64_t seed, size_t length, double depth, size_t trial) {

@@ -996,9 +996,10 @@ static void help_train(void) {
          "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle),\n"
          "                      'random' (4 to 8 random letters each) or 'text' (words of 5 to 8 letters of\n"
          "                      the training text); never a held-out word (train; the prose recipe: text)\n"
-         "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order), a file,\n"
-         "                      or 'own', the kind's own: prose the training split, passkey its fixed cycle\n"
-         "                      (own; the passkey recipe: sentences)\n"
+         "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order), 'mixed'\n"
+         "                      (the training split alternating every 4 KB with generated technical text,\n"
+         "                      92 digits a KB), a file, or 'own', the kind's own: prose the training split,\n"
+         "                      passkey its fixed cycle (own; the passkey recipe: sentences)\n"
          "  --numbers F         each example writes a fraction, uniform in [0, F), of its filler's words as\n"
          "                      numbers no question asks for: the memory learns to bind a number to its key,\n"
          "                      not to every number it reads (0)\n"
@@ -1639,7 +1640,7 @@ static int memory_keys_one_tap(const titans_model *model) {
 }
 
 static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haystack, const size_t *lens, size_t n_lens,
-                          uint64_t seed);
+                          const dataset *text, uint64_t seed);
 
 static void task_check(const train_opts *o, const titans_model *model, const dataset *ds, const dataset *hay);
 
@@ -1671,7 +1672,7 @@ static int cmd_train(int argc, char **argv) {
   free(buf);
   dataset hay = {0, 0, 0, 0, 0}; /* --haystack: the examples' filler instead of the training split */
   if (o.haystack) {
-    haystack_load(&hay, &tok, o.haystack, o.lens, o.n_lens, longctx_mix64(o.seed, 0x48415953ull));
+    haystack_load(&hay, &tok, o.haystack, o.lens, o.n_lens, &ds, longctx_mix64(o.seed, 0x48415953ull));
     printf("%s filler: %s (%zu tokens)\n", longctx_kind_name(o.task), hay.name, hay.n);
   }
   size_t T = (size_t)o.seq, B = (size_t)o.batch;
@@ -2095,23 +2096,38 @@ static void dataset_load(dataset *ds, titans_tokenizer *tok, const char *path) {
 
 /* The filler of --haystack H: "sentences", plain sentences in an order drawn from seed (longctx.h), as
    many tokens as the longest of lens [n_lens] and 64K more (read from a random place, never wrapping
-   within an example); or the whole text of file H. ds->n_train = ds->n: all of it is filler. */
+   within an example); "mixed" (train), the training split of `text` alternating every 4,096 tokens with
+   as much technical text dense in numbers (longctx_technical_text); or the whole text of file H.
+   ds->n_train = ds->n: all of it is filler. */
 static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haystack, const size_t *lens, size_t n_lens,
-                          uint64_t seed) {
-  if (strcmp(haystack, "sentences") != 0) {
+                          const dataset *text, uint64_t seed) {
+  int sentences = !strcmp(haystack, "sentences"), mixed = !strcmp(haystack, "mixed");
+  if (!sentences && !mixed) {
     dataset_load(ds, tok, haystack);
     ds->n_train = ds->n;
     return;
   }
   size_t n = 65536;
   for (size_t i = 0; i < n_lens; i++) n = lens[i] + 65536 > n ? lens[i] + 65536 : n;
-  static const char name[] = "plain sentences in random order";
+  if (mixed) n = 2 * text->n_train;
+  const char *name = sentences ? "plain sentences in random order"
+                               : "the training split alternating every 4 KB with technical text dense in numbers";
   memset(ds, 0, sizeof *ds);
   ds->ids = (int *)xmalloc(n * sizeof(int));
-  longctx_sentence_text(ds->ids, n, seed);
+  if (sentences) longctx_sentence_text(ds->ids, n, seed);
+  else {
+    int *technical = (int *)xmalloc(text->n_train * sizeof(int)); /* [n_train] */
+    longctx_technical_text(technical, text->n_train, seed);
+    for (size_t at = 0, out = 0; at < text->n_train; at += 4096) {
+      size_t take = text->n_train - at < 4096 ? text->n_train - at : 4096;
+      memcpy(ds->ids + out, text->ids + at, take * sizeof(int)), out += take;
+      memcpy(ds->ids + out, technical + at, take * sizeof(int)), out += take;
+    }
+    free(technical);
+  }
   ds->n = ds->n_train = n;
-  ds->name = (char *)xmalloc(sizeof name);
-  memcpy(ds->name, name, sizeof name);
+  ds->name = (char *)xmalloc(strlen(name) + 1);
+  memcpy(ds->name, name, strlen(name) + 1);
 }
 
 #define MAX_MODELS 16
@@ -2702,6 +2718,9 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
   if (o->decoys > 0 && (o->kind != LONGCTX_PROSE || o->numbers <= 0))
     usage_fail("needle", "--decoys goes with --task prose and --numbers above 0 (the decoys are some of its numbers)");
   if (o->haystack && o->data) usage_fail("needle", "--data and --haystack both name the filler: give one");
+  if (o->haystack && !strcmp(o->haystack, "mixed"))
+    usage_fail("needle", "--haystack mixed is a training filler (the training text with generated numbers); "
+               "evaluate amid text the model never read");
   for (size_t i = 0; i < o->n_lens; i++)
     if (o->lens[i] < longctx_min_length(o->kind))
       usage_fail("needle", "--len %zu: a %s example needs at least %zu tokens", o->lens[i], longctx_kind_name(o->kind),
@@ -3220,7 +3239,7 @@ static int cmd_needle(int argc, char **argv) {
   titans_tokenizer_init(&tok, TITANS_TOKENIZER_BYTE);
   dataset ds = {0, 0, 0, 0, 0};
   if (o.haystack) {
-    haystack_load(&ds, &tok, o.haystack, o.lens, o.n_lens,
+    haystack_load(&ds, &tok, o.haystack, o.lens, o.n_lens, NULL,
                   longctx_mix64(o.seed + LONGCTX_EVAL_SEED_OFFSET, 0x48415953ull));
     o.source = ds.ids, o.source_len = ds.n;
     printf("%s filler: %s (%zu tokens, read from a random place per trial)\n", longctx_kind_name(o.kind), ds.name,

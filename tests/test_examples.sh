@@ -300,6 +300,12 @@ check "  --haystack own: the fixed cycle again, no haystack in the resume line (
 rc=$(run "$bin" train $tiny --task passkey --lens 160 --steps 3 --resume --out hayown)
 check "  a run on the cycle resumed without --haystack own is refused, saying both task lines and the fix (rc=$rc)" \
   sh -c "[ $rc = 1 ] && grep -q 'haystack=sentences' err.txt && grep -q 'add --haystack own' err.txt"
+rc=$(run "$bin" train $tiny --task prose --recipe none --haystack mixed --lens 256 --steps 2 --out haymixed)
+check "train --task prose --haystack mixed exits 0, says so, and names it in the resume line (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'alternating every 4 KB with technical text' out.txt && grep -a -q 'haystack=mixed' haymixed/trainer.safetensors"
+rc=$(run "$bin" needle --model haymixed/model.safetensors --task prose --haystack mixed --len 400)
+check "needle --haystack mixed (a training filler): exit 2, saying why (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'training filler' err.txt"
 rc=$(run "$bin" train $tiny --haystack own --steps 2 --out nope)
 check "--haystack own without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --needles 4 --key-words heldout \

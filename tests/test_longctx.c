@@ -437,6 +437,40 @@ static void test_sentence_haystack(void) {
   free(b);
 }
 
+/* The technical haystack (`train --haystack mixed`): deterministic, printable, about 90 digits a KB
+   like the C headers it stands for, numbers in several formats, and not periodic. */
+static void test_technical_text(void) {
+  enum { N = 1 << 16 };
+  int *a = (int *)malloc(N * sizeof(int)), *b = (int *)malloc(N * sizeof(int)), *c = (int *)malloc(N * sizeof(int));
+  longctx_technical_text(a, N, 5);
+  longctx_technical_text(b, N, 5);
+  longctx_technical_text(c, N, 6);
+  th_check(!memcmp(a, b, N * sizeof(int)) && memcmp(a, c, N * sizeof(int)),
+           "technical haystack: the same seed gives the same text, another seed another");
+  size_t digits = 0, unprintable = 0;
+  for (size_t i = 0; i < N; i++) {
+    digits += a[i] >= '0' && a[i] <= '9';
+    unprintable += !((a[i] >= 32 && a[i] < 127) || a[i] == '\n' || a[i] == '\t');
+  }
+  double per_kb = (double)digits * 1024.0 / N;
+  th_check(unprintable == 0 && per_kb > 75 && per_kb < 110,
+           "technical haystack: printable ASCII (%zu bytes not), %.1f digits a KB (75-110)", unprintable, per_kb);
+  char text[N + 1]; /* the bytes as a string, for strstr */
+  for (size_t i = 0; i < N; i++) text[i] = (char)a[i];
+  text[N] = 0;
+  static const char *const formats[] = {"#define ", " 0x", "enum ", "\t{ ", "]: ", " version ", ".c:", "/*\n"};
+  size_t missing = 0;
+  for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) missing += strstr(text, formats[k]) == NULL;
+  th_check(missing == 0, "technical haystack: constants, hexadecimal, enumerations, tables, logs, versions, "
+           "line numbers and comments all occur (%zu missing)", missing);
+  size_t periodic = 0;
+  for (size_t shift = 1; shift <= 4096; shift++) periodic += !memcmp(a + 8192, a + 8192 + shift, 2048 * sizeof(int));
+  th_check(periodic == 0, "technical haystack: no period up to 4,096 bytes (%zu shifts repeat)", periodic);
+  free(a);
+  free(b);
+  free(c);
+}
+
 /* ---- a minimal XML well-formedness checker ------------------------------------------------------------ */
 
 static int is_name_char(int c) {
@@ -827,6 +861,7 @@ int main(int argc, char **argv) {
   test_number_words(ids, text_len);
   test_decoy_numbers(ids, text_len);
   test_sentence_haystack();
+  test_technical_text();
   test_xml_checker();
 
   printf("== ./titans eval and needle on tiny models\n");
