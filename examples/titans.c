@@ -989,6 +989,9 @@ static void help_train(void) {
          "                      --numbers 0.05 --min-rows 2 --key-words text --ask-all (prose), --haystack\n"
          "                      sentences (passkey); any option given wins\n"
          "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
+         "  --recipe numbers    with --task prose: the recipe for text with numbers: the retrieval recipe with\n"
+         "                      --block lmm --theta-init 1e-12,0.5 (the first memory shut) --haystack mixed\n"
+         "                      --write-cost 0.3 --write-cost-from 1000; any option given wins\n"
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
          "  --ask-all           prose: an example asks for every needle it holds, the others' questions and\n"
          "                      answers just before its own question, every answer trained (off; the prose\n"
@@ -1060,6 +1063,18 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
   o->steps = 3000;
 }
 
+/* --recipe numbers, on top of the prose retrieval recipe: an LMM (unless --block says otherwise) whose first
+   memory never writes (its write gate starts at 1e-12 theta_max and stays near it: the second memory, whose
+   keys do not drift, answers alone), trained amid technical text dense in numbers (--haystack mixed), with
+   a cost on writing from step 1,000. Amid the numbers the write gate learns to pass by digits that do not
+   follow a needle's words, and the cost keeps it from writing the text between, the two erasers of a
+   needle amid real text (docs/long_context.md, "The numbers recipe"). */
+static void numbers_recipe(train_opts *o) {
+  o->theta_init[0] = 1e-12, o->theta_init[1] = 0.5, o->n_theta_init = 2; /* for the 2 layers of the default */
+  o->haystack = "mixed";
+  o->write_cost = 0.3, o->write_cost_from = 1000;
+}
+
 /* The value of the last `opt VALUE` in argv, or NULL: the options that choose the defaults of the rest. */
 static const char *arg_peek(int argc, char **argv, const char *opt) {
   const char *v = NULL;
@@ -1112,11 +1127,14 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   o->task_frac = -1; /* unset: 1 with --task */
   const char *task = arg_peek(argc, argv, "--task"), *recipe = arg_peek(argc, argv, "--recipe");
   const char *block = arg_peek(argc, argv, "--block");
-  if (recipe && strcmp(recipe, "none") && strcmp(recipe, "retrieval"))
-    usage_fail("train", "--recipe %s: want retrieval (the default with --task) or none", recipe);
+  if (recipe && strcmp(recipe, "none") && strcmp(recipe, "retrieval") && strcmp(recipe, "numbers"))
+    usage_fail("train", "--recipe %s: want retrieval (the default with --task), numbers or none", recipe);
   if (recipe && !task) usage_fail("train", "--recipe goes with --task");
+  int numbers = recipe && !strcmp(recipe, "numbers");
+  if (numbers && longctx_kind_from_name(task) != LONGCTX_PROSE) usage_fail("train", "--recipe numbers is for --task prose");
   if (task && longctx_kind_from_name(task) >= 0 && !(recipe && !strcmp(recipe, "none")))
-    retrieval_recipe(o, longctx_kind_from_name(task), block ? titans_block_from_name(block) : -1);
+    retrieval_recipe(o, longctx_kind_from_name(task), block ? titans_block_from_name(block) : numbers ? TITANS_BLOCK_LMM : -1);
+  if (numbers) numbers_recipe(o);
   for (a.i = 0; a.i < argc; a.i++) {
     const char *s = argv[a.i];
     if (!strcmp(s, "--data")) o->data = arg_value(&a, s);
@@ -1225,6 +1243,11 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (has_mem && !o->mem_head_dim && o->d % o->mem_heads != 0)
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
+  if (numbers && !arg_peek(argc, argv, "--theta-init") && o->layers != 2) { /* the first memory shut, any depth */
+    if (o->layers > MAX_ALPHA_LAYERS) usage_fail("train", "--recipe numbers: more than %d layers: give --theta-init", MAX_ALPHA_LAYERS);
+    for (int l = 0; l < o->layers; l++) o->theta_init[l] = l == 0 ? 1e-12 : 0.5;
+    o->n_theta_init = (size_t)o->layers;
+  }
   if (o->n_theta_init > 1 && o->n_theta_init != (size_t)o->layers)
     usage_fail("train", "--theta-init lists %zu values for %d layers (give one value, or one per layer)",
                o->n_theta_init, o->layers);

@@ -303,6 +303,24 @@ check "  a run on the cycle resumed without --haystack own is refused, saying bo
 rc=$(run "$bin" train $tiny --task prose --recipe none --haystack mixed --lens 256 --steps 2 --out haymixed)
 check "train --task prose --haystack mixed exits 0, says so, and names it in the resume line (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q 'alternating every 4 KB with technical text' out.txt && grep -a -q 'haystack=mixed' haymixed/trainer.safetensors"
+rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --lens 256 --steps 2 --val-every 0 --sample-len 0 \
+  --out recipenum)
+check "train --task prose --recipe numbers: an LMM amid the technical text, its first memory shut, a cost on writing (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'model: lmm' out.txt && grep -q 'technical text dense in numbers' out.txt && \
+         grep -a -q 'haystack=mixed' recipenum/trainer.safetensors && \
+         '$bin' info --model recipenum/model.safetensors | grep -q 'layer 0 memory gates at zero input: theta 1e-12' && \
+         '$bin' info --model recipenum/model.safetensors | grep -q 'layer 1 memory gates at zero input: theta 0.5'"
+rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --lens 256 --steps 3 --val-every 0 --sample-len 0 \
+  --resume --out recipenum)
+check "  resumed by the same command (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" train --data tiny.txt --task prose --lens 256 --steps 3 --val-every 0 --sample-len 0 --resume --out recipenum)
+check "  resumed without --recipe numbers: refused (rc=$rc)" [ "$rc" = 1 ]
+rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --layers 3 --lens 256 --steps 1 --val-every 0 \
+  --sample-len 0 --out recipenum3)
+check "  with --layers 3 the first memory shut, the others open (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && '$bin' info --model recipenum3/model.safetensors | grep -q 'layer 2 memory gates at zero input: theta 0.5'"
+rc=$(run "$bin" train --data tiny.txt --task passkey --recipe numbers --steps 1 --out nope)
+check "--recipe numbers with --task passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'for --task prose' err.txt"
 rc=$(run "$bin" needle --model haymixed/model.safetensors --task prose --haystack mixed --len 400)
 check "needle --haystack mixed (a training filler): exit 2, saying why (rc=$rc)" \
   sh -c "[ $rc = 2 ] && grep -q 'training filler' err.txt"
