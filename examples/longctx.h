@@ -202,10 +202,11 @@ static size_t longctx_tech_line(char *line, size_t size, uint64_t *rng) {
   int kind = (int)(longctx_next(rng) % 16), rows = 2 + (int)(longctx_next(rng) % 6), n = 0;
   unsigned long v[6]; /* the line's numbers, drawn in order; each template takes what it needs */
   static const int digits[16][6] = {{7}, {6}, {3}, {0}, {2, 2, 2, 2, 2, 5}, {1, 2, 3, 2}, {0}, {0}, {4},
-                                    {3, 3, 3, 3, 5}}; /* kinds 10-15: none */
+                                    {3, 3, 3, 3, 5}}; /* kinds 6, 7, 10-15: none */
   for (int k = 0; k < 6; k++) v[k] = digits[kind][k] ? longctx_tech_number(rng, digits[kind][k]) : 0;
   switch (kind) {
-  case 0: n = snprintf(line, size, "#define %s_%s 0x%0*lX\n", up[0], up[1], 2 << (rows % 3), v[0]); break;
+  case 0: /* hexadecimal of 2, 4 or 8 digits (the row count's draw doubles as the width's) */
+    n = snprintf(line, size, "#define %s_%s 0x%0*lX\n", up[0], up[1], 2 << (rows % 3), v[0]); break;
   case 1: n = snprintf(line, size, "#define %s_%s %lu\n", up[0], up[1], v[0]); break;
   case 2: /* an enumeration: consecutive values from a random start */
     n = snprintf(line, size, "enum %s_%s {\n", w[2], w[3]);
@@ -227,16 +228,16 @@ static size_t longctx_tech_line(char *line, size_t size, uint64_t *rng) {
                        1990 + v[3] % 36); break;
   case 6: n = snprintf(line, size, "/* the %s of the %s, before the %s is set */\n", w[0], w[1], w[2]); break;
   case 7: n = snprintf(line, size, "int %s_%s(struct %s *%s);\n", w[0], w[1], w[2], w[3]); break;
+  case 8: n = snprintf(line, size, "%s/%s.c:%lu: warning: %s may be used before it is set\n", w[0], w[1], v[0],
+                       w[2]); break;
+  case 9: n = snprintf(line, size, "\t.%s = %lu.%lu.%lu.%lu:%lu,\n", w[0], v[0] % 256, v[1] % 256, v[2] % 256,
+                        v[3] % 256, v[4]); break;
   case 10: case 11: case 12: /* comments: text without numbers, as much of a header is */
     n = snprintf(line, size, "/*\n * Set the %s of each %s before its %s: a %s that is not set\n * reads as the default.\n */\n",
                  w[0], w[1], w[2], w[3]); break;
   case 13: case 14:
     n = snprintf(line, size, "struct %s_%s {\n\tunsigned long %s;\n\tstruct %s *%s;\n};\n", w[0], w[1], w[2], w[3], w[0]);
     break;
-  case 8: n = snprintf(line, size, "%s/%s.c:%lu: warning: %s may be used before it is set\n", w[0], w[1], v[0],
-                       w[2]); break;
-  case 9: n = snprintf(line, size, "\t.%s = %lu.%lu.%lu.%lu:%lu,\n", w[0], v[0] % 256, v[1] % 256, v[2] % 256,
-                        v[3] % 256, v[4]); break;
   default: n = snprintf(line, size, "extern const char *%s_%s_name(void);\n", w[0], w[1]); break;
   }
   return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
@@ -244,8 +245,8 @@ static size_t longctx_tech_line(char *line, size_t size, uint64_t *rng) {
 
 /* out [n] = technical text drawn from seed: #define'd constants in decimal and hexadecimal, enumerations,
    tables, dated log lines, versions, compiler warnings with line numbers, addresses, and lines without
-   numbers (comments, prototypes) between; about 90 digits a KB, as this machine's C headers denser than 40
-   digits a KB (91.6). Numbers in many formats and contexts that no question asks for: amid them a write
+   numbers (comments, prototypes, structures) between; about 90 digits a KB, as the C headers denser than
+   40 digits a KB that session 19 trained amid (91.6). Numbers in many formats and contexts that no question asks for: amid them a write
    gate learns to pass digits by that do not follow a needle's words (docs/long_context.md). */
 static void longctx_technical_text(int *out, size_t n, uint64_t seed) {
   uint64_t rng = longctx_mix64(seed, 0x54454348ull);
