@@ -246,8 +246,9 @@ static size_t longctx_tech_line(char *line, size_t size, uint64_t *rng) {
 /* out [n] = technical text drawn from seed: #define'd constants in decimal and hexadecimal, enumerations,
    tables, dated log lines, versions, compiler warnings with line numbers, addresses, and lines without
    numbers (comments, prototypes, structures) between; about 90 digits a KB, as the C headers denser than
-   40 digits a KB that session 19 trained amid (91.6). Numbers in many formats and contexts that no question asks for: amid them a write
-   gate learns to pass digits by that do not follow a needle's words (docs/long_context.md). */
+   40 digits a KB that session 19 trained amid (91.6). Numbers in many formats and contexts that no
+   question asks for: amid them a write gate learns to pass digits by that do not follow a needle's words
+   (docs/long_context.md). */
 static void longctx_technical_text(int *out, size_t n, uint64_t seed) {
   uint64_t rng = longctx_mix64(seed, 0x54454348ull);
   char line[1024]; /* [len] one line or block */

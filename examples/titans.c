@@ -1070,8 +1070,7 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
    follow a needle's words, and the cost keeps it from writing the text between, the two erasers of a
    needle amid real text (docs/long_context.md, "The numbers recipe"). */
 static void numbers_recipe(train_opts *o) {
-  o->theta_init[0] = 1e-12, o->theta_init[1] = 0.5, o->n_theta_init = 2; /* for the 2 layers of the default */
-  o->haystack = "mixed";
+  o->haystack = "mixed"; /* the gates (--theta-init) are set once --layers is known: parse_train */
   o->write_cost = 0.3, o->write_cost_from = 1000;
 }
 
@@ -1243,7 +1242,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (has_mem && !o->mem_head_dim && o->d % o->mem_heads != 0)
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
-  if (numbers && !arg_peek(argc, argv, "--theta-init") && o->layers != 2) { /* the first memory shut, any depth */
+  if (numbers && !arg_peek(argc, argv, "--theta-init")) { /* the numbers recipe: the first memory shut, any depth */
     if (o->layers > MAX_ALPHA_LAYERS) usage_fail("train", "--recipe numbers: more than %d layers: give --theta-init", MAX_ALPHA_LAYERS);
     for (int l = 0; l < o->layers; l++) o->theta_init[l] = l == 0 ? 1e-12 : 0.5;
     o->n_theta_init = (size_t)o->layers;
@@ -2130,8 +2129,8 @@ static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haysta
     ds->n_train = ds->n;
     return;
   }
-  size_t n = 65536;
-  for (size_t i = 0; i < n_lens; i++) n = lens[i] + 65536 > n ? lens[i] + 65536 : n;
+  size_t n = 65536; /* [n] tokens of filler */
+  for (size_t i = 0; sentences && i < n_lens; i++) n = lens[i] + 65536 > n ? lens[i] + 65536 : n;
   if (mixed) n = 2 * text->n_train;
   const char *name = sentences ? "plain sentences in random order"
                                : "the training split alternating every 4 KB with technical text dense in numbers";
