@@ -171,6 +171,11 @@ int main(void) {
     stats sb = {0.0, 0.0, 1, 1, 0};
     for (size_t t = 0; t < sizeof(big) / sizeof(big[0]); t++)
       one(&sb, ta, tb, big[t][0], big[t][1], big[t][2], alphas[t % 6], betas[(t + 1) % 6], t % 3 * 7, &rng);
+    /* 9 to 16 rows against rows of B 2 KiB apart or a multiple (with tb, the transposed dot's 8 rows a
+       pass): k = 1024 and 512 in rows of k, k = 510 in rows of 512 (pad 3) */
+    static const size_t aliased[][4] = {{16, 48, 1024, 0}, {9, 37, 512, 0}, {16, 33, 510, 3}};
+    for (size_t t = 0; t < sizeof(aliased) / sizeof(aliased[0]); t++)
+      one(&sb, ta, tb, aliased[t][0], aliased[t][1], aliased[t][2], alphas[t % 6], betas[t % 6], aliased[t][3], &rng);
     report("larger shapes", ta, tb, &sb);
   }
 
