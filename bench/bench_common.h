@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static inline double now_sec(void) {
@@ -171,6 +172,58 @@ static inline double omp_region_cost_us(int nth) {
   (void)nth;
   return 0.0;
 #endif
+}
+
+/* ---- what a generated token reads (issue 38's roofline) ------------------------------------------
+   Every weight the token uses once (the embedding table's one row, or all of it when the head is tied to
+   it; not the parameters read only at a reset: persistent tokens, LM2's initial bank, the memory's w0),
+   which a session batch's streams share; and the stream's own state: each memory layer's W and S once
+   (MAC's retrieval also reads its committed W), LM2's bank, the key and value rows its attention sees. */
+typedef struct token_traffic {
+  double shared_floats; /* weights: read once a call of a session batch, whatever its streams */
+  double stream_floats; /* one stream's memory state, bank and KV rows: read for each stream's token */
+  double attn_mflop;    /* the attention's 4 d a visible row (titans_gemm does not count it) */
+} token_traffic;
+
+/* Floats of one memory head's weights: sum over its layers of n_{l+1} n_l. */
+static inline double mem_head_floats(const titans_mem_config *m) {
+  double dh = m->head_dim, hid = (double)m->hidden_mult * dh;
+  return m->depth == 1 ? dh * dh : 2.0 * dh * hid + (double)(m->depth - 2) * hid * hid;
+}
+
+/* Key rows a token at stream position t (from 0) attends to in one layer; 0 without attention. */
+static inline double kv_rows_seen(const titans_config *c, size_t t) {
+  double P = c->n_persist, seen = (double)t + 1.0, win = c->window;
+  switch (c->block) {
+  case TITANS_BLOCK_ATTN: return P + seen;
+  case TITANS_BLOCK_SWA:
+  case TITANS_BLOCK_MAG:
+  case TITANS_BLOCK_MAL:
+  case TITANS_BLOCK_LM2: return P + (seen < win ? seen : win);
+  case TITANS_BLOCK_MAC: return P + 2.0 * (double)(t % (size_t)c->segment + 1); /* Hm_j and X_j, j <= i */
+  default: return 0.0;
+  }
+}
+
+/* A token's traffic, averaged over a stream of n tokens from position 0. */
+static inline token_traffic token_traffic_of(const titans_model *m, size_t n) {
+  const titans_config *c = &m->cfg;
+  const int k = c->block;
+  double d = c->d, rows = 0.0;
+  token_traffic tt = {0.0, 0.0, 0.0};
+  for (size_t i = 0; i < m->n_params; i++) {
+    const titans_param *p = &m->plist[i];
+    if (strstr(p->name, "tok_emb")) tt.shared_floats += c->tied ? (double)p->size : d;
+    else if (p->kind != TITANS_PARAM_TOKENS && !strstr(p->name, ".w0.")) tt.shared_floats += (double)p->size;
+  }
+  if (k == TITANS_BLOCK_MAC || k == TITANS_BLOCK_MAG || k == TITANS_BLOCK_MAL || k == TITANS_BLOCK_LMM)
+    tt.stream_floats += c->n_layers * (k == TITANS_BLOCK_MAC ? 3.0 : 2.0) * c->mem.heads * mem_head_floats(&c->mem);
+  if (k == TITANS_BLOCK_LM2) tt.stream_floats += c->n_layers * (double)c->lm2_slots * (2.0 * d + 2.0);
+  for (size_t t = 0; t < n; t++) rows += kv_rows_seen(c, t);
+  rows /= (double)n;
+  tt.stream_floats += c->n_layers * rows * 2.0 * d; /* a key and a value row of d floats each */
+  tt.attn_mflop = c->n_layers * rows * 4.0 * d / 1e6;
+  return tt;
 }
 
 static inline int cmp_double(const void *x, const void *y) {

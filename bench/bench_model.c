@@ -294,50 +294,16 @@ static double bm_stream(titans_session *s, const int *tokens, size_t n, float *l
 }
 
 /* ---- the roofline of a generated token (issue 38) --------------------------------------------------
-   What one token must read: every weight it uses once (the embedding table's one row, or all of it when
-   the head is tied to it; not the parameters read only at a reset: persistent tokens, LM2's initial bank,
-   the memory's w0), each memory layer's W and S once (MAC's retrieval also reads its committed W), LM2's
-   bank, and the key and value rows the attention sees. Its flops: the matrix products counted by
-   titans_gemm over the timed streams, plus the attention's 4 d per visible row. The bound is the larger
-   of bytes / (the read bandwidth of a buffer that size, measured here) and flops / (the FMA peak). */
-
-/* Floats of one memory head's weights: sum over its layers of n_{l+1} n_l. */
-static double bm_mem_head_floats(const titans_mem_config *m) {
-  double dh = m->head_dim, hid = (double)m->hidden_mult * dh;
-  return m->depth == 1 ? dh * dh : 2.0 * dh * hid + (double)(m->depth - 2) * hid * hid;
-}
-
-/* Key rows a token at stream position t (from 0) attends to in one layer; 0 without attention. */
-static double bm_kv_rows(const titans_config *c, int kind, size_t t) {
-  double P = c->n_persist, seen = (double)t + 1.0, win = c->window;
-  switch (kind) {
-  case TITANS_BLOCK_ATTN: return P + seen;
-  case TITANS_BLOCK_SWA:
-  case TITANS_BLOCK_MAG:
-  case TITANS_BLOCK_MAL:
-  case TITANS_BLOCK_LM2: return P + (seen < win ? seen : win);
-  case TITANS_BLOCK_MAC: return P + 2.0 * (double)(t % (size_t)c->segment + 1); /* Hm_j and X_j, j <= i */
-  default: return 0.0;
-  }
-}
+   What one token must read: token_traffic_of (bench_common.h), the weights and the stream's own state.
+   Its flops: the matrix products counted by titans_gemm over the timed streams, plus the attention's 4 d
+   per visible row. The bound is the larger of bytes / (the read bandwidth of a buffer that size,
+   measured here) and flops / (the FMA peak). */
 
 /* Fills kind->tok_mb and kind->attn_mflop for a stream of n tokens from position 0 (averages). */
-static void bm_token_bytes(bm_kind *kind, const titans_model *m, int k, size_t n) {
-  const titans_config *c = &m->cfg;
-  double d = c->d, floats = 0.0, rows = 0.0;
-  for (size_t i = 0; i < m->n_params; i++) {
-    const titans_param *p = &m->plist[i];
-    if (strstr(p->name, "tok_emb")) floats += c->tied ? (double)p->size : d;
-    else if (p->kind != TITANS_PARAM_TOKENS && !strstr(p->name, ".w0.")) floats += (double)p->size;
-  }
-  if (bm_has_mem(k))
-    floats += c->n_layers * (k == TITANS_BLOCK_MAC ? 3.0 : 2.0) * c->mem.heads * bm_mem_head_floats(&c->mem);
-  if (k == TITANS_BLOCK_LM2) floats += c->n_layers * (double)c->lm2_slots * (2.0 * d + 2.0);
-  for (size_t t = 0; t < n; t++) rows += bm_kv_rows(c, k, t);
-  rows /= (double)n;
-  floats += c->n_layers * rows * 2.0 * d; /* a key and a value row of d floats each */
-  kind->tok_mb = floats * sizeof(float) / 1e6;
-  kind->attn_mflop = c->n_layers * rows * 4.0 * d / 1e6;
+static void bm_token_bytes(bm_kind *kind, const titans_model *m, size_t n) {
+  token_traffic tt = token_traffic_of(m, n);
+  kind->tok_mb = (tt.shared_floats + tt.stream_floats) * sizeof(float) / 1e6;
+  kind->attn_mflop = tt.attn_mflop;
 }
 
 static int bm_infer(bm_cell *cell, const titans_model *m, const int *tokens, float *logits, const bm_opts *o) {
@@ -398,7 +364,7 @@ static int bm_measure(bm_cell *cells, bm_kind *kind, int k, const titans_config 
   titans_model_init_weights(&m, 1234);
   kind->params = m.n_floats;
   if (o->infer) {
-    bm_token_bytes(kind, &m, k, o->infer_tokens);
+    bm_token_bytes(kind, &m, o->infer_tokens);
     kind->bw_gbs = read_bandwidth((size_t)(kind->tok_mb * 1e6));
   }
   rc = titans_trainer_init(&tr, &m, NULL);
