@@ -2314,7 +2314,7 @@ TITANS__GEMM_INLINE __m512 titans__gemm_bcast(const size_t G, const float *b, in
 }
 
 /* acc[j0 .. j0 + nr) += the products of at [ceil(k / G), 16] with rows bs[j0 .. j0 + nr) of B over k,
-   G values of k a step (the tile's loop for G > 1 or a partial tile; the constants fold once inlined). */
+   G values of k a step (the tile's loop but for 16 rows at G = 1; the constants fold once inlined). */
 TITANS__GEMM_INLINE void titans__gemm_tdot_rows(const size_t G, __m512 *acc, const float *const *bs, const float *at,
                                                 size_t k, const size_t j0, const size_t nr) {
   size_t p = 0;
@@ -2347,8 +2347,12 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, titans_mat cm, s
     bs[j] = b + (j < nj ? j : nj - 1) * ldb;
     acc[j] = _mm512_setzero_ps();
   }
-  size_t p = 0;
-  if (G == 1 && nj == 16) {
+  /* Rows 2 KiB apart or a multiple (ldb a multiple of 512: k = 512, 1024, the FFN's second product) fall
+     in one or two sets of the L1 cache, whose 8 ways cannot hold the 16 lines a k step reads: every load
+     missed (m = 16: 54 GFLOP/s against 112 at k = 256). Eight rows a pass over k fit; each acc sums the
+     same terms in the same order either way. */
+  const int aliased = ldb * sizeof(float) % 2048 == 0;
+  if (G == 1 && nj == 16 && !aliased) {
     /* Row j = 4 g + r of B lies at rows[g] + off[r]: four moving row pointers and three strides (ldb,
        2 ldb, 3 ldb, in bytes, as the index of each load) address all sixteen rows, where sixteen
        pointers outgrow x86-64's general registers (GCC reloaded five from the stack every k step). */
@@ -2356,26 +2360,7 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, titans_mat cm, s
     const char *rows[4];
     TITANS__GEMM_UNROLL
     for (size_t g = 0; g < 4; g++) rows[g] = (const char *)(b + 4 * g * ldb);
-    if (l1 % 2048 == 0) {
-      /* Rows 2 KiB apart or a multiple (k = 512, 1024: the FFN's second product) fall in one or two sets
-         of the L1 cache, whose 8 ways cannot hold the 16 lines a k step reads: every load missed (54
-         GFLOP/s against 112 at k = 256, m = 16). Eight rows a pass over k fit; each acc sums the same
-         terms in the same order as the 16-row loop. */
-      TITANS__GEMM_UNROLL
-      for (size_t h = 0; h < 2; h++) {
-        const char *r0 = rows[2 * h], *r1 = rows[2 * h + 1];
-        const float *ah = at;
-        for (size_t q = 0; q < k; q++, ah += 16, r0 += sizeof(float), r1 += sizeof(float)) {
-          __m512 av = _mm512_loadu_ps(ah);
-          TITANS__GEMM_UNROLL
-          for (size_t j = 0; j < 8; j++)
-            acc[8 * h + j] = _mm512_fmadd_ps(_mm512_set1_ps(*(const float *)(const void *)((j < 4 ? r0 : r1) + off[j % 4])),
-                                             av, acc[8 * h + j]);
-        }
-      }
-      p = k;
-    }
-    for (; p < k; p++, at += 16) {
+    for (size_t p = 0; p < k; p++, at += 16) {
       __m512 av = _mm512_loadu_ps(at);
       if (p % 16 == 0 && p + 64 < k) /* each row's next line every 16 steps: fetch it 4 lines ahead */
         TITANS__GEMM_UNROLL
@@ -2386,14 +2371,11 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, titans_mat cm, s
       TITANS__GEMM_UNROLL
       for (size_t g = 0; g < 4; g++) rows[g] += sizeof(float);
     }
-  }
-  if (p < k) { /* p = 0: G > 1, or fewer than 16 rows of B (rows past nj repeat, adding no lines) */
-    if (ldb * sizeof(float) % 2048 == 0) { /* as above: 8 rows a pass */
-      titans__gemm_tdot_rows(G, acc, bs, at, k, 0, 8);
-      titans__gemm_tdot_rows(G, acc, bs, at, k, 8, 8);
-    } else {
-      titans__gemm_tdot_rows(G, acc, bs, at, k, 0, 16);
-    }
+  } else if (aliased) { /* rows past nj repeat the last one, adding no lines */
+    titans__gemm_tdot_rows(G, acc, bs, at, k, 0, 8);
+    titans__gemm_tdot_rows(G, acc, bs, at, k, 8, 8);
+  } else {
+    titans__gemm_tdot_rows(G, acc, bs, at, k, 0, 16);
   }
   titans__gemm_tr16(acc); /* acc[i * G + q] lane j: row i of C, column j, partial sum q */
   TITANS__GEMM_UNROLL

@@ -185,6 +185,11 @@ typedef struct token_traffic {
   double attn_mflop;    /* the attention's 4 d a visible row (titans_gemm does not count it) */
 } token_traffic;
 
+/* The kinds with a neural memory (theta_max applies); LM2's bank is not one. */
+static inline int has_neural_memory(int kind) {
+  return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG || kind == TITANS_BLOCK_MAL || kind == TITANS_BLOCK_LMM;
+}
+
 /* Floats of one memory head's weights: sum over its layers of n_{l+1} n_l. */
 static inline double mem_head_floats(const titans_mem_config *m) {
   double dh = m->head_dim, hid = (double)m->hidden_mult * dh;
@@ -216,7 +221,7 @@ static inline token_traffic token_traffic_of(const titans_model *m, size_t n) {
     if (strstr(p->name, "tok_emb")) tt.shared_floats += c->tied ? (double)p->size : d;
     else if (p->kind != TITANS_PARAM_TOKENS && !strstr(p->name, ".w0.")) tt.shared_floats += (double)p->size;
   }
-  if (k == TITANS_BLOCK_MAC || k == TITANS_BLOCK_MAG || k == TITANS_BLOCK_MAL || k == TITANS_BLOCK_LMM)
+  if (has_neural_memory(k))
     tt.stream_floats += c->n_layers * (k == TITANS_BLOCK_MAC ? 3.0 : 2.0) * c->mem.heads * mem_head_floats(&c->mem);
   if (k == TITANS_BLOCK_LM2) tt.stream_floats += c->n_layers * (double)c->lm2_slots * (2.0 * d + 2.0);
   for (size_t t = 0; t < n; t++) rows += kv_rows_seen(c, t);

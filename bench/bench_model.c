@@ -161,11 +161,6 @@ static const char *bm_name(int kind) {
   return n ? n : "?";
 }
 
-/* The kinds with a neural memory (theta_max applies); LM2's bank is not one. */
-static int bm_has_mem(int kind) {
-  return kind == TITANS_BLOCK_MAC || kind == TITANS_BLOCK_MAG || kind == TITANS_BLOCK_MAL || kind == TITANS_BLOCK_LMM;
-}
-
 /* bench/torch_model.py implements every kind but LM2. */
 static int bm_torch_has(int kind) { return kind != TITANS_BLOCK_LM2; }
 
@@ -400,7 +395,7 @@ static int bm_run_kind(bm_cell *cells, bm_kind *kind, int k, const int *tokens, 
   for (int attempt = 0;; attempt++) {
     memset(cells, 0, (size_t)o->nthreads * sizeof *cells);
     int rc = bm_measure(cells, kind, k, &c, tokens, o);
-    if (rc != TITANS_ERR_NONFINITE || !bm_has_mem(k) || attempt == 2) {
+    if (rc != TITANS_ERR_NONFINITE || !has_neural_memory(k) || attempt == 2) {
       if (rc) {
         kind->failed = 1;
         fprintf(stderr, "bench_model: %s: failed (%s)\n", bm_name(k), titans_status_string(rc));
@@ -500,7 +495,7 @@ static void bm_theta_arg(char *out, size_t size, const bm_kind *kinds, const bm_
   size_t used = 0;
   out[0] = 0;
   for (int ki = 0; ki < o->nkinds && used < size; ki++) {
-    if (!bm_has_mem(o->kinds[ki])) continue;
+    if (!has_neural_memory(o->kinds[ki])) continue;
     int w = snprintf(out + used, size - used, "%s%s=%g", used ? "," : " --theta-max ", bm_name(o->kinds[ki]),
                      (double)kinds[ki].theta_max);
     if (w < 0) break;
