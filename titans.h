@@ -2334,6 +2334,33 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_rows(const size_t G, __m512 *acc, con
   }
 }
 
+/* The tile's loop for one row of op(A) (G = 16, at = that row, zero padded to whole vectors): row j of B
+   whole, then row j + 1, so the tile's 16 rows are read in address order, one stream, where the k-step
+   loop reads 16 rows at once. Each acc[j] sums the same terms in the same order as that loop (the
+   results are the same bits); out of the L2 cache the matrix-vector product of a generated token ran
+   1.2-2x faster this way (issue 38). Rows past nr are left at zero. */
+TITANS__GEMM_INLINE void titans__gemm_tdot_rows_whole(__m512 *acc, const float *const *bs, const float *at, size_t k,
+                                                      size_t nr) {
+  const size_t full = k / 16 * 16;
+  const __mmask16 tail = (__mmask16)((1u << (k - full)) - 1u);
+  for (size_t j = 0; j < nr; j++) {
+    const float *r = bs[j]; /* [k] */
+    __m512 s = _mm512_setzero_ps();
+    size_t p = 0;
+    for (; p + 64 <= full; p += 64) { /* unrolled: the loads of a row go out together */
+      __m512 b0 = _mm512_loadu_ps(r + p), b1 = _mm512_loadu_ps(r + p + 16);
+      __m512 b2 = _mm512_loadu_ps(r + p + 32), b3 = _mm512_loadu_ps(r + p + 48);
+      s = _mm512_fmadd_ps(b0, _mm512_loadu_ps(at + p), s);
+      s = _mm512_fmadd_ps(b1, _mm512_loadu_ps(at + p + 16), s);
+      s = _mm512_fmadd_ps(b2, _mm512_loadu_ps(at + p + 32), s);
+      s = _mm512_fmadd_ps(b3, _mm512_loadu_ps(at + p + 48), s);
+    }
+    for (; p < full; p += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(r + p), _mm512_loadu_ps(at + p), s);
+    if (full < k) s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r + full), _mm512_loadu_ps(at + full), s);
+    acc[j] = s;
+  }
+}
+
 /* at [ceil(k / G), 16]: op(A) packed by titans__gemm_tdot_pack. */
 TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, titans_mat cm, size_t m, const float *at,
                                                 titans_cmat bm, size_t nj, size_t k, float alpha, float beta) {
@@ -2352,7 +2379,9 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_tile(const size_t G, titans_mat cm, s
      missed (m = 16: 54 GFLOP/s against 112 at k = 256). Eight rows a pass over k fit; each acc sums the
      same terms in the same order either way. */
   const int aliased = ldb * sizeof(float) % 2048 == 0;
-  if (G == 1 && nj == 16 && !aliased) {
+  if (G == 16) {
+    titans__gemm_tdot_rows_whole(acc, bs, at, k, nj);
+  } else if (G == 1 && nj == 16 && !aliased) {
     /* Row j = 4 g + r of B lies at rows[g] + off[r]: four moving row pointers and three strides (ldb,
        2 ldb, 3 ldb, in bytes, as the index of each load) address all sixteen rows, where sixteen
        pointers outgrow x86-64's general registers (GCC reloaded five from the stack every k step). */
