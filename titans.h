@@ -2338,7 +2338,10 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_rows(const size_t G, __m512 *acc, con
    whole, then row j + 1, so the tile's 16 rows are read in address order, one stream, where the k-step
    loop reads 16 rows at once. Each acc[j] sums the same terms in the same order as that loop (the
    results are the same bits); out of the L2 cache the matrix-vector product of a generated token ran
-   1.2-2x faster this way (issue 38). Rows past nr are left at zero. */
+   1.2-2x faster this way (issue 38). Held in cache, rows of 128 ran slower (one chain of 8 sums a row;
+   the d = 128 model generates 5% slower), and neither keeping the k-step loop for short rows nor two
+   rows a pass (two streams) did better: docs/results/2026-11-30-session23.md. Rows past nr are left at
+   zero. */
 TITANS__GEMM_INLINE void titans__gemm_tdot_rows_whole(__m512 *acc, const float *const *bs, const float *at, size_t k,
                                                       size_t nr) {
   const size_t full = k / 16 * 16;

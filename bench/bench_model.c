@@ -570,6 +570,18 @@ static void bm_print_stat(bm_stat s) {
     printf(" - |");
 }
 
+/* Issue 38's goal 2 for a memory kind's one-token speed: at least GOAL_VS_ATTN times ATTN's and
+   GOAL_OF_BOUND of its own bound. "out of reach here" when even the bound's speed is under GOAL_VS_ATTN
+   times ATTN's measured speed on this machine (most = bound / ATTN's tok/s); "-" for ATTN and SWA. */
+#define GOAL_VS_ATTN 0.6
+#define GOAL_OF_BOUND 0.5
+static const char *bm_goal2(titans_block_kind kind, double vs_attn, double of_bound, double most) {
+  if (kind == TITANS_BLOCK_ATTN || kind == TITANS_BLOCK_SWA || isnan(vs_attn)) return "-";
+  if (vs_attn >= GOAL_VS_ATTN && of_bound >= GOAL_OF_BOUND) return "met";
+  if (most < GOAL_VS_ATTN) return "out of reach here";
+  return "not met";
+}
+
 /* The roofline of a generated token on one thread (see bm_token_bytes): tokens/s by the process's CPU
    time, so that other processes taking the core do not count against it (the bandwidth and the peak are
    measured the same way), and the fraction of the bound's speed reached. */
@@ -587,7 +599,8 @@ static void bm_roofline(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, c
         printf("\nroofline of a generated token, 1 thread (bytes: weights used, memory W and S, KV rows seen; "
                "flops: titans_gemm + attention; tok/s by CPU time):\n"
                "| kind | MB/token | read GB/s (buffer that size) | MFLOP/token | bound tok/s | tok/s | %% of bound "
-               "| vs attn |\n|---|---|---|---|---|---|---|---|\n");
+               "| vs attn | bound vs attn | goal (>= %.1fx attn, >= %.0f%% of bound) |\n"
+               "|---|---|---|---|---|---|---|---|---|---|\n", GOAL_VS_ATTN, 100.0 * GOAL_OF_BOUND);
         header = 1;
       }
       double mflop = c->infer_mflop + kd->attn_mflop;
@@ -596,12 +609,16 @@ static void bm_roofline(bm_cell cells[][BM_MAX_THREADS], const bm_kind *kinds, c
       const bm_cell *a = attn >= 0 ? &cells[attn][ti] : NULL;
       printf("| %s | %.2f | %.1f | %.2f | %.0f (%s) | %.1f | %.1f%% |", bm_name(o->kinds[ki]), kd->tok_mb, kd->bw_gbs,
              mflop, bound, t_mem > t_fma ? "bytes" : "flops", c->infer_cpu.med, 100.0 * c->infer_cpu.med / bound);
-      bm_print_ratio(a && a->infer_cpu.n ? bm_ratio(c->infer_cpu.med, a->infer_cpu.med) : NAN);
-      printf("\n");
+      double vs_attn = a && a->infer_cpu.n ? bm_ratio(c->infer_cpu.med, a->infer_cpu.med) : NAN;
+      double most = a && a->infer_cpu.n ? bm_ratio(bound, a->infer_cpu.med) : NAN; /* at 100% of its bound */
+      bm_print_ratio(vs_attn);
+      bm_print_ratio(most);
+      const char *goal = bm_goal2(o->kinds[ki], vs_attn, c->infer_cpu.med / bound, most);
+      printf(" %s |\n", goal);
       printf("bench_model_roofline kind=%s tok_mb=%.3f read_gbs=%.2f mflop=%.3f gemm_mflop=%.3f attn_mflop=%.3f "
-             "bound_tok_s=%.1f infer_cpu_tok_s=%.1f infer_wall_tok_s=%.1f fraction=%.4f\n",
+             "bound_tok_s=%.1f infer_cpu_tok_s=%.1f infer_wall_tok_s=%.1f fraction=%.4f bound_vs_attn=%.3f goal=%s\n",
              bm_name(o->kinds[ki]), kd->tok_mb, kd->bw_gbs, mflop, c->infer_mflop, kd->attn_mflop, bound,
-             c->infer_cpu.med, c->infer.med, c->infer_cpu.med / bound);
+             c->infer_cpu.med, c->infer.med, c->infer_cpu.med / bound, most, goal[0] == '-' ? "none" : goal);
     }
   }
 }
