@@ -562,6 +562,64 @@ static size_t longctx_other_questions(const longctx_example *ex, char *out, size
   return len;
 }
 
+/* ---- questions for an earlier example's needle (train --ask-earlier) -------------------------------
+   A row whose memory is carried from one example to the next (--doc-len) remembers the key words its
+   earlier examples bound and the number each was bound to last; an example may then also ask for one of
+   them, so that the loss rewards a memory that keeps a needle past the example that stated it. */
+#define LONGCTX_EARLIER_MAX 32 /* bindings a row keeps: the most recent; older ones are never asked */
+
+typedef struct longctx_binding {
+  char word[16];   /* the key word */
+  char number[24]; /* the number it was bound to last */
+} longctx_binding;
+
+typedef struct longctx_bindings {
+  size_t n;                                   /* bindings held, oldest first */
+  longctx_binding held[LONGCTX_EARLIER_MAX];  /* [n] distinct words */
+  size_t examples, asked;                     /* the row's examples so far and those that asked an earlier one */
+} longctx_bindings;
+
+/* A new document: no binding held (the counts go on). */
+static void longctx_bindings_clear(longctx_bindings *b) { b->n = 0; }
+
+/* After an example: each of its needles binds its word to its number, replacing an earlier binding of
+   that word (the value asked later is the last one stated); the oldest binding goes when full. */
+static void longctx_bindings_add(longctx_bindings *b, const longctx_example *ex) {
+  if (ex->kind != LONGCTX_PROSE) return;
+  for (size_t k = 0; k < ex->n_needles; k++) {
+    size_t j = 0;
+    while (j < b->n && strcmp(b->held[j].word, ex->words[k]) != 0) j++;
+    if (j == b->n && b->n == LONGCTX_EARLIER_MAX) j = 0; /* full: the oldest goes */
+    if (j < b->n) {
+      memmove(&b->held[j], &b->held[j + 1], (b->n - j - 1) * sizeof b->held[0]);
+      b->n--;
+    }
+    snprintf(b->held[b->n].word, sizeof b->held[0].word, "%s", ex->words[k]);
+    snprintf(b->held[b->n].number, sizeof b->held[0].number, "%s", ex->numbers[k]);
+    b->n++;
+  }
+}
+
+/* The question for one earlier binding whose word the example ex does not bind again, drawn uniformly by
+   seed, with its answer: "What is the special magic number for W? The special magic number for W is N. "
+   into out [cap], *answer_at the offset of N. Returns its length, 0 when no binding can be asked. */
+static size_t longctx_earlier_question(const longctx_bindings *b, const longctx_example *ex, uint64_t seed, char *out,
+                                       size_t cap, size_t *answer_at) {
+  size_t askable[LONGCTX_EARLIER_MAX], n = 0;
+  for (size_t j = 0; j < b->n; j++) {
+    int again = 0;
+    for (size_t k = 0; k < ex->n_needles; k++) again |= strcmp(b->held[j].word, ex->words[k]) == 0;
+    if (!again) askable[n++] = j;
+  }
+  if (n == 0) return 0;
+  const longctx_binding *h = &b->held[askable[longctx_mix64(seed, 0x45415246494552ull) % n]];
+  int wrote = snprintf(out, cap, "What is the special magic number for %s? The special magic number for %s is ", h->word,
+                       h->word);
+  if (wrote < 0 || (size_t)wrote + strlen(h->number) + 3 > cap) return 0;
+  *answer_at = (size_t)wrote;
+  return (size_t)wrote + (size_t)snprintf(out + wrote, cap - (size_t)wrote, "%s. ", h->number);
+}
+
 /* out [n] = tokens from..from+n-1 of the example (see longctx_token). */
 static void longctx_tokens(const longctx_example *ex, size_t from, int *out, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = longctx_token(ex, from + i);

@@ -876,6 +876,7 @@ typedef struct train_opts {
                                     0 = not given) */
   int needles;                   /* --needles: prose examples hold 1..needles needles (uniform per example) */
   int ask_all;                   /* --ask-all: a prose example asks for each of its needles, all answers trained */
+  int ask_earlier;               /* --ask-earlier: with --doc-len, a prose example also asks an earlier one's needle */
   int key_words;                 /* --key-words: LONGCTX_WORDS_TRAIN (the 16 words), _RANDOM or _TEXT */
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
@@ -996,6 +997,9 @@ static void help_train(void) {
          "  --ask-all           prose: an example asks for every needle it holds, the others' questions and\n"
          "                      answers just before its own question, every answer trained (off; the prose\n"
          "                      recipe: on): a long row trains several answers, not the few digits of one\n"
+         "  --ask-earlier       prose with --doc-len: an example also asks for a needle of an earlier example of\n"
+         "                      its row (a word bound before and not again since, the number it was bound to\n"
+         "                      last), its answer trained: the loss pays for a needle kept past its example\n"
          "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle),\n"
          "                      'random' (4 to 8 random letters each) or 'text' (words of 5 to 8 letters of\n"
          "                      the training text); never a held-out word (train; the prose recipe: text)\n"
@@ -1192,6 +1196,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--end-jitter")) o->end_jitter = (size_t)arg_long(&a, s, 0, 1L << 20);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--ask-all")) o->ask_all = 1;
+    else if (!strcmp(s, "--ask-earlier")) o->ask_earlier = 1;
     else if (!strcmp(s, "--key-words")) {
       const char *w = arg_value(&a, s);
       o->key_words = longctx_word_set_parse(w);
@@ -1264,13 +1269,15 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
-        o->numbers > 0 || o->decoys > 0 || o->min_rows || o->key_words || o->ask_all)
+        o->numbers > 0 || o->decoys > 0 || o->min_rows || o->key_words || o->ask_all || o->ask_earlier)
       usage_fail("train", "--task-frac, --lens, --lens-mix, --min-rows, --end-jitter, --answer-loss, --needles, "
-                 "--key-words, --ask-all, --haystack, --numbers and --decoys go with --task");
+                 "--key-words, --ask-all, --ask-earlier, --haystack, --numbers and --decoys go with --task");
     return;
   }
-  if ((o->needles > 1 || o->key_words || o->ask_all) && o->task != LONGCTX_PROSE)
-    usage_fail("train", "--needles, --key-words and --ask-all go with --task prose");
+  if ((o->needles > 1 || o->key_words || o->ask_all || o->ask_earlier) && o->task != LONGCTX_PROSE)
+    usage_fail("train", "--needles, --key-words, --ask-all and --ask-earlier go with --task prose");
+  if (o->ask_earlier && o->doc_len <= 0) /* without a carried memory an earlier example is not in the row's memory */
+    usage_fail("train", "--ask-earlier goes with --doc-len (the memory carried from one example to the next)");
   if (o->decoys > 0 && (o->task != LONGCTX_PROSE || o->numbers <= 0)) /* a fraction of --numbers' numbers */
     usage_fail("train", "--decoys goes with --task prose and --numbers above 0 (the decoys are some of its numbers)");
   if (o->haystack && !strcmp(o->haystack, "own")) o->haystack = NULL; /* the kind's own filler, the recipe's aside */
@@ -1394,6 +1401,18 @@ static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
   *B = stage_batch(o, i);
 }
 
+/* Questions with their answers, text [n], into row[start, start + n): the answers (answer_len bytes at
+   each answer_at[k]) always trained, the rest left out of the loss with answer_only. */
+static void put_questions(int *row, size_t start, const char *text, size_t n, const size_t *answer_at,
+                          size_t n_answers, size_t answer_len, int answer_only) {
+  for (size_t i = 0; i < n; i++) {
+    int byte = (unsigned char)text[i];
+    row[start + i] = answer_only ? TITANS_NO_LOSS(byte) : byte;
+  }
+  for (size_t k = 0; k < n_answers; k++)
+    for (size_t j = 0; j < answer_len; j++) row[start + answer_at[k] + j] = (unsigned char)text[answer_at[k] + j];
+}
+
 /* One training row [T + 1] of a retrieval task: the example (context + question, T + 1 - answer_len - e
    tokens; the needle at a uniform depth; prose filler from the training split), its answer, then e
    tokens of filler outside the loss, e uniform in [0, end_jitter) from the example's seed (0 without
@@ -1402,9 +1421,11 @@ static void step_shape(const train_opts *o, long step, size_t *B, size_t *T) {
    MAC learned to answer there only (docs/long_context.md). This is the one place that decides which
    targets of an example the loss sees: all of them (the row is the input and, shifted by one, the
    targets), or with answer_only just the answer's (every earlier token marked TITANS_NO_LOSS: still
-   read as input, left out of the loss). */
+   read as input, left out of the loss). earlier (--ask-earlier; NULL: none): what the row's earlier
+   examples bound; one of them is asked just before the questions of --ask-all, then this example's
+   needles join it. */
 static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o, const int *source,
-                          size_t source_len) {
+                          size_t source_len, longctx_bindings *earlier) {
   longctx_example ex;
   char why[200];
   int kind = o->task;
@@ -1426,17 +1447,22 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
   }
   longctx_tokens(&ex, 0, row, length + answer_len);
   for (size_t i = 1; o->answer_loss && i < length; i++) row[i] = TITANS_NO_LOSS(row[i]);
+  size_t end = ex.context_len; /* the questions below go over the filler bytes just before row[end] */
   if (o->ask_all) { /* the other needles' questions and answers end the context, the answers trained */
     char asked[LONGCTX_MAX_NEEDLES * 160];
     size_t answer_at[LONGCTX_MAX_NEEDLES], n_answers;
     size_t n = longctx_other_questions(&ex, asked, sizeof asked, answer_at, &n_answers);
-    size_t start = ex.context_len - n; /* row[start, context_len): over the last filler bytes */
-    for (size_t i = 0; i < n; i++) {
-      int byte = (unsigned char)asked[i];
-      row[start + i] = o->answer_loss ? TITANS_NO_LOSS(byte) : byte;
-    }
-    for (size_t k = 0; k < n_answers; k++)
-      for (size_t j = 0; j < answer_len; j++) row[start + answer_at[k] + j] = (unsigned char)asked[answer_at[k] + j];
+    end -= n;
+    put_questions(row, end, asked, n, answer_at, n_answers, answer_len, o->answer_loss);
+  }
+  if (earlier) { /* one binding of an earlier example, asked before those, then this example's join them */
+    char asked[200];
+    size_t answer_at, n = longctx_earlier_question(earlier, &ex, seed, asked, sizeof asked, &answer_at);
+    int fits = n && end >= longctx_needles_end(&ex) + n;
+    if (fits) put_questions(row, end - n, asked, n, &answer_at, 1, answer_len, o->answer_loss);
+    earlier->examples++;
+    earlier->asked += (size_t)fits;
+    longctx_bindings_add(earlier, &ex);
   }
   /* after the answer: filler the loss leaves out (nothing before it reads it) */
   for (size_t i = 0; i < early; i++) row[length + answer_len + i] = TITANS_NO_LOSS(longctx_filler_byte(&ex, i));
@@ -1445,17 +1471,27 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
 /* tokens [B, T + 1] of a --task run, drawn from (seed, step) alone like sample_batch: per row an example
    seed, then a uniform draw that makes the row a retrieval example (below task_frac) or a plain window of
    the training split (at an offset from the example seed). The examples' filler is source [source_len]
-   (the training split, or --haystack). */
+   (the training split, or --haystack). earlier [B] (--ask-earlier; NULL: none): each row's bindings. */
 static void sample_task_batch(int *tokens, const dataset *ds, const int *source, size_t source_len, const train_opts *o,
-                              size_t B, size_t T, long step) {
+                              size_t B, size_t T, long step, longctx_bindings *earlier) {
   titans_rng rng;
   titans_rng_seed(&rng, longctx_mix64(o->seed, (uint64_t)step));
   for (size_t b = 0; b < B; b++) {
     uint64_t example_seed = titans_rng_u64(&rng);
     int *row = tokens + b * (T + 1);
-    if ((double)titans_rng_uniform(&rng) < o->task_frac) retrieval_row(row, T, example_seed, o, source, source_len);
+    if ((double)titans_rng_uniform(&rng) < o->task_frac)
+      retrieval_row(row, T, example_seed, o, source, source_len, earlier ? &earlier[b] : NULL);
     else memcpy(row, ds->ids + example_seed % (ds->n_train - T), (T + 1) * sizeof(int));
   }
+}
+
+/* --ask-earlier: the batch [B, T + 1] of step, from a stream used calls times before: each row starts a
+   new document (its bindings cleared) where the training loop restarts the stream's rows. */
+static void earlier_batch(int *tokens, const dataset *ds, const dataset *hay, const train_opts *o, size_t B, size_t T,
+                          long step, long calls, longctx_bindings *rows) {
+  if (calls % (o->doc_len / (long)T) == 0)
+    for (size_t b = 0; b < B; b++) longctx_bindings_clear(&rows[b]);
+  sample_task_batch(tokens, ds, hay->ids ? hay->ids : ds->ids, hay->ids ? hay->n : ds->n_train, o, B, T, step, rows);
 }
 
 /* "passkey frac=1 lens=256,512": what a resumed --task run must match. */
@@ -1469,6 +1505,7 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->min_rows > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " min-rows=%zu", o->min_rows);
   if (o->needles > 1 && n < size) n += (size_t)snprintf(out + n, size - n, " needles=%d", o->needles);
   if (o->ask_all && n < size) n += (size_t)snprintf(out + n, size - n, " ask-all");
+  if (o->ask_earlier && n < size) n += (size_t)snprintf(out + n, size - n, " ask-earlier");
   if (o->key_words && n < size)
     n += (size_t)snprintf(out + n, size - n, " key-words=%s", longctx_word_set_name(o->key_words));
   if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
@@ -1836,6 +1873,21 @@ static int cmd_train(int argc, char **argv) {
     printf("long reads: each row reads %ld-token stretches as %ld windows of %zu, memory carried between windows\n",
            o.doc_len, o.doc_len / (long)T, T);
   }
+  /* --ask-earlier: per stream, each row's bindings [stage_batch] since its document began; on --resume
+     rebuilt by drawing every batch before (the draws are a function of the seed and the step) */
+  longctx_bindings *earlier[MAX_STAGES] = {NULL};
+  if (o.ask_earlier) {
+    for (size_t i = 0; i < n_streams; i++) {
+      earlier[i] = (longctx_bindings *)xmalloc(stage_batch(&o, i) * sizeof(longctx_bindings));
+      memset(earlier[i], 0, stage_batch(&o, i) * sizeof(longctx_bindings));
+    }
+    long calls[MAX_STAGES] = {0}; /* as stream_calls, counted again over the steps replayed */
+    for (long step = 0; step < tr.step; step++) {
+      size_t Bs, Ts, i = step_length_index(&o, step);
+      step_shape(&o, step, &Bs, &Ts);
+      earlier_batch(tokens, &ds, &hay, &o, Bs, Ts, step, calls[i]++, earlier[i]);
+    }
+  }
   for (size_t i = 0; i < n_streams; i++) {
     size_t rows = carry_text ? B : stage_batch(&o, i), window = carry_text ? T : o.lens[i];
     int rc = titans_stream_init(&streams[i], &model, rows / (size_t)dist_size);
@@ -1865,7 +1917,11 @@ static int cmd_train(int argc, char **argv) {
     step_shape(&o, step, &Bs, &Ts);
     if (carry_text) sample_doc_batch(tokens, &ds, Bs, Ts, (size_t)o.doc_len, o.seed, step);
     else if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
-    else sample_task_batch(tokens, &ds, hay.ids ? hay.ids : ds.ids, hay.ids ? hay.n : ds.n_train, &o, Bs, Ts, step);
+    else if (o.ask_earlier) {
+      size_t i = step_length_index(&o, step);
+      earlier_batch(tokens, &ds, &hay, &o, Bs, Ts, step, stream_calls[i], earlier[i]);
+    }
+    else sample_task_batch(tokens, &ds, hay.ids ? hay.ids : ds.ids, hay.ids ? hay.n : ds.n_train, &o, Bs, Ts, step, NULL);
     if (o.task >= 0 && o.lens_mix) {
       size_t stage = step_stage(&o, step);
       if (step == first || stage != stage_prev) {
@@ -1962,6 +2018,15 @@ static int cmd_train(int argc, char **argv) {
       printf("%s %zu: %ld of %ld", i ? "," : "", o.lens[i], far_by_length[i], steps_by_length[i]);
     printf("\n");
   }
+  if (o.ask_earlier) { /* how often an earlier needle fitted: a row's last filler bytes hold its question */
+    printf("--ask-earlier: examples that asked an earlier example's needle, by length:");
+    for (size_t i = 0; i < n_streams; i++) {
+      size_t examples = 0, asked = 0;
+      for (size_t b = 0; b < stage_batch(&o, i); b++) examples += earlier[i][b].examples, asked += earlier[i][b].asked;
+      printf("%s %zu: %zu of %zu", i ? "," : "", o.lens[i], asked, examples);
+    }
+    printf("\n");
+  }
   dist_report(train_time); /* MPI: the all-reduce's share of the steps */
   if (grad_far_steps * 20 > steps_done && o.task >= 0 && o.answer_loss) /* more than 5% of the steps */
     printf("note: with --answer-loss a step's loss is its answers alone, so a step whose few rows answer wrong has a\n"
@@ -1991,6 +2056,7 @@ static int cmd_train(int argc, char **argv) {
   for (size_t i = 0; i < n_streams; i++) {
     titans_stream_free(&streams[i]);
     free(stream_paths[i]);
+    free(earlier[i]);
   }
   free(tokens);
   free(hay.ids);

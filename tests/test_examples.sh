@@ -229,6 +229,21 @@ rc=$(run "$bin" train $tiny $carry --steps 6 --stop-at 3 --out carry_split)
 rc2=$(run "$bin" train $tiny $carry --steps 6 --resume --out carry_split)
 check "  interrupted inside a document and resumed (rc=$rc, $rc2): bit-identical to the uninterrupted run" \
   sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s carry_full/trainer.safetensors carry_split/trainer.safetensors"
+earlier="--task prose --recipe none --needles 3 --lens 800 --doc-len 3200"
+rc=$(run "$bin" train $tiny $earlier --ask-earlier --steps 6 --out earlier_full)
+check "train --task prose --doc-len --ask-earlier exits 0 and keeps it in the resume line (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -a -q 'needles=3 ask-earlier' earlier_full/trainer.safetensors"
+rc=$(run "$bin" train $tiny $earlier --steps 6 --out earlier_none)
+check "  it trains otherwise than the same run without it (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && ! cmp -s earlier_full/trainer.safetensors earlier_none/trainer.safetensors"
+rc=$(run "$bin" train $tiny $earlier --ask-earlier --steps 6 --stop-at 3 --out earlier_split)
+rc2=$(run "$bin" train $tiny $earlier --ask-earlier --steps 6 --resume --out earlier_split)
+check "  interrupted inside a document and resumed (rc=$rc, $rc2): bit-identical (the rows' bindings drawn again)" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s earlier_full/trainer.safetensors earlier_split/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --recipe none --lens 800 --ask-earlier --steps 2 --out nope)
+check "  --ask-earlier without --doc-len: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-earlier goes with --doc-len' err.txt"
+rc=$(run "$bin" train $tiny $mix --doc-len 640 --ask-earlier --steps 2 --out nope)
+check "  --ask-earlier with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-all and --ask-earlier go with --task prose' err.txt"
 rc=$(run "$bin" train $tiny $mix --doc-len 200 --steps 2 --out nope)
 check "  --doc-len shorter than a --lens length: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'shorter than one example' err.txt"
 rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 164 --doc-len 656 --steps 2 --out nope)
@@ -272,7 +287,7 @@ rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --ask-all --l
 check "train --task prose --ask-all exits 0 and keeps it in the resume line (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -a -q 'needles=3 ask-all' askall/trainer.safetensors"
 rc=$(run "$bin" train $tiny --task passkey --recipe none --ask-all --lens 160 --steps 2 --out nope)
-check "--ask-all with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-all go with --task prose' err.txt"
+check "--ask-all with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-all and --ask-earlier go with --task prose' err.txt"
 rc=$(run "$bin" train $tiny --task prose --recipe none --key-words heldout --lens 400 --steps 2 --out nope)
 check "train --key-words heldout (the words kept from training): exit 2 (rc=$rc)" \
   sh -c "[ $rc = 2 ] && grep -q 'want train, random or text' err.txt"

@@ -292,6 +292,66 @@ static void test_other_questions(const int *source, size_t source_len) {
            none_end);
 }
 
+/* --ask-earlier's bindings: a word asked is one an earlier example bound and the current one does not,
+   with the number it was bound to last; an example with nothing askable asks nothing; a full table
+   drops its oldest binding. */
+static void test_earlier_questions(const int *source, size_t source_len) {
+  longctx_bindings b;
+  longctx_bindings_clear(&b);
+  longctx_options opt = {3, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0};
+  char err[200], text[200], want[200];
+  size_t at = 0, asked = 0, bad_word = 0, bad_number = 0, bad_text = 0, rebound = 0, distinct_bad = 0;
+  longctx_example ex;
+  longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.5, 1, source, source_len, &opt, err);
+  th_check(longctx_earlier_question(&b, &ex, 1, text, sizeof text, &at) == 0, "earlier questions: none before any binding");
+  /* a reference of every binding: the last number of each of the 16 training words, and the example it came from */
+  char last[16][24];
+  long from[16];
+  for (int w = 0; w < 16; w++) last[w][0] = 0, from[w] = -1;
+  for (uint64_t seed = 1; seed <= 200; seed++) {
+    if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.5, seed * 7919, source, source_len, &opt, err)) continue;
+    size_t len = longctx_earlier_question(&b, &ex, seed, text, sizeof text, &at);
+    if (len) {
+      asked++;
+      int w = 0;
+      while (w < 16 && strncmp(text + 37, longctx_words[w], strlen(longctx_words[w])) != 0) w++;
+      int in_ex = 0;
+      for (size_t k = 0; w < 16 && k < ex.n_needles; k++) in_ex |= !strcmp(ex.words[k], longctx_words[w]);
+      bad_word += w == 16 || in_ex || from[w] < 0;
+      if (w < 16) {
+        bad_number += memcmp(text + at, last[w], ex.answer_len) != 0;
+        snprintf(want, sizeof want, "What is the special magic number for %s? The special magic number for %s is %s. ",
+                 longctx_words[w], longctx_words[w], last[w]);
+        bad_text += strcmp(text, want) != 0 || len != strlen(want);
+        rebound += from[w] >= 0 && from[w] < (long)seed - 1; /* bound more than one example before */
+      }
+    }
+    longctx_bindings_add(&b, &ex);
+    for (size_t k = 0; k < ex.n_needles; k++)
+      for (int w = 0; w < 16; w++)
+        if (!strcmp(ex.words[k], longctx_words[w])) snprintf(last[w], sizeof last[w], "%s", ex.numbers[k]), from[w] = (long)seed;
+    for (size_t i = 0; i < b.n; i++)
+      for (size_t j = i + 1; j < b.n; j++) distinct_bad += !strcmp(b.held[i].word, b.held[j].word);
+  }
+  th_check(asked >= 150 && !bad_word && !bad_number && !bad_text && !distinct_bad && rebound > 0,
+           "earlier questions: in %zu of 200 examples a word bound earlier and not by the example, with its last number "
+           "(%zu from before the example just before), the question's own words (%zu, %zu, %zu, %zu wrong)",
+           asked, rebound, bad_word, bad_number, bad_text, distinct_bad);
+  /* full: 40 examples of one distinct random word each: the table keeps the last 32 */
+  longctx_options random_words = {1, LONGCTX_WORDS_RANDOM, 0, 0.0, 0.0};
+  longctx_bindings_clear(&b);
+  char first[16] = "";
+  for (uint64_t seed = 1; seed <= 40; seed++) {
+    longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.5, seed, source, source_len, &random_words, err);
+    if (seed == 1) snprintf(first, sizeof first, "%s", ex.words[0]);
+    longctx_bindings_add(&b, &ex);
+  }
+  int kept_first = 0;
+  for (size_t i = 0; i < b.n; i++) kept_first |= !strcmp(b.held[i].word, first);
+  th_check(b.n == LONGCTX_EARLIER_MAX && !kept_first && !strcmp(b.held[b.n - 1].word, ex.words[0]),
+           "earlier questions: a full table keeps the %d most recent bindings (%zu held)", LONGCTX_EARLIER_MAX, b.n);
+}
+
 /* Numbers amid the text (longctx_options.number_words): with 0 the example is the plain one; with 0.05
    only letters change, each to a digit, whole words at a time, about 5% of the words, and the needles,
    the question and the answer are untouched; any piece of the example reads as token by token. */
@@ -858,6 +918,7 @@ int main(int argc, char **argv) {
   test_digits_uniform();
   test_needles(ids, text_len);
   test_other_questions(ids, text_len);
+  test_earlier_questions(ids, text_len);
   test_number_words(ids, text_len);
   test_decoy_numbers(ids, text_len);
   test_sentence_haystack();
