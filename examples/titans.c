@@ -998,8 +998,9 @@ static void help_train(void) {
          "                      answers just before its own question, every answer trained (off; the prose\n"
          "                      recipe: on): a long row trains several answers, not the few digits of one\n"
          "  --ask-earlier       prose with --doc-len: an example also asks for a needle of an earlier example of\n"
-         "                      its row (a word bound before and not again since, the number it was bound to\n"
-         "                      last), its answer trained: the loss pays for a needle kept past its example\n"
+         "                      its row (a key word an earlier example bound and this one does not, with the\n"
+         "                      number it was bound to last), its answer trained (off; negative so far:\n"
+         "                      docs/long_context.md)\n"
          "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle),\n"
          "                      'random' (4 to 8 random letters each) or 'text' (words of 5 to 8 letters of\n"
          "                      the training text); never a held-out word (train; the prose recipe: text)\n"
@@ -1920,8 +1921,7 @@ static int cmd_train(int argc, char **argv) {
     else if (o.ask_earlier) {
       size_t i = step_length_index(&o, step);
       earlier_batch(tokens, &ds, &hay, &o, Bs, Ts, step, stream_calls[i], earlier[i]);
-    }
-    else sample_task_batch(tokens, &ds, hay.ids ? hay.ids : ds.ids, hay.ids ? hay.n : ds.n_train, &o, Bs, Ts, step, NULL);
+    } else sample_task_batch(tokens, &ds, hay.ids ? hay.ids : ds.ids, hay.ids ? hay.n : ds.n_train, &o, Bs, Ts, step, NULL);
     if (o.task >= 0 && o.lens_mix) {
       size_t stage = step_stage(&o, step);
       if (step == first || stage != stage_prev) {
