@@ -1003,8 +1003,8 @@ static void help_train(void) {
          "                      docs/long_context.md)\n"
          "  --key-words SET     prose: the key words, 'train' (16 words, the other 16 held out for needle),\n"
          "                      'random' (4 to 8 random letters each) or 'text' (words of 5 to 8 letters of\n"
-         "                      the training text); never a held-out word (train; the prose recipe: text)\n"
-         "  --haystack H        the examples' filler: 'sentences' (plain sentences in random order), 'mixed'\n"
+         "                      the training text); never a held-out word (train; the prose recipe: text)\n");
+  printf("  --haystack H        the examples' filler: 'sentences' (plain sentences in random order), 'mixed'\n"
          "                      (the training split alternating every 4 KB with generated technical text,\n"
          "                      about 90 digits a KB), a file, or 'own', the kind's own: prose the training\n"
          "                      split, passkey its fixed cycle (own; the passkey recipe: sentences)\n"
@@ -1486,11 +1486,15 @@ static void sample_task_batch(int *tokens, const dataset *ds, const int *source,
   }
 }
 
+/* --doc-len: whether a stream's call after `calls` calls of windows of T starts a new document, where every
+   row's memory restarts (a document holds doc_len / T windows). */
+static int document_starts(const train_opts *o, long calls, size_t T) { return calls % (o->doc_len / (long)T) == 0; }
+
 /* --ask-earlier: the batch [B, T + 1] of step, from a stream used calls times before: each row starts a
    new document (its bindings cleared) where the training loop restarts the stream's rows. */
 static void earlier_batch(int *tokens, const dataset *ds, const dataset *hay, const train_opts *o, size_t B, size_t T,
                           long step, long calls, longctx_bindings *rows) {
-  if (calls % (o->doc_len / (long)T) == 0)
+  if (document_starts(o, calls, T))
     for (size_t b = 0; b < B; b++) longctx_bindings_clear(&rows[b]);
   sample_task_batch(tokens, ds, hay->ids ? hay->ids : ds->ids, hay->ids ? hay->n : ds->n_train, o, B, T, step, rows);
 }
@@ -1896,7 +1900,7 @@ static int cmd_train(int argc, char **argv) {
     if (rc != TITANS_OK) fail("--doc-len: %s", streams[i].error);
     stream_paths[i] = carry_text ? path_join(o.out, "stream.safetensors") : task_stream_path(&o, i);
     note_temp_file_of(stream_paths[i]);
-    if (o.resume && stream_calls[i] % (o.doc_len / (long)window) != 0) { /* inside a document: what the rows carried */
+    if (o.resume && !document_starts(&o, stream_calls[i], window)) { /* inside a document: what the rows carried */
       if (dist_stream_load(&streams[i], stream_paths[i]) != TITANS_OK) fail("--resume: %s", streams[i].error);
       printf("resumed the rows' memory from %s\n", stream_paths[i]);
     }
@@ -1940,7 +1944,7 @@ static int cmd_train(int argc, char **argv) {
     const int *mine = tokens + (size_t)dist_rank * Bl * (Ts + 1);
     if (n_streams) {
       size_t i = carry_text ? 0 : step_length_index(&o, step);
-      if (stream_calls[i] % (o.doc_len / (long)Ts) == 0) /* a new document for every row of the stream */
+      if (document_starts(&o, stream_calls[i], Ts)) /* a new document for every row of the stream */
         for (size_t b = 0; b < Bl; b++) titans_stream_restart(&streams[i], b);
       rc = titans_train_step_stream(&tr, &streams[i], mine, Ts, &loss);
       if (rc == TITANS_OK) stream_calls[i]++;
