@@ -85,6 +85,7 @@
                          look-up start sets it to 0.5 (titans_lookup_init_default changes the models it builds)
                          titans_train_config.write_cost and write_cost_from, a cost on writing (titans_mem_ctx.
                          write_cost carries it into the memory's backward; off: files unchanged)
+                         titans_train_config.write_cost_log (titans_mem_ctx.write_cost_log), the same in log space
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -481,6 +482,10 @@ typedef struct titans_mem_ctx {
      the forward's tokens and heads of theta_t / theta_max. The backward adds its gradient, write_cost /
      theta_max, to every d theta_t. The trainer sets it from titans_train_config.write_cost. */
   float write_cost;
+  /* 0, or the weight of a cost on writing in log space: write_cost_log times the sum over the forward's
+     tokens and heads of log(theta_t / theta_max). The backward adds write_cost_log / theta_t to every
+     d theta_t (none where theta_t is 0). The trainer sets it from titans_train_config.write_cost_log. */
+  float write_cost_log;
   char error[TITANS_ERR_MSG_SIZE];
 } titans_mem_ctx;
 
@@ -1060,6 +1065,12 @@ typedef struct titans_train_config {
                           the loss (docs/model.md 5). The loss reported leaves it out. */
   long write_cost_from; /* the optimizer step from which the cost applies (0: from the first), so that
                            the memory first learns what to write */
+  float write_cost_log; /* a cost on writing in log space (0 = none; not in the paper): the loss trained
+                           gains write_cost_log times the same mean of log(theta_t / theta_max), from step
+                           write_cost_from on. Its pull on a gate's logit, c (1 - theta_t / theta_max),
+                           does not fade as theta_t falls (write_cost's, c theta_t / theta_max
+                           (1 - theta_t / theta_max), does) and leaves a saturated gate alone
+                           (docs/model.md 5). The loss reported leaves it out. */
 } titans_train_config;
 
 /* The defaults: peak lr 4e-4 reached by a linear warm-up over 100 steps, then a cosine down to min_lr =
@@ -5834,6 +5845,11 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
     const float dtheta = ctx->write_cost / cfg->theta_max; /* d (c theta / theta_max) / d theta */
     for (size_t j = 0; j < bt * m.H; j++) gr.dgates[0][j] += dtheta;
   }
+  if (ctx->write_cost_log != 0.0f && !ctx->retrieval) /* d (c log(theta / theta_max)) / d theta = c / theta */
+    for (size_t j = 0; j < bt * m.H; j++) {
+      float theta = bf.gates[0][j];
+      if (theta > 1e-30f) gr.dgates[0][j] += ctx->write_cost_log / theta; /* 0: an underflowed gate, whose */
+    }                                                                     /* logit gradient is 0 anyway */
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, &in, &tails, ctx->retrieval ? 1 : 3);
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS_BACKWARD, &since);
   return TITANS_OK;
@@ -8795,6 +8811,7 @@ TITANSDEF titans_train_config titans_train_config_default(void) {
   t.clip = 1.0f;
   t.write_cost = 0.0f;
   t.write_cost_from = 0;
+  t.write_cost_log = 0.0f;
   return t;
 }
 
@@ -11047,20 +11064,24 @@ TITANSDEF void titans_trainer_free(titans_trainer *t) {
   t->fwd = NULL;
 }
 
-/* Every memory context of a layer's forward (MAC's are its rows') gets the cost on writing per token. */
-static void titans__layer_set_write_cost(titans__layer_fwd *lf, float per_token) {
-  for (size_t i = 0; i < lf->nctx; i++) lf->ctxs[i].write_cost = per_token;
-  for (size_t b = 0; b < lf->nrows; b++) titans__layer_set_write_cost(&lf->rows[b], per_token);
+/* Every memory context of a layer's forward (MAC's are its rows') gets the costs on writing per token
+   (linear, log). */
+static void titans__layer_set_write_cost(titans__layer_fwd *lf, float per_token, float per_token_log) {
+  for (size_t i = 0; i < lf->nctx; i++) lf->ctxs[i].write_cost = per_token, lf->ctxs[i].write_cost_log = per_token_log;
+  for (size_t b = 0; b < lf->nrows; b++) titans__layer_set_write_cost(&lf->rows[b], per_token, per_token_log);
 }
 
-/* The cost on writing (titans_train_config.write_cost) as every memory call of the forward sees it: the
-   mean over the batch's B x T tokens, times the gradient's scale (a micro-batch's share of the step);
-   none before step write_cost_from. */
+/* The costs on writing (titans_train_config.write_cost, write_cost_log) as every memory call of the
+   forward sees them: the mean over the batch's B x T tokens, times the gradient's scale (a micro-batch's
+   share of the step); none before step write_cost_from. */
 static void titans__set_write_cost(titans_trainer *t, float scale) {
   struct titans__fwd *f = t->fwd;
   size_t n = f->B * f->T;
-  float per_token = n > 0 && t->step >= t->tc.write_cost_from ? t->tc.write_cost * scale / (float)n : 0.0f;
-  for (int l = 0; l < t->model->cfg.n_layers; l++) titans__layer_set_write_cost(&f->layers[l], per_token);
+  int on = n > 0 && t->step >= t->tc.write_cost_from;
+  float per_token = on ? t->tc.write_cost * scale / (float)n : 0.0f;
+  float per_token_log = on ? t->tc.write_cost_log * scale / (float)n : 0.0f;
+  for (int l = 0; l < t->model->cfg.n_layers; l++)
+    titans__layer_set_write_cost(&f->layers[l], per_token, per_token_log);
 }
 
 /* Forward and backward of one batch (stream may be NULL), adding scale * gradient into t->grads;
@@ -12409,6 +12430,7 @@ static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *
   titans__ck_add(fs, "clip", TITANS__CK_FLOAT, &tc->clip);
   titans__ck_add_when_set(fs, "write_cost", TITANS__CK_FLOAT, &tc->write_cost); /* 0: no cost */
   titans__ck_add_when_set(fs, "write_cost_from", TITANS__CK_LONG, &tc->write_cost_from);
+  titans__ck_add_when_set(fs, "write_cost_log", TITANS__CK_FLOAT, &tc->write_cost_log); /* 0: no cost */
 }
 
 /* Whether a number field (int, long or float) holds 0: a titans__ck_add_when_set field is then left out. */
@@ -12637,7 +12659,8 @@ TITANSDEF int titans_train_config_from_json(titans_train_config *tc, const char 
   if (rc) return rc;
   if (!(c.lr >= 0.0f) || !(c.min_lr >= 0.0f) || c.warmup_steps < 0 || c.total_steps < 0 || !(c.weight_decay >= 0.0f) ||
       !(c.beta1 >= 0.0f && c.beta1 < 1.0f) || !(c.beta2 >= 0.0f && c.beta2 < 1.0f) || !(c.eps > 0.0f) ||
-      !(c.clip >= 0.0f) || !(c.write_cost >= 0.0f && c.write_cost < 1e30f) || c.write_cost_from < 0)
+      !(c.clip >= 0.0f) || !(c.write_cost >= 0.0f && c.write_cost < 1e30f) || c.write_cost_from < 0 ||
+      !(c.write_cost_log >= 0.0f && c.write_cost_log < 1e30f))
     return titans__error(err, TITANS_ERR_FORMAT, "train config JSON: a value is out of range");
   *tc = c;
   return TITANS_OK;

@@ -896,6 +896,7 @@ typedef struct train_opts {
   int gate_key;                            /* 1: the memory's write gate also reads its key (cfg.mem.gate_key) */
   double write_cost;                       /* a cost on writing (titans_train_config.write_cost; 0: none) */
   long write_cost_from;                    /* ... from this step on (titans_train_config.write_cost_from) */
+  double write_cost_log;                   /* a cost on log theta (titans_train_config.write_cost_log; 0: none) */
   int no_forget;                           /* 1: the memory forgets nothing, alpha_t = 0 (cfg.mem.no_forget) */
   int per_token_grad;                      /* 1: each token's inner gradient at the weights before it
                                               (cfg.mem.per_token_grad; needs --mem-depth 1 --surprise-bound 0) */
@@ -971,6 +972,8 @@ static void help_train(void) {
       "                      memory layers and heads), so the memory writes only where it pays (0; not in the\n"
       "                      paper; docs/model.md 5)\n"
       "  --write-cost-from N the cost applies from step N on, once the memory has learned what to write (0)\n"
+      "  --write-cost-log X  the loss trained gains X times the mean log(theta_t / theta_max), from the same step:\n"
+      "                      its pull on a gate does not fade as the gate shuts, and spares a saturated one (0)\n"
       "  --no-forget         the memory forgets nothing: alpha_t = 0, --alpha-init unused (not in the paper;\n"
       "                      docs/model.md 1.3)\n"
       "  --per-token-grad    each token's inner gradient at the weights just before it, as with chunk 1, for any\n"
@@ -1224,6 +1227,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--gate-key")) o->gate_key = 1;
     else if (!strcmp(s, "--write-cost")) o->write_cost = arg_double(&a, s, 0.0, 1e6);
     else if (!strcmp(s, "--write-cost-from")) o->write_cost_from = arg_long(&a, s, 0, 1L << 30);
+    else if (!strcmp(s, "--write-cost-log")) o->write_cost_log = arg_double(&a, s, 0.0, 1e6);
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--per-token-grad")) o->per_token_grad = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
@@ -1615,6 +1619,7 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--lr", (float)o->lr, tr->tc.lr},
            {"--write-cost", (float)o->write_cost, tr->tc.write_cost},
            {"--write-cost-from", (double)o->write_cost_from, (double)tr->tc.write_cost_from},
+           {"--write-cost-log", (float)o->write_cost_log, tr->tc.write_cost_log},
            {"--warmup", (double)o->warmup, (double)tr->tc.warmup_steps}};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
     if (v[i].want != v[i].had && arg_given(argc, argv, v[i].opt))
@@ -1819,6 +1824,7 @@ static int cmd_train(int argc, char **argv) {
     tc.total_steps = o.steps;
     tc.write_cost = (float)o.write_cost;
     tc.write_cost_from = o.write_cost_from;
+    tc.write_cost_log = (float)o.write_cost_log;
     if (titans_trainer_init(&tr, &model, &tc) != TITANS_OK) fail("%s", tr.error);
   }
   /* everything is checked: now the folder, created with its parents and tried for writing, so a bad --out
@@ -2737,6 +2743,8 @@ static void help_needle(void) {
          "                      FILE gets one line per probe (TSV), FILE.svg the fraction of trials answered\n"
          "                      exactly against the tokens read since the needle\n"
          "  --curve-every N     tokens between probes (the first length / 64)\n"
+         "  --no-forget         a diagnostic: every memory's forgetting gate alpha_t held at 0 while the\n"
+         "                      models read (cfg.mem.no_forget), to see what forgetting costs the needle\n"
          "  --answers FILE      one line per trial (TSV): model, length, depth, trial, the asked key word and\n"
          "                      number, the answer, its right digits, and whose number the answer is (the\n"
          "                      asked needle's, another needle's: a binding error, or none)\n"
@@ -2753,6 +2761,7 @@ typedef struct needle_opts {
   const char *data, *svg, *haystack, *trace, *answers; /* answers: --answers FILE, one line per trial */
   const char *curve;         /* --curve FILE: the needle's hold along the haystack instead of the table */
   size_t curve_every;        /* --curve-every: tokens between probes (0: the first length / 64) */
+  int no_forget;             /* --no-forget: alpha_t = 0 in every model read (a diagnostic) */
   const int *source;         /* [source_len] the filler's text (token ids): the held-out split of --data for
                                 prose, or --haystack; NULL: the passkey's fixed cycle */
   size_t source_len;
@@ -2789,6 +2798,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--answers")) o->answers = arg_value(&a, s);
     else if (!strcmp(s, "--curve")) o->curve = arg_value(&a, s);
     else if (!strcmp(s, "--curve-every")) o->curve_every = (size_t)arg_long(&a, s, 1, 1L << 30);
+    else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
@@ -3351,6 +3361,10 @@ static int cmd_needle(int argc, char **argv) {
   if (o.numbers > 0) printf("filler: %g of its words written as numbers\n", o.numbers);
   if (o.decoys > 0) printf("filler: %g of those numbers start with a needle's first digits\n", o.decoys);
   models_load(&o.models);
+  if (o.no_forget) { /* a session reads its model's cfg.mem at every step */
+    for (size_t i = 0; i < o.models.n; i++) o.models.model[i].cfg.mem.no_forget = 1;
+    printf("--no-forget: every memory's forgetting gate alpha_t held at 0 (a diagnostic)\n");
+  }
   if (o.trace) needle_trace(&o, &o.models.model[0]);
   if (o.curve) {
     needle_curve(&o);

@@ -175,21 +175,25 @@ static void test_json(void) {
     int absent = strstr(json, "write_cost") == NULL;
     tc.write_cost = 0.3f;
     tc.write_cost_from = 1000;
+    tc.write_cost_log = 0.01f;
     tb.write_cost = 0.0f;
     int rt = !titans_train_config_to_json(&tc, json, sizeof json) && !titans_train_config_from_json(&tb, json, err) &&
-             tb.write_cost == 0.3f && tb.write_cost_from == 1000;
-    char neg[1024], inf[1024];
+             tb.write_cost == 0.3f && tb.write_cost_from == 1000 && tb.write_cost_log == 0.01f;
+    char neg[1024], inf[1024], neg_log[1024];
     const char *at = strstr(json, "\"write_cost\":");
     char early[1024];
     snprintf(neg, sizeof neg, "%.*s\"write_cost\":-1}", at ? (int)(at - json) : 0, json);
     snprintf(inf, sizeof inf, "%.*s\"write_cost\":1e39}", at ? (int)(at - json) : 0, json);
     snprintf(early, sizeof early, "%.*s\"write_cost\":0.3,\"write_cost_from\":-1}", at ? (int)(at - json) : 0, json);
+    snprintf(neg_log, sizeof neg_log, "%.*s\"write_cost\":0.3,\"write_cost_log\":-1}", at ? (int)(at - json) : 0,
+             json);
     int refused = at && titans_train_config_from_json(&tb, neg, err) == TITANS_ERR_FORMAT &&
                   titans_train_config_from_json(&tb, inf, err) == TITANS_ERR_FORMAT &&
-                  titans_train_config_from_json(&tb, early, err) == TITANS_ERR_FORMAT;
+                  titans_train_config_from_json(&tb, early, err) == TITANS_ERR_FORMAT &&
+                  titans_train_config_from_json(&tb, neg_log, err) == TITANS_ERR_FORMAT;
     th_check(absent && rt && refused,
-             "write_cost, write_cost_from: left out of the JSON at 0, round-trip at 0.3 and 1000, a cost of -1 or "
-             "1e39 and a step of -1 refused (%s)", json);
+             "write_cost, write_cost_from, write_cost_log: left out of the JSON at 0, round-trip at 0.3, 1000 and "
+             "0.01, a cost of -1 or 1e39, a step of -1 and a log cost of -1 refused (%s)", json);
   }
 
   /* bad JSON of every kind */

@@ -62,6 +62,17 @@ check "a run with a cost on writing resumed: the uninterrupted run's weights, bi
          ! cmp -s cost/model.safetensors full/model.safetensors"
 rc=$(run "$bin" train $tiny --steps 8 --write-cost 0.2 --resume --out cost_split)
 check "--resume with another --write-cost is refused (rc=$rc)" sh -c "[ $rc != 0 ] && grep -q 'write-cost' err.txt"
+rc=$(run "$bin" train $tiny --steps 8 --write-cost 0.5 --write-cost-from 2 --write-cost-log 0.05 --out logcost)
+check "train --write-cost-log 0.05 exits 0, its trainer file keeps it, its weights differ from the linear cost's alone (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'write_cost_log...0[.]05' logcost/trainer.safetensors && \
+         ! cmp -s logcost/model.safetensors cost/model.safetensors"
+run "$bin" train $tiny --steps 8 --write-cost 0.5 --write-cost-from 2 --write-cost-log 0.05 --stop-at 4 --out logcost_split \
+  > /dev/null
+rc=$(run "$bin" train $tiny --steps 8 --resume --out logcost_split)
+check "a run with a log cost on writing resumed: the uninterrupted run's weights, bit for bit (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && cmp -s logcost/model.safetensors logcost_split/model.safetensors"
+rc=$(run "$bin" train $tiny --steps 8 --write-cost-log 0.2 --resume --out logcost_split)
+check "--resume with another --write-cost-log is refused (rc=$rc)" sh -c "[ $rc != 0 ] && grep -q 'write-cost-log' err.txt"
 
 rc=$(run "$bin" train $tiny --steps 8 --seed 8 --resume --out split)
 check "--resume with another seed is refused (rc=$rc)" [ "$rc" != 0 ]

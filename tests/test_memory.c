@@ -354,34 +354,41 @@ static void test_bound_acts(titans_mem_config cfg) {
 
 /* ---- 7.4: gradients against central differences of the double reference ---------------------- */
 
-/* sum over the B rows, T tokens and H heads of theta_t / theta_max: what a cost on writing weighs */
-static double ref_write_sum(const ref_model *rm, const double *x, size_t B, size_t T) {
+/* sum over the B rows, T tokens and H heads of theta_t / theta_max (in_log: of log(theta_t / theta_max)):
+   what a cost on writing weighs */
+static double ref_write_sum(const ref_model *rm, const double *x, size_t B, size_t T, int in_log) {
   const titans__mem_dims *m = &rm->m;
   double *proj = calloc(3 * T * m->dm, sizeof(double)), *vec = calloc(3 * T * m->dm, sizeof(double)),
          *gates = calloc(3 * T * m->H, sizeof(double)), sum = 0;
   for (size_t b = 0; b < B; b++) {
     ref_token_inputs(rm, x + b * T * m->d, T, proj, vec, gates);
-    for (size_t j = 0; j < T * m->H; j++) sum += gates[j] / rm->cfg.theta_max; /* gates[0 .. T H): theta */
+    for (size_t j = 0; j < T * m->H; j++) { /* gates[0 .. T H): theta */
+      double frac = gates[j] / rm->cfg.theta_max;
+      sum += in_log ? log(frac) : frac;
+    }
   }
   free(proj); free(vec); free(gates);
   return sum;
 }
 
-/* sum(out . dout) + write_cost * ref_write_sum: the loss whose gradient the backward returns when the
-   ctx's write_cost is set */
+/* sum(out . dout) + write_cost * ref_write_sum + write_cost_log * its log form: the loss whose gradient
+   the backward returns when the ctx's write_cost and write_cost_log are set */
 static double ref_loss(const ref_model *rm, const double *x, const float *dout, size_t B, size_t T,
-                       double write_cost) {
+                       double write_cost, double write_cost_log) {
   size_t n = B * T * rm->m.d;
   double *o = calloc(n, sizeof(double)), L = 0;
   ref_forward(rm, x, B, T, o, NULL, NULL);
   for (size_t i = 0; i < n; i++) L += o[i] * dout[i];
   free(o);
-  if (write_cost != 0) L += write_cost * ref_write_sum(rm, x, B, T);
+  if (write_cost != 0) L += write_cost * ref_write_sum(rm, x, B, T, 0);
+  if (write_cost_log != 0) L += write_cost_log * ref_write_sum(rm, x, B, T, 1);
   return L;
 }
 
-/* write_cost: the ctx's (a caller's cost on writing, added to the loss the backward differentiates) */
-static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, float write_cost) {
+/* write_cost, write_cost_log: the ctx's (a caller's costs on writing, added to the loss the backward
+   differentiates) */
+static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, float write_cost,
+                                     float write_cost_log) {
   fixture f;
   fixture_init(&f, cfg, B, T, 99 + (uint64_t)cfg.depth);
   size_t n = B * T * (size_t)cfg.d;
@@ -393,10 +400,13 @@ static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, 
   float *out = titans_alloc_floats(n), *dx = titans_alloc_floats(n);
   int rc = titans_mem_forward(&cfg, &f.w, &st, out, f.x, T, &ctx);
   ctx.write_cost = write_cost;
+  ctx.write_cost_log = write_cost_log;
   if (!rc) rc = titans_mem_backward(&cfg, &f.w, &f.g, dx, f.dout, f.x, &ctx, 1);
   char label[160], what[300];
   cfg_label(label, sizeof label - 32, &cfg, T);
-  if (write_cost != 0) snprintf(label + strlen(label), 32, " write_cost=%g", (double)write_cost);
+  if (write_cost != 0) snprintf(label + strlen(label), sizeof label - strlen(label), " write_cost=%g", (double)write_cost);
+  if (write_cost_log != 0)
+    snprintf(label + strlen(label), sizeof label - strlen(label), " log cost=%g", (double)write_cost_log);
   double *x = to_double(f.x, n), h = 1e-5, worst = 0;
   const char *worst_name = "";
   for (size_t pi = 0; pi < f.rm.nparams; pi++) {
@@ -405,9 +415,9 @@ static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, 
     for (size_t j = 0; j < p->size; j++) {
       double *v = f.rm.p + p->offset + j, keep = *v;
       *v = keep + h;
-      double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost);
+      double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log);
       *v = keep - h;
-      double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost);
+      double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log);
       *v = keep;
       fd[j] = (lp - lm) / (2 * h);
     }
@@ -421,9 +431,9 @@ static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, 
   for (size_t j = 0; j < n; j++) {
     double keep = x[j];
     x[j] = keep + h;
-    double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost);
+    double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log);
     x[j] = keep - h;
-    double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost);
+    double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log);
     x[j] = keep;
     fdx[j] = (lp - lm) / (2 * h);
   }
@@ -437,7 +447,9 @@ static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, 
   fixture_free(&f);
 }
 
-static void test_gradients(titans_mem_config cfg, size_t B, size_t T) { test_gradients_with_cost(cfg, B, T, 0.0f); }
+static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
+  test_gradients_with_cost(cfg, B, T, 0.0f, 0.0f);
+}
 
 /* ---- the gated delta rule (titans_mem_config_gated_delta, docs/model.md 1.9) ----------------------- */
 
@@ -969,10 +981,12 @@ int main(void) {
   test_gradients(bounded(no_forget_deep, 0.5f), 2, 9);
   test_gradients(keyed_gate(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f)), 2, 7);
   test_gradients(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
-  /* a cost on writing (ctx.write_cost, titans_train_config.write_cost): large enough that the write gates'
-     gradients are mostly the cost's */
-  test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 3.0f);
-  test_gradients_with_cost(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9, 3.0f);
+  /* a cost on writing (ctx.write_cost, titans_train_config.write_cost) and its log form (write_cost_log):
+     large enough that the write gates' gradients are mostly the costs' */
+  test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 3.0f, 0.0f);
+  test_gradients_with_cost(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9, 3.0f, 0.0f);
+  test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 0.0f, 0.7f); /* the log cost alone */
+  test_gradients_with_cost(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f), 2, 9, 3.0f, 0.7f); /* both */
 
   printf("memory layer: golden values of the PyTorch reference (tests/ref)\n");
   test_golden("tests/ref/memory_golden.bin");
