@@ -484,7 +484,9 @@ typedef struct titans_mem_ctx {
   float write_cost;
   /* 0, or the weight of a cost on writing in log space: write_cost_log times the sum over the forward's
      tokens and heads of log(theta_t / theta_max). The backward adds write_cost_log / theta_t to every
-     d theta_t (none where theta_t is 0). The trainer sets it from titans_train_config.write_cost_log. */
+     d theta_t above 1e-30 (none below: the cost stops there, where its constant pull would otherwise drive
+     a shut gate's logit on without end and c / theta_t overflows). The trainer sets it from
+     titans_train_config.write_cost_log. */
   float write_cost_log;
   char error[TITANS_ERR_MSG_SIZE];
 } titans_mem_ctx;
@@ -2363,7 +2365,8 @@ TITANS__GEMM_INLINE void titans__gemm_tdot_rows_whole(__m512 *acc, const float *
     size_t p = 0;
     for (; p + 64 <= full; p += 64) { /* unrolled: the loads of a row go out together */
       /* 8 KB ahead, past the rows of this tile into the next: the hardware prefetcher stops at every
-         4 KB page and the one-row product waited on it (MAG 1.2-1.3x, LMM 1.3-1.4x, issue 38) */
+         4 KB page and the one-row product waited on it (the memory kinds' generated token 1.18-1.25x,
+         docs/results/2026-11-30-session24.md) */
       TITANS__GEMM_PREFETCH(r + p + 2048);
       TITANS__GEMM_PREFETCH(r + p + 2048 + 16);
       TITANS__GEMM_PREFETCH(r + p + 2048 + 32);
@@ -5854,8 +5857,8 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   if (ctx->write_cost_log != 0.0f && !ctx->retrieval) /* d (c log(theta / theta_max)) / d theta = c / theta */
     for (size_t j = 0; j < bt * m.H; j++) {
       float theta = bf.gates[0][j];
-      if (theta > 1e-30f) gr.dgates[0][j] += ctx->write_cost_log / theta; /* 0: an underflowed gate, whose */
-    }                                                                     /* logit gradient is 0 anyway */
+      if (theta > 1e-30f) gr.dgates[0][j] += ctx->write_cost_log / theta; /* the cost's floor (above) */
+    }
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, &in, &tails, ctx->retrieval ? 1 : 3);
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS_BACKWARD, &since);
   return TITANS_OK;
