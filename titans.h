@@ -86,6 +86,8 @@
                          titans_train_config.write_cost and write_cost_from, a cost on writing (titans_mem_ctx.
                          write_cost carries it into the memory's backward; off: files unchanged)
                          titans_train_config.write_cost_log (titans_mem_ctx.write_cost_log), the same in log space
+                         titans_trainer_set_write_cost_skip (titans_mem_ctx.write_cost_skip): positions both
+                         costs leave alone; titans_train_config_check, which titans_trainer_init now applies
      0.1.0 (2026-11-21)  first version: MAC, MAG, MAL, LMM, LM2 and attention baselines; train, stream, run, save
 
    LICENSE: MIT or public domain, your choice; see the end of the file.
@@ -488,6 +490,10 @@ typedef struct titans_mem_ctx {
      a shut gate's logit on without end and c / theta_t overflows). The trainer sets it from
      titans_train_config.write_cost_log. */
   float write_cost_log;
+  /* NULL, or [batch, T] of the next forward: 1 where both costs leave the position's write alone (its
+     d theta_t gains nothing), e.g. the facts a retrieval example asks the memory to keep; the costs then
+     shut the gates of the rest only. The trainer sets it from titans_trainer_set_write_cost_skip. */
+  const unsigned char *write_cost_skip;
   char error[TITANS_ERR_MSG_SIZE];
 } titans_mem_ctx;
 
@@ -1101,6 +1107,7 @@ typedef struct titans_trainer {
   int (*reduce)(float *grads, size_t n, double *stats, void *user); /* titans_trainer_set_reduce, or NULL */
   int (*reduce_start)(float *range, size_t n, size_t offset, void *user); /* _set_reduce_overlap, or NULL */
   void *reduce_user;
+  const unsigned char *write_cost_skip; /* titans_trainer_set_write_cost_skip, or NULL */
   char error[TITANS_ERR_MSG_SIZE];
 } titans_trainer;
 
@@ -1109,7 +1116,11 @@ typedef struct titans_trainer {
    only). TITANS_NO_LOSS(id) = -1 - id. */
 #define TITANS_NO_LOSS(id) (-1 - (id))
 
-/* tc may be NULL for the defaults. */
+/* TITANS_OK if every field of tc is in range (rates, decay, clip and costs finite and >= 0, step counts >=
+   0, betas in [0, 1), eps > 0), else TITANS_ERR_ARG naming the field in err (may be NULL). */
+TITANSDEF int titans_train_config_check(const titans_train_config *tc, char *err);
+/* tc may be NULL for the defaults; a tc out of range (titans_train_config_check) is refused, t->error says
+   which field, and nothing is allocated. */
 TITANSDEF int titans_trainer_init(titans_trainer *t, titans_model *m, const titans_train_config *tc);
 TITANSDEF void titans_trainer_free(titans_trainer *t);
 
@@ -1138,6 +1149,13 @@ TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
    piece) in a tenth of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe 0.70 GB,
    7.7 GB without) for a few percent more arithmetic. 0 (the default) turns it off. */
 TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on);
+/* skip [rows, T] (the rows of the following training calls' token arrays: n_micro x B for
+   titans_train_step and _targets, B for titans_forward_backward, the stream's rows for
+   titans_train_step_stream), or NULL (the default): 1 where the costs on writing (titans_train_config.
+   write_cost, write_cost_log) leave the write of the input at that position alone. A retrieval task
+   marks its needles, so the costs shut the gates on the filler only (docs/model.md 5). Read by every
+   training call until set again; the caller keeps it alive and fills it for each call's tokens. */
+TITANSDEF void titans_trainer_set_write_cost_skip(titans_trainer *t, const unsigned char *skip);
 /* The same reduction overlapped with the backward: while the backward of a step's last micro-batch runs,
    the trainer calls start(range, n, offset, user) each time a range of the gradient slab is final,
      range [n]  grads + offset, already scaled into a SUM over this process's counted targets,
@@ -5850,14 +5868,17 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
   memset(ctx->dtails_init, 0, 4 * B * K1 * m.dm * sizeof(float));
   const titans__mem_input in = {x, dx, B, T};
   const titans__mem_tails_grad tails = {ctx->tails + slot, ctx->dtails_final + slot, ctx->dtails_init + slot};
+  const unsigned char *skip = ctx->write_cost_skip; /* [bt] or NULL; d theta is [bt, H] */
   if (ctx->write_cost != 0.0f && !ctx->retrieval) { /* a retrieval writes nothing */
     const float dtheta = ctx->write_cost / cfg->theta_max; /* d (c theta / theta_max) / d theta */
-    for (size_t j = 0; j < bt * m.H; j++) gr.dgates[0][j] += dtheta;
+    for (size_t j = 0; j < bt * m.H; j++)
+      if (!skip || !skip[j / m.H]) gr.dgates[0][j] += dtheta;
   }
   if (ctx->write_cost_log != 0.0f && !ctx->retrieval) /* d (c log(theta / theta_max)) / d theta = c / theta */
     for (size_t j = 0; j < bt * m.H; j++) {
       float theta = bf.gates[0][j];
-      if (theta > 1e-30f) gr.dgates[0][j] += ctx->write_cost_log / theta; /* the cost's floor (above) */
+      if (theta > 1e-30f && (!skip || !skip[j / m.H]))
+        gr.dgates[0][j] += ctx->write_cost_log / theta; /* the cost's floor (above) */
     }
   titans__mem_inputs_backward(&m, cfg, w, grad, &bf, &gr, &in, &tails, ctx->retrieval ? 1 : 3);
   titans__mem_stage_done(ctx, TITANS_MEM_STAGE_INPUTS_BACKWARD, &since);
@@ -9231,6 +9252,7 @@ typedef struct titans__layer_fwd {
   int64_t *kpos_rows;             /* [B, window + T] SWA in a stream: each row's key positions */
   float *attn_src;                /* [B, P + window + T, d] SWA in a stream: persist || carried rows || xn */
   size_t mem_prefix;              /* MAG: persistent tokens the memory read first in this forward (N_p or 0) */
+  const unsigned char *write_cost_skip; /* [B, T] or NULL: titans_trainer_set_write_cost_skip's rows */
   titans_mem_ctx *ctxs;  /* [nctx] kept between steps (MAC: 2 per segment) */
   size_t nctx;
   /* MAC runs each batch row as its own forward, so the rows can run on threads (titans__mac_forward):
@@ -9706,6 +9728,27 @@ static const float *titans__mac_learn_rows(const titans_config *c, const float *
   return c->mac_learns_from == TITANS_MAC_LEARNS_INPUT ? x : y;
 }
 
+/* The write-cost skip mask of a memory call (titans_mem_ctx.write_cost_skip) whose rows read `lead`
+   positions the sequence does not hold (persistent tokens: the costs apply there), then positions t0 ..
+   t0 + n of each of the B rows of skip [B, T] (a layer's write_cost_skip). *out: [B, lead + n], skip
+   itself when the call reads the rows whole, NULL when skip is NULL. */
+static int titans__mem_call_skip(titans__arena *ar, const unsigned char *skip, size_t B, size_t T, size_t lead,
+                                 size_t t0, size_t n, const unsigned char **out) {
+  *out = NULL;
+  if (!skip) return TITANS_OK;
+  if (lead == 0 && t0 == 0 && n == T) return *out = skip, TITANS_OK;
+  size_t len = lead + n;
+  size_t floats = (B * len + sizeof(float) - 1) / sizeof(float) + 1; /* the arena hands out floats */
+  unsigned char *rows = (unsigned char *)(void *)titans__arena_alloc(ar, floats); /* [B, lead + n] */
+  if (!rows) return TITANS_ERR_NOMEM;
+  for (size_t b = 0; b < B; b++) {
+    memset(rows + b * len, 0, lead);
+    memcpy(rows + b * len + lead, skip + b * T + t0, n);
+  }
+  *out = rows;
+  return TITANS_OK;
+}
+
 /* Segment sg (sg->t0, sg->n set) of the forward over lf's B rows, from the memory state lf->st holds,
    which it advances: steps 1-4 above, the gate's output into lf->mix. Its activations come from ar and
    its two memory calls save into cr (the retrieval) and cu (the update). */
@@ -9735,6 +9778,7 @@ static int titans__mac_segment_forward(const titans_config *c, const titans_laye
   const titans__attn_sub_in in = {sg->xs, sg->src, sg->kpos, sg->kpos, 0, B, n, P, 2 * n, 0};
   TITANS__TRY(titans__attn_sub_forward(c, L, ar, &sg->at, sg->y, &in, NULL));
   /* 3. the memory learns from the attention output (or from X: titans_mac_learns_from) */
+  TITANS__TRY(titans__mem_call_skip(ar, lf->write_cost_skip, B, T, 0, sg->t0, n, &cu->write_cost_skip));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, sg->mm, titans__mac_learn_rows(c, sg->y, sg->xs), n, cu));
   /* 4. gate */
   TITANS__TRY(titans__gate_forward(ar, &sg->gate, out, sg->y, sg->mm, L->gate_norm_y, L->gate_norm_m, B * n, d));
@@ -9907,6 +9951,7 @@ static int titans__mac_forward(const titans_config *c, const titans_layer *L, ti
     row->mix = lf->mix + (size_t)b * T * d;
     row->carry = lf->carry; /* read by the backward only to know that the state was carried */
     row->fresh = lf->fresh ? lf->fresh + b : NULL;
+    row->write_cost_skip = lf->write_cost_skip ? lf->write_cost_skip + (size_t)b * T : NULL;
     row->recompute = lf->recompute;
     status[b] = titans__mac_forward_rows(c, L, row, &row->row_arena, 1, T);
     if (!status[b]) titans__mem_state_copy_row(&lf->st, (size_t)b, &row->st, 0);
@@ -10049,6 +10094,7 @@ static int titans__mag_stream_forward(const titans_config *c, const titans_layer
   TITANS__TRY(titans__swa_stream_forward(c, L, lf, ar, lf->y, B, T));
   titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, Pm, T, d);
   TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans__mem_call_skip(ar, lf->write_cost_skip, B, T, Pm, 0, T, &cx->write_cost_skip));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, Pm + T, cx));
   for (size_t b = 0; b < B; b++)
     memcpy(lf->m + b * T * d, lf->mem_out + (b * (Pm + T) + Pm) * d, T * d * sizeof(float));
@@ -10085,6 +10131,7 @@ static int titans__mag_forward(const titans_config *c, const titans_layer *L, ti
   const titans__attn_sub_in in = titans__attn_sub_self(lf->xn, lf->src, pos, B, T, P, titans__window(c));
   TITANS__TRY(titans__attn_sub_forward(c, L, ar, &lf->at, lf->y, &in, NULL));
   TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans__mem_call_skip(ar, lf->write_cost_skip, B, T, P, 0, T, &cx->write_cost_skip));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->m + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
   return titans__gate_forward(ar, &lf->gate, lf->mix, lf->y, lf->m, L->gate_norm_y, L->gate_norm_m, B * T, d);
@@ -10154,6 +10201,7 @@ static int titans__mal_forward(const titans_config *c, const titans_layer *L, ti
   TITANS__NEED(cx);
   titans__concat_prefix(lf->mem_in, L->persist, 0, lf->xn, B, P, T, d);
   TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans__mem_call_skip(ar, lf->write_cost_skip, B, T, P, 0, T, &cx->write_cost_skip));
   TITANS__TRY(titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mem_out, lf->mem_in, P + T, cx));
   for (size_t b = 0; b < B; b++) memcpy(lf->y + b * T * d, lf->mem_out + (b * (P + T) + P) * d, T * d * sizeof(float));
   lf->src = lf->mem_out; /* the memory's outputs at the persistent positions are the visible prefix */
@@ -10197,11 +10245,11 @@ static int titans__mal_step_rows(titans__rows_work *w, size_t n, int l) {
 
 static int titans__lmm_forward(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf, titans__arena *ar,
                                const int64_t *pos, size_t B, size_t T) {
-  (void)ar;
   (void)pos; /* the memory's positions are its own (chunks from the state's position) */
   titans_mem_ctx *cx = titans__layer_ctx(lf, 0);
   TITANS__NEED(cx);
   TITANS__TRY(titans__layer_state(c, L, lf, B));
+  TITANS__TRY(titans__mem_call_skip(ar, lf->write_cost_skip, B, T, 0, 0, T, &cx->write_cost_skip));
   return titans_mem_forward(&c->mem, &L->mem, &lf->st, lf->mix, lf->xn, T, cx);
 }
 
@@ -10851,19 +10899,21 @@ typedef struct titans__batch {
   const int *targets; /* [B, stride] or NULL */
   size_t stride;      /* T + 1 (next-token arrays) or T (separate arrays) */
   int next_token;     /* 1: one array (inputs may be TITANS_NO_LOSS marks, positions named from the array's) */
+  const unsigned char *write_cost_skip; /* [B, T] or NULL: titans_trainer_set_write_cost_skip (training only) */
 } titans__batch;
 
 /* A batch of tokens [B, T + 1] (with_targets: positions 1..T are the targets) or of inputs [B, T] alone. */
 static titans__batch titans__next_token_batch(const int *tokens, size_t T, int with_targets) {
-  titans__batch bt = {tokens, with_targets ? tokens + 1 : NULL, with_targets ? T + 1 : T, 1};
+  titans__batch bt = {tokens, with_targets ? tokens + 1 : NULL, with_targets ? T + 1 : T, 1, NULL};
   return bt;
 }
 
-/* Micro-batch i of B rows of a batch. */
-static titans__batch titans__micro_batch(const titans__batch *whole, size_t i, size_t B) {
+/* Micro-batch i of B rows of T tokens of a batch. */
+static titans__batch titans__micro_batch(const titans__batch *whole, size_t i, size_t B, size_t T) {
   titans__batch bt = *whole;
   bt.inputs += i * B * bt.stride;
   if (bt.targets) bt.targets += i * B * bt.stride;
+  if (bt.write_cost_skip) bt.write_cost_skip += i * B * T;
   return bt;
 }
 
@@ -10943,6 +10993,7 @@ static int titans__model_forward(titans_trainer *t, const titans__batch *batch, 
     lf->carry = stream && stream->mem ? &stream->mem[l] : NULL;
     lf->fresh = stream ? stream->fresh : NULL;
     lf->recompute = t->recompute;
+    lf->write_cost_skip = batch->write_cost_skip;
     lf->attn_tail = stream && stream->attn_tail ? stream->attn_tail + (size_t)l * B * (size_t)c->window * d : NULL;
     lf->attn_tail_rows = stream ? stream->attn_tail_rows : NULL;
     lf->row_position = stream ? stream->row_position : NULL;
@@ -11045,10 +11096,37 @@ static int titans__model_backward(titans_trainer *t, const float *dlogits) {
   return TITANS_OK;
 }
 
+/* A float field is in range when it is finite (the NaN test is the comparison's) and at least lo. */
+static int titans__tc_float_ok(float v, float lo) { return v >= lo && v < INFINITY; }
+
+TITANSDEF int titans_train_config_check(const titans_train_config *tc, char *err) {
+  const struct { const char *name; float value; } at_least_0[] = {
+      {"lr", tc->lr}, {"min_lr", tc->min_lr}, {"weight_decay", tc->weight_decay}, {"clip", tc->clip},
+      {"write_cost", tc->write_cost}, {"write_cost_log", tc->write_cost_log}};
+  for (size_t i = 0; i < sizeof at_least_0 / sizeof at_least_0[0]; i++)
+    if (!titans__tc_float_ok(at_least_0[i].value, 0.0f))
+      return titans__error(err, TITANS_ERR_ARG, "train config: %s = %g, want a finite value >= 0", at_least_0[i].name,
+                           (double)at_least_0[i].value);
+  if (!(tc->beta1 >= 0.0f && tc->beta1 < 1.0f))
+    return titans__error(err, TITANS_ERR_ARG, "train config: beta1 = %g, want [0, 1)", (double)tc->beta1);
+  if (!(tc->beta2 >= 0.0f && tc->beta2 < 1.0f))
+    return titans__error(err, TITANS_ERR_ARG, "train config: beta2 = %g, want [0, 1)", (double)tc->beta2);
+  if (!(tc->eps > 0.0f && tc->eps < INFINITY))
+    return titans__error(err, TITANS_ERR_ARG, "train config: eps = %g, want a finite value > 0", (double)tc->eps);
+  const struct { const char *name; long value; } steps[] = {
+      {"warmup_steps", tc->warmup_steps}, {"total_steps", tc->total_steps}, {"write_cost_from", tc->write_cost_from}};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+    if (steps[i].value < 0)
+      return titans__error(err, TITANS_ERR_ARG, "train config: %s = %ld, want >= 0", steps[i].name, steps[i].value);
+  return TITANS_OK;
+}
+
 TITANSDEF int titans_trainer_init(titans_trainer *t, titans_model *m, const titans_train_config *tc) {
   memset(t, 0, sizeof *t);
   t->model = m;
   t->tc = tc ? *tc : titans_train_config_default();
+  int rc = titans_train_config_check(&t->tc, t->error);
+  if (rc) return rc;
   t->grads = titans_alloc_floats(m->n_floats);
   t->adam_m = titans_alloc_floats(m->n_floats);
   t->adam_v = titans_alloc_floats(m->n_floats);
@@ -11115,16 +11193,21 @@ static int titans__forward_backward(titans_trainer *t, titans_stream *stream, co
 TITANSDEF int titans_forward_backward(titans_trainer *t, const int *tokens, size_t B, size_t T, float scale,
                                       float *loss) {
   titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  batch.write_cost_skip = t->write_cost_skip;
   return titans__forward_backward(t, NULL, &batch, B, T, scale, loss, NULL);
 }
 
 TITANSDEF int titans_forward_backward_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B,
                                               size_t T, float scale, float *loss) {
-  titans__batch batch = {inputs, targets, T, 0};
+  titans__batch batch = {inputs, targets, T, 0, t->write_cost_skip};
   return titans__forward_backward(t, NULL, &batch, B, T, scale, loss, NULL);
 }
 
 TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on) { t->recompute = on != 0; }
+
+TITANSDEF void titans_trainer_set_write_cost_skip(titans_trainer *t, const unsigned char *skip) {
+  t->write_cost_skip = skip;
+}
 
 TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user) {
@@ -11244,7 +11327,7 @@ static int titans__train_step(titans_trainer *t, const titans__batch *batch, siz
   for (size_t i = 0; i < n_micro; i++) {
     float l = 0.0f;
     double c = 0.0;
-    titans__batch micro = titans__micro_batch(batch, i, B);
+    titans__batch micro = titans__micro_batch(batch, i, B, T);
     if (i + 1 == n_micro) titans__hand_out_arm(t, count);
     int rc = titans__forward_backward(t, NULL, &micro, B, T, 1.0f / (float)n_micro, &l, &c);
     if (rc) {
@@ -11262,12 +11345,13 @@ static int titans__train_step(titans_trainer *t, const titans__batch *batch, siz
 
 TITANSDEF int titans_train_step(titans_trainer *t, const int *tokens, size_t n_micro, size_t B, size_t T, float *loss) {
   titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  batch.write_cost_skip = t->write_cost_skip;
   return titans__train_step(t, &batch, n_micro, B, T, loss);
 }
 
 TITANSDEF int titans_train_step_targets(titans_trainer *t, const int *inputs, const int *targets, size_t n_micro,
                                         size_t B, size_t T, float *loss) {
-  titans__batch batch = {inputs, targets, T, 0};
+  titans__batch batch = {inputs, targets, T, 0, t->write_cost_skip};
   return titans__train_step(t, &batch, n_micro, B, T, loss);
 }
 
@@ -11288,7 +11372,7 @@ TITANSDEF int titans_eval_loss(titans_trainer *t, const int *tokens, size_t B, s
 
 TITANSDEF int titans_eval_loss_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B, size_t T,
                                        float *loss) {
-  titans__batch batch = {inputs, targets, T, 0};
+  titans__batch batch = {inputs, targets, T, 0, NULL};
   return titans__eval_loss(t, &batch, B, T, loss);
 }
 
@@ -11302,7 +11386,7 @@ TITANSDEF int titans_forward_logits(titans_trainer *t, const int *tokens, size_t
 
 TITANSDEF int titans_forward_logits_targets(titans_trainer *t, const int *inputs, const int *targets, size_t B,
                                             size_t T, float *logits, size_t *n_out) {
-  titans__batch batch = {inputs, targets, T, 0};
+  titans__batch batch = {inputs, targets, T, 0, NULL};
   if (n_out) *n_out = 0;
   int rc = titans__model_forward(t, &batch, B, T, NULL, 0);
   if (rc) return rc;
@@ -11459,6 +11543,7 @@ TITANSDEF int titans_train_step_stream(titans_trainer *t, titans_stream *s, cons
   if (rc) return titans__reduce(t, &l, 0.0, rc);
   memset(t->grads, 0, t->model->n_floats * sizeof(float));
   titans__batch batch = titans__next_token_batch(tokens, T, 1);
+  batch.write_cost_skip = t->write_cost_skip;
   titans__hand_out_arm(t, 0.0);
   rc = titans__forward_backward(t, s, &batch, s->batch, T, 1.0f, &l, &count);
   if (loss) *loss = l;
@@ -12666,11 +12751,8 @@ TITANSDEF int titans_train_config_from_json(titans_train_config *tc, const char 
   titans__ck_train_fields(&c, &fs);
   int rc = titans__ck_parse_fields(json, &fs, err);
   if (rc) return rc;
-  if (!(c.lr >= 0.0f) || !(c.min_lr >= 0.0f) || c.warmup_steps < 0 || c.total_steps < 0 || !(c.weight_decay >= 0.0f) ||
-      !(c.beta1 >= 0.0f && c.beta1 < 1.0f) || !(c.beta2 >= 0.0f && c.beta2 < 1.0f) || !(c.eps > 0.0f) ||
-      !(c.clip >= 0.0f) || !(c.write_cost >= 0.0f && c.write_cost < 1e30f) || c.write_cost_from < 0 ||
-      !(c.write_cost_log >= 0.0f && c.write_cost_log < 1e30f))
-    return titans__error(err, TITANS_ERR_FORMAT, "train config JSON: a value is out of range");
+  char why[TITANS_ERR_MSG_SIZE];
+  if (titans_train_config_check(&c, why)) return titans__error(err, TITANS_ERR_FORMAT, "train config JSON: %s", why);
   *tc = c;
   return TITANS_OK;
 }

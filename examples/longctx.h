@@ -531,6 +531,17 @@ static int longctx_token(const longctx_example *ex, size_t i) {
   return longctx_filler_byte(ex, i - shift);
 }
 
+/* mark [n]: 1 at the positions of the first n tokens that belong to a needle, 0 elsewhere. */
+static void longctx_mark_needles(const longctx_example *ex, unsigned char *mark, size_t n) {
+  memset(mark, 0, n);
+  size_t shift = 0; /* needle bytes before needle k */
+  for (size_t k = 0; k < ex->n_needles; k++) {
+    size_t at = ex->insert_at[k] + shift;
+    for (size_t j = 0; j < ex->others_len[k] && at + j < n; j++) mark[at + j] = 1;
+    shift += ex->others_len[k];
+  }
+}
+
 /* The first context byte after the last needle (0 without needles). */
 static size_t longctx_needles_end(const longctx_example *ex) {
   size_t needle_bytes = 0;

@@ -897,6 +897,7 @@ typedef struct train_opts {
   double write_cost;                       /* a cost on writing (titans_train_config.write_cost; 0: none) */
   long write_cost_from;                    /* ... from this step on (titans_train_config.write_cost_from) */
   double write_cost_log;                   /* a cost on log theta (titans_train_config.write_cost_log; 0: none) */
+  int write_cost_filler_only;              /* --task: the costs spare the needles (set_write_cost_skip) */
   int no_forget;                           /* 1: the memory forgets nothing, alpha_t = 0 (cfg.mem.no_forget) */
   int per_token_grad;                      /* 1: each token's inner gradient at the weights before it
                                               (cfg.mem.per_token_grad; needs --mem-depth 1 --surprise-bound 0) */
@@ -974,6 +975,8 @@ static void help_train(void) {
       "  --write-cost-from N the cost applies from step N on, once the memory has learned what to write (0)\n"
       "  --write-cost-log X  the loss trained gains X times the mean log(theta_t / theta_max), from the same step:\n"
       "                      its pull on a gate does not fade as the gate shuts, and spares a saturated one (0)\n"
+      "  --write-cost-filler-only  with --task: both costs leave the needles' writes alone, so they shut the\n"
+      "                      gates on the filler only (titans_trainer_set_write_cost_skip)\n"
       "  --no-forget         the memory forgets nothing: alpha_t = 0, --alpha-init unused (not in the paper;\n"
       "                      docs/model.md 1.3)\n"
       "  --per-token-grad    each token's inner gradient at the weights just before it, as with chunk 1, for any\n"
@@ -1228,6 +1231,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--write-cost")) o->write_cost = arg_double(&a, s, 0.0, 1e6);
     else if (!strcmp(s, "--write-cost-from")) o->write_cost_from = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--write-cost-log")) o->write_cost_log = arg_double(&a, s, 0.0, 1e6);
+    else if (!strcmp(s, "--write-cost-filler-only")) o->write_cost_filler_only = 1;
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--per-token-grad")) o->per_token_grad = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
@@ -1274,11 +1278,16 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--doc-len %ld is shorter than one window (--seq %ld)", o->doc_len, o->seq);
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
-        o->numbers > 0 || o->decoys > 0 || o->min_rows || o->key_words || o->ask_all || o->ask_earlier)
+        o->numbers > 0 || o->decoys > 0 || o->min_rows || o->key_words || o->ask_all || o->ask_earlier ||
+        o->write_cost_filler_only)
       usage_fail("train", "--task-frac, --lens, --lens-mix, --min-rows, --end-jitter, --answer-loss, --needles, "
-                 "--key-words, --ask-all, --ask-earlier, --haystack, --numbers and --decoys go with --task");
+                 "--key-words, --ask-all, --ask-earlier, --haystack, --numbers, --decoys and --write-cost-filler-only "
+                 "go with --task");
     return;
   }
+  if (o->write_cost_filler_only && !(o->write_cost > 0 || o->write_cost_log > 0))
+    usage_fail("train", "--write-cost-filler-only says where a cost on writing applies: give --write-cost or "
+               "--write-cost-log");
   if ((o->needles > 1 || o->key_words || o->ask_all || o->ask_earlier) && o->task != LONGCTX_PROSE)
     usage_fail("train", "--needles, --key-words, --ask-all and --ask-earlier go with --task prose");
   if (o->ask_earlier && o->doc_len <= 0) /* without a carried memory an earlier example is not in the row's memory */
@@ -1428,9 +1437,10 @@ static void put_questions(int *row, size_t start, const char *text, size_t n, co
    targets), or with answer_only just the answer's (every earlier token marked TITANS_NO_LOSS: still
    read as input, left out of the loss). earlier (--ask-earlier; NULL: none): what the row's earlier
    examples bound; one of them is asked just before the questions of --ask-all, then this example's
-   needles join it. */
-static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o, const int *source,
-                          size_t source_len, longctx_bindings *earlier) {
+   needles join it. skip [T] (NULL: none) gets 1 at the input positions of the needles
+   (--write-cost-filler-only). */
+static void retrieval_row(int *row, unsigned char *skip, size_t T, uint64_t seed, const train_opts *o,
+                          const int *source, size_t source_len, longctx_bindings *earlier) {
   longctx_example ex;
   char why[200];
   int kind = o->task;
@@ -1451,6 +1461,7 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
     if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) fail("%s", why);
   }
   longctx_tokens(&ex, 0, row, length + answer_len);
+  if (skip) longctx_mark_needles(&ex, skip, T);
   for (size_t i = 1; o->answer_loss && i < length; i++) row[i] = TITANS_NO_LOSS(row[i]);
   size_t end = ex.context_len; /* the questions below go over the filler bytes just before row[end] */
   if (o->ask_all) { /* the other needles' questions and answers end the context, the answers trained */
@@ -1476,17 +1487,23 @@ static void retrieval_row(int *row, size_t T, uint64_t seed, const train_opts *o
 /* tokens [B, T + 1] of a --task run, drawn from (seed, step) alone like sample_batch: per row an example
    seed, then a uniform draw that makes the row a retrieval example (below task_frac) or a plain window of
    the training split (at an offset from the example seed). The examples' filler is source [source_len]
-   (the training split, or --haystack). earlier [B] (--ask-earlier; NULL: none): each row's bindings. */
-static void sample_task_batch(int *tokens, const dataset *ds, const int *source, size_t source_len, const train_opts *o,
-                              size_t B, size_t T, long step, longctx_bindings *earlier) {
+   (the training split, or --haystack). earlier [B] (--ask-earlier; NULL: none): each row's bindings. skip
+   [B, T] (NULL: none): 1 at the needles' positions, 0 elsewhere (plain rows: 0). */
+static void sample_task_batch(int *tokens, unsigned char *skip, const dataset *ds, const int *source,
+                              size_t source_len, const train_opts *o, size_t B, size_t T, long step,
+                              longctx_bindings *earlier) {
   titans_rng rng;
   titans_rng_seed(&rng, longctx_mix64(o->seed, (uint64_t)step));
   for (size_t b = 0; b < B; b++) {
     uint64_t example_seed = titans_rng_u64(&rng);
     int *row = tokens + b * (T + 1);
+    unsigned char *row_skip = skip ? skip + b * T : NULL;
     if ((double)titans_rng_uniform(&rng) < o->task_frac)
-      retrieval_row(row, T, example_seed, o, source, source_len, earlier ? &earlier[b] : NULL);
-    else memcpy(row, ds->ids + example_seed % (ds->n_train - T), (T + 1) * sizeof(int));
+      retrieval_row(row, row_skip, T, example_seed, o, source, source_len, earlier ? &earlier[b] : NULL);
+    else {
+      memcpy(row, ds->ids + example_seed % (ds->n_train - T), (T + 1) * sizeof(int));
+      if (row_skip) memset(row_skip, 0, T);
+    }
   }
 }
 
@@ -1496,11 +1513,12 @@ static int document_starts(const train_opts *o, long calls, size_t T) { return c
 
 /* --ask-earlier: the batch [B, T + 1] of step, from a stream used calls times before: each row starts a
    new document (its bindings cleared) where the training loop restarts the stream's rows. */
-static void earlier_batch(int *tokens, const dataset *ds, const dataset *hay, const train_opts *o, size_t B, size_t T,
-                          long step, long calls, longctx_bindings *rows) {
+static void earlier_batch(int *tokens, unsigned char *skip, const dataset *ds, const dataset *hay, const train_opts *o,
+                          size_t B, size_t T, long step, long calls, longctx_bindings *rows) {
   if (document_starts(o, calls, T))
     for (size_t b = 0; b < B; b++) longctx_bindings_clear(&rows[b]);
-  sample_task_batch(tokens, ds, hay->ids ? hay->ids : ds->ids, hay->ids ? hay->n : ds->n_train, o, B, T, step, rows);
+  sample_task_batch(tokens, skip, ds, hay->ids ? hay->ids : ds->ids, hay->ids ? hay->n : ds->n_train, o, B, T, step,
+                    rows);
 }
 
 /* "passkey frac=1 lens=256,512": what a resumed --task run must match. */
@@ -1519,7 +1537,8 @@ static void task_line(char *out, size_t size, const train_opts *o) {
     n += (size_t)snprintf(out + n, size - n, " key-words=%s", longctx_word_set_name(o->key_words));
   if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
   if (o->numbers > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
-  if (o->decoys > 0 && n < size) snprintf(out + n, size - n, " decoys=%.17g", o->decoys);
+  if (o->decoys > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " decoys=%.17g", o->decoys);
+  if (o->write_cost_filler_only && n < size) snprintf(out + n, size - n, " write-cost-filler-only");
 }
 
 /* The string saved with the trainer: what a resumed run must match, and the loss history. */
@@ -1860,6 +1879,8 @@ static int cmd_train(int argc, char **argv) {
     if (Bs * (Ts + 1) > capacity) capacity = Bs * (Ts + 1);
   }
   int *tokens = (int *)xmalloc(capacity * sizeof(int)); /* [B, T + 1] of the current step */
+  /* [B, T] of the current step (--write-cost-filler-only): 1 at the needles' input positions */
+  unsigned char *skip = o.write_cost_filler_only ? (unsigned char *)xmalloc(capacity) : NULL;
   /* --doc-len: what the rows carry from one window to the next. Plain text: one stream of B rows, all
      moving to new stretches together. --task: one stream per length of the curriculum (B_i rows each),
      whose rows carry their memory from one example to the next until they have read doc_len tokens. */
@@ -1896,7 +1917,7 @@ static int cmd_train(int argc, char **argv) {
     for (long step = 0; step < tr.step; step++) {
       size_t Bs, Ts, i = step_length_index(&o, step);
       step_shape(&o, step, &Bs, &Ts);
-      earlier_batch(tokens, &ds, &hay, &o, Bs, Ts, step, calls[i]++, earlier[i]);
+      earlier_batch(tokens, NULL, &ds, &hay, &o, Bs, Ts, step, calls[i]++, earlier[i]);
     }
   }
   for (size_t i = 0; i < n_streams; i++) {
@@ -1930,8 +1951,10 @@ static int cmd_train(int argc, char **argv) {
     else if (o.task < 0) sample_batch(tokens, &ds, Bs, Ts, o.seed, step);
     else if (o.ask_earlier) {
       size_t i = step_length_index(&o, step);
-      earlier_batch(tokens, &ds, &hay, &o, Bs, Ts, step, stream_calls[i], earlier[i]);
-    } else sample_task_batch(tokens, &ds, hay.ids ? hay.ids : ds.ids, hay.ids ? hay.n : ds.n_train, &o, Bs, Ts, step, NULL);
+      earlier_batch(tokens, skip, &ds, &hay, &o, Bs, Ts, step, stream_calls[i], earlier[i]);
+    } else
+      sample_task_batch(tokens, skip, &ds, hay.ids ? hay.ids : ds.ids, hay.ids ? hay.n : ds.n_train, &o, Bs, Ts, step,
+                        NULL);
     if (o.task >= 0 && o.lens_mix) {
       size_t stage = step_stage(&o, step);
       if (step == first || stage != stage_prev) {
@@ -1948,6 +1971,7 @@ static int cmd_train(int argc, char **argv) {
     int rc;
     size_t Bl = Bs / (size_t)dist_size; /* this rank's rows of the batch: Bl from row dist_rank Bl on */
     const int *mine = tokens + (size_t)dist_rank * Bl * (Ts + 1);
+    titans_trainer_set_write_cost_skip(&tr, skip ? skip + (size_t)dist_rank * Bl * Ts : NULL); /* [Bl, Ts] */
     if (n_streams) {
       size_t i = carry_text ? 0 : step_length_index(&o, step);
       if (document_starts(&o, stream_calls[i], Ts)) /* a new document for every row of the stream */
@@ -2069,6 +2093,7 @@ static int cmd_train(int argc, char **argv) {
     free(earlier[i]);
   }
   free(tokens);
+  free(skip);
   free(hay.ids);
   free(hay.name);
   free(ds.ids);

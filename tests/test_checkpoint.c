@@ -747,6 +747,44 @@ static void test_bad_files(void) {
   t.adam_v[5] = 0.0f;
   titans_trainer_free(&t);
 
+  /* a train config out of range: titans_trainer_init refuses it, names the field and allocates nothing */
+  {
+    struct {
+      const char *field;
+      titans_train_config tc;
+    } bad_tc[12];
+    const titans_train_config d = titans_train_config_default();
+    for (int i = 0; i < 12; i++) bad_tc[i].tc = d;
+    bad_tc[0].field = "lr", bad_tc[0].tc.lr = NAN;
+    bad_tc[1].field = "min_lr", bad_tc[1].tc.min_lr = -1e-5f;
+    bad_tc[2].field = "weight_decay", bad_tc[2].tc.weight_decay = INFINITY;
+    bad_tc[3].field = "clip", bad_tc[3].tc.clip = -1.0f;
+    bad_tc[4].field = "write_cost", bad_tc[4].tc.write_cost = -0.3f;
+    bad_tc[5].field = "write_cost_log", bad_tc[5].tc.write_cost_log = NAN;
+    bad_tc[6].field = "beta1", bad_tc[6].tc.beta1 = 1.0f;
+    bad_tc[7].field = "beta2", bad_tc[7].tc.beta2 = -0.1f;
+    bad_tc[8].field = "eps", bad_tc[8].tc.eps = 0.0f;
+    bad_tc[9].field = "warmup_steps", bad_tc[9].tc.warmup_steps = -1;
+    bad_tc[10].field = "total_steps", bad_tc[10].tc.total_steps = -5;
+    bad_tc[11].field = "write_cost_from", bad_tc[11].tc.write_cost_from = -1;
+    int all_refused = 1;
+    for (int i = 0; i < 12; i++) {
+      titans_trainer tb;
+      int rc_init = titans_trainer_init(&tb, &m, &bad_tc[i].tc);
+      if (rc_init != TITANS_ERR_ARG || !strstr(tb.error, bad_tc[i].field) || tb.grads || tb.fwd) {
+        all_refused = 0;
+        printf("  %s: rc %d, \"%s\"\n", bad_tc[i].field, rc_init, tb.error);
+      }
+      if (rc_init == TITANS_OK) titans_trainer_free(&tb);
+    }
+    titans_trainer good;
+    int good_ok = titans_trainer_init(&good, &m, &d) == TITANS_OK;
+    if (good_ok) titans_trainer_free(&good);
+    th_check(all_refused && good_ok,
+             "titans_trainer_init: 12 train configs out of range (NaN lr, negative costs, beta1 = 1, eps = 0, negative "
+             "steps, ...) refused naming the field, nothing allocated; the defaults accepted");
+  }
+
   free(mut);
   free(bytes);
   titans_model_free(&m);

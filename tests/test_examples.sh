@@ -260,6 +260,25 @@ check "  --doc-len shorter than a --lens length: exit 2 (rc=$rc)" sh -c "[ $rc =
 rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 164 --doc-len 656 --steps 2 --out nope)
 check "  a length that is not a multiple of the memory chunk: exit 1 (rc=$rc)" \
   sh -c "[ $rc = 1 ] && grep -q 'multiple of the memory chunk' err.txt"
+wcf="--task prose --recipe none --lens 200 --write-cost 1 --write-cost-log 0.5"
+rc=$(run "$bin" train $tiny $wcf --write-cost-filler-only --steps 4 --out wcf_on)
+check "train --task prose --write-cost-filler-only exits 0 and keeps it in the resume line (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -a -q 'write-cost-filler-only' wcf_on/trainer.safetensors"
+rc=$(run "$bin" train $tiny $wcf --steps 4 --out wcf_off)
+check "  its weights differ from the same run's with the costs on every position (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && ! cmp -s wcf_on/model.safetensors wcf_off/model.safetensors"
+rc=$(run "$bin" train $tiny $wcf --write-cost-filler-only --steps 4 --stop-at 2 --out wcf_split)
+rc2=$(run "$bin" train $tiny $wcf --steps 4 --resume --out wcf_split)
+check "  --resume without it is refused (rc=$rc, $rc2)" \
+  sh -c "[ $rc = 0 ] && [ $rc2 = 1 ] && grep -q 'write-cost-filler-only' err.txt"
+rc=$(run "$bin" train $tiny $wcf --write-cost-filler-only --steps 4 --resume --out wcf_split)
+check "  interrupted and resumed with it (rc=$rc): bit-identical to the uninterrupted run" \
+  sh -c "[ $rc = 0 ] && cmp -s wcf_on/trainer.safetensors wcf_split/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --recipe none --lens 200 --write-cost-filler-only --steps 2 --out nope)
+check "  without a cost on writing: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'give --write-cost' err.txt"
+rc=$(run "$bin" train $tiny --write-cost 1 --write-cost-filler-only --steps 2 --out nope)
+check "  without --task: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'write-cost-filler-only go with --task' err.txt"
+
 echo "== train --task: the retrieval recipe, keyed needles, haystacks"
 rc=$(run "$bin" train --data tiny.txt --task prose --lens 200 --steps 2 --val-every 0 --sample-len 0 --out recipe)
 check "train --task prose with the recipe's defaults exits 0 (rc=$rc)" [ "$rc" = 0 ]

@@ -168,6 +168,7 @@ static int word_in_set(const char *word, int set, const int *source, size_t sour
 
 static void test_needles(const int *source, size_t source_len) {
   size_t cases = 0, bad_once = 0, bad_words = 0, bad_question = 0, bad_answer = 0, bad_pieces = 0, bad_set = 0;
+  size_t bad_marks = 0;
   for (int n = 1; n <= LONGCTX_MAX_NEEDLES; n++)
     for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++)
       for (uint64_t seed = 1; seed <= 4; seed++) {
@@ -182,6 +183,17 @@ static void test_needles(const int *source, size_t source_len) {
         }
         cases++;
         for (size_t k = 0; k < ex.n_needles; k++) bad_once += count_in_example(&ex, ex.others[k]) != 1;
+        /* longctx_mark_needles: as many marks as needle bytes, and every needle's bytes marked */
+        unsigned char mark[4096];
+        size_t marked = 0, needle_bytes = 0;
+        longctx_mark_needles(&ex, mark, length);
+        for (size_t i = 0; i < length; i++) marked += mark[i];
+        for (size_t k = 0; k < ex.n_needles; k++) {
+          size_t at = find_in_example(&ex, ex.others[k]);
+          needle_bytes += ex.others_len[k];
+          for (size_t j = 0; j < ex.others_len[k]; j++) bad_marks += at + j >= length || !mark[at + j];
+        }
+        bad_marks += marked != needle_bytes;
         for (int i = 0; i < n; i++) {
           bad_set += !word_in_set(ex.words[i], set, source, source_len);
           for (int j = 0; j < i; j++) bad_words += !strcmp(ex.words[i], ex.words[j]);
@@ -205,6 +217,7 @@ static void test_needles(const int *source, size_t source_len) {
   th_check(bad_answer == 0 && bad_question == 0, "the question asks for the first needle, whose number is the answer "
            "(%zu, %zu wrong)", bad_answer, bad_question);
   th_check(bad_pieces == 0, "several needles: longctx_tokens in pieces = token by token (%zu differ)", bad_pieces);
+  th_check(bad_marks == 0, "longctx_mark_needles marks every needle's bytes and nothing else (%zu wrong)", bad_marks);
   longctx_example a, b;
   longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0};
   char err[200];

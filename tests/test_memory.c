@@ -356,13 +356,15 @@ static void test_bound_acts(titans_mem_config cfg) {
 
 /* sum over the B rows, T tokens and H heads of theta_t / theta_max (in_log: of log(theta_t / theta_max)):
    what a cost on writing weighs */
-static double ref_write_sum(const ref_model *rm, const double *x, size_t B, size_t T, int in_log) {
+static double ref_write_sum(const ref_model *rm, const double *x, size_t B, size_t T, int in_log,
+                            const unsigned char *skip) {
   const titans__mem_dims *m = &rm->m;
   double *proj = calloc(3 * T * m->dm, sizeof(double)), *vec = calloc(3 * T * m->dm, sizeof(double)),
          *gates = calloc(3 * T * m->H, sizeof(double)), sum = 0;
   for (size_t b = 0; b < B; b++) {
     ref_token_inputs(rm, x + b * T * m->d, T, proj, vec, gates);
-    for (size_t j = 0; j < T * m->H; j++) { /* gates[0 .. T H): theta */
+    for (size_t j = 0; j < T * m->H; j++) { /* gates[0 .. T H): theta, [T, H] */
+      if (skip && skip[b * T + j / m->H]) continue; /* a position the costs leave alone */
       double frac = gates[j] / rm->cfg.theta_max;
       sum += in_log ? log(frac) : frac;
     }
@@ -371,24 +373,25 @@ static double ref_write_sum(const ref_model *rm, const double *x, size_t B, size
   return sum;
 }
 
-/* sum(out . dout) + write_cost * ref_write_sum + write_cost_log * its log form: the loss whose gradient
-   the backward returns when the ctx's write_cost and write_cost_log are set */
+/* sum(out . dout) + write_cost * ref_write_sum + write_cost_log * its log form, both over the positions
+   skip [B, T] (NULL: all) leaves: the loss whose gradient the backward returns when the ctx's write_cost,
+   write_cost_log and write_cost_skip are set */
 static double ref_loss(const ref_model *rm, const double *x, const float *dout, size_t B, size_t T,
-                       double write_cost, double write_cost_log) {
+                       double write_cost, double write_cost_log, const unsigned char *skip) {
   size_t n = B * T * rm->m.d;
   double *o = calloc(n, sizeof(double)), L = 0;
   ref_forward(rm, x, B, T, o, NULL, NULL);
   for (size_t i = 0; i < n; i++) L += o[i] * dout[i];
   free(o);
-  if (write_cost != 0) L += write_cost * ref_write_sum(rm, x, B, T, 0);
-  if (write_cost_log != 0) L += write_cost_log * ref_write_sum(rm, x, B, T, 1);
+  if (write_cost != 0) L += write_cost * ref_write_sum(rm, x, B, T, 0, skip);
+  if (write_cost_log != 0) L += write_cost_log * ref_write_sum(rm, x, B, T, 1, skip);
   return L;
 }
 
-/* write_cost, write_cost_log: the ctx's (a caller's costs on writing, added to the loss the backward
-   differentiates) */
+/* write_cost, write_cost_log, skip [B, T] or NULL: the ctx's (a caller's costs on writing, added to the
+   loss the backward differentiates, and the positions they leave alone) */
 static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, float write_cost,
-                                     float write_cost_log) {
+                                     float write_cost_log, const unsigned char *skip) {
   fixture f;
   fixture_init(&f, cfg, B, T, 99 + (uint64_t)cfg.depth);
   size_t n = B * T * (size_t)cfg.d;
@@ -401,12 +404,14 @@ static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, 
   int rc = titans_mem_forward(&cfg, &f.w, &st, out, f.x, T, &ctx);
   ctx.write_cost = write_cost;
   ctx.write_cost_log = write_cost_log;
+  ctx.write_cost_skip = skip;
   if (!rc) rc = titans_mem_backward(&cfg, &f.w, &f.g, dx, f.dout, f.x, &ctx, 1);
   char label[160], what[300];
   cfg_label(label, sizeof label - 32, &cfg, T);
   if (write_cost != 0) snprintf(label + strlen(label), sizeof label - strlen(label), " write_cost=%g", (double)write_cost);
   if (write_cost_log != 0)
     snprintf(label + strlen(label), sizeof label - strlen(label), " log cost=%g", (double)write_cost_log);
+  if (skip) snprintf(label + strlen(label), sizeof label - strlen(label), " skipping some positions");
   double *x = to_double(f.x, n), h = 1e-5, worst = 0;
   const char *worst_name = "";
   for (size_t pi = 0; pi < f.rm.nparams; pi++) {
@@ -415,9 +420,9 @@ static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, 
     for (size_t j = 0; j < p->size; j++) {
       double *v = f.rm.p + p->offset + j, keep = *v;
       *v = keep + h;
-      double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log);
+      double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log, skip);
       *v = keep - h;
-      double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log);
+      double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log, skip);
       *v = keep;
       fd[j] = (lp - lm) / (2 * h);
     }
@@ -431,9 +436,9 @@ static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, 
   for (size_t j = 0; j < n; j++) {
     double keep = x[j];
     x[j] = keep + h;
-    double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log);
+    double lp = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log, skip);
     x[j] = keep - h;
-    double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log);
+    double lm = ref_loss(&f.rm, x, f.dout, B, T, write_cost, write_cost_log, skip);
     x[j] = keep;
     fdx[j] = (lp - lm) / (2 * h);
   }
@@ -448,7 +453,7 @@ static void test_gradients_with_cost(titans_mem_config cfg, size_t B, size_t T, 
 }
 
 static void test_gradients(titans_mem_config cfg, size_t B, size_t T) {
-  test_gradients_with_cost(cfg, B, T, 0.0f, 0.0f);
+  test_gradients_with_cost(cfg, B, T, 0.0f, 0.0f, NULL);
 }
 
 /* ---- the gated delta rule (titans_mem_config_gated_delta, docs/model.md 1.9) ----------------------- */
@@ -983,10 +988,16 @@ int main(void) {
   test_gradients(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
   /* a cost on writing (ctx.write_cost, titans_train_config.write_cost) and its log form (write_cost_log):
      large enough that the write gates' gradients are mostly the costs' */
-  test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 3.0f, 0.0f);
-  test_gradients_with_cost(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9, 3.0f, 0.0f);
-  test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 0.0f, 0.7f); /* the log cost alone */
-  test_gradients_with_cost(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f), 2, 9, 3.0f, 0.7f); /* both */
+  test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 3.0f, 0.0f, NULL);
+  test_gradients_with_cost(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9, 3.0f, 0.0f, NULL);
+  test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 0.0f, 0.7f, NULL); /* the log cost alone */
+  test_gradients_with_cost(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f), 2, 9, 3.0f, 0.7f, NULL); /* both */
+  {
+    /* both costs leaving some positions alone (ctx.write_cost_skip: a needle's, say), different ones in
+       each row, two heads */
+    const unsigned char skip[2 * 9] = {0, 1, 1, 0, 0, 0, 1, 0, 0, /* row 1: */ 1, 0, 0, 0, 0, 1, 1, 1, 0};
+    test_gradients_with_cost(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f), 2, 9, 3.0f, 0.7f, skip);
+  }
 
   printf("memory layer: golden values of the PyTorch reference (tests/ref)\n");
   test_golden("tests/ref/memory_golden.bin");

@@ -3,7 +3,9 @@
    steps, bit for bit, as titans_train_step on the one token array that says the same thing (target at t =
    token t + 1, TITANS_NO_LOSS where the target is left out); a target that no single array can say (the
    input at t + 1 is filler) is scored as the cross-entropy of the logits at t; a reduce function sees
-   the counted targets; bad targets and inputs are errors naming their position, weights untouched. */
+   the counted targets; bad targets and inputs are errors naming their position, weights untouched. And
+   the costs on writing skip the positions titans_trainer_set_write_cost_skip marks, at the sequence's
+   positions, through every training call. */
 #define TITANS_IMPLEMENTATION
 #include "titans.h"
 #include "harness.h"
@@ -196,6 +198,80 @@ static void test_bad_arrays(void) {
   pair_free(&p);
 }
 
+/* The gradient after one call of `path` (0: titans_forward_backward on ROWS rows, 1: titans_train_step in
+   ROWS micro-batches of one row, 2: titans_train_step_stream) from fresh weights, with both costs on
+   writing and skip [ROWS, LEN]; grads [n_floats] gets it. */
+static int grads_with_skip(int kind, int path, const int *tokens, const unsigned char *skip, float *grads) {
+  titans_config c = tiny_stream_config(kind);
+  c.vocab = 32; /* ROWS x (LEN + 1) distinct tokens */
+  titans_train_config tc = titans_train_config_default();
+  tc.clip = 0.0f; /* the gradient as computed, not rescaled by its norm */
+  tc.write_cost = 2.0f;
+  tc.write_cost_log = 0.5f;
+  titans_model m;
+  titans_trainer t;
+  titans_stream st;
+  int rc = titans_model_init(&m, &c);
+  if (rc) return rc;
+  lively_weights(&m, 5);
+  rc = titans_trainer_init(&t, &m, &tc);
+  titans_trainer_set_write_cost_skip(&t, skip);
+  float loss = 0.0f;
+  if (!rc && path == 0) rc = titans_forward_backward(&t, tokens, ROWS, LEN, 1.0f, &loss);
+  if (!rc && path == 1) rc = titans_train_step(&t, tokens, ROWS, 1, LEN, &loss);
+  if (!rc && path == 2 && !(rc = titans_stream_init(&st, &m, ROWS))) {
+    rc = titans_train_step_stream(&t, &st, tokens, LEN, &loss);
+    titans_stream_free(&st);
+  }
+  if (!rc) memcpy(grads, t.grads, m.n_floats * sizeof(float));
+  titans_trainer_free(&t);
+  titans_model_free(&m);
+  return rc;
+}
+
+/* With the costs on one input position p of row 1 alone, against the costs nowhere: the embedding
+   gradient of row 1's token at p changes; those of its tokens after p and of every token of row 0 are
+   the same bits (a write at p reads nothing later, nor the other row). Every token is distinct, so each
+   embedding row is one position's. A mask read at a shifted position (by the persistent tokens, a MAC
+   segment's start, a micro-batch) moves the change. */
+static void test_write_cost_skip(int kind, int path) {
+  static const char *paths[] = {"titans_forward_backward", "titans_train_step, a micro-batch a row",
+                                "titans_train_step_stream"};
+  const size_t row = 1, p = 5, d = 8;
+  int tokens[ROWS * (LEN + 1)];
+  for (size_t j = 0; j < ROWS * (LEN + 1); j++) tokens[j] = (int)j + 1;
+  unsigned char skip[ROWS * LEN];
+  titans_config c = tiny_stream_config(kind);
+  c.vocab = 32;
+  titans_model shape;
+  if (titans_model_init(&shape, &c)) return;
+  size_t nf = shape.n_floats, emb = (size_t)(shape.w.tok_emb - shape.params);
+  titans_model_free(&shape);
+  float *g[2] = {titans_alloc_floats(nf), titans_alloc_floats(nf)};
+  int rc = 0;
+  for (int on = 0; on < 2; on++) {
+    memset(skip, 1, sizeof skip); /* the costs nowhere */
+    if (on) skip[row * LEN + p] = 0;
+    rc |= grads_with_skip(kind, path, tokens, skip, g[on]);
+  }
+  const float *e0 = g[0] + emb, *e1 = g[1] + emb; /* [V, d] */
+  size_t at_p = (size_t)tokens[row * (LEN + 1) + p];
+  int changed = memcmp(e0 + at_p * d, e1 + at_p * d, d * sizeof(float)) != 0, same = 1;
+  for (size_t q = p + 1; q < LEN; q++) {
+    size_t v = (size_t)tokens[row * (LEN + 1) + q];
+    same &= memcmp(e0 + v * d, e1 + v * d, d * sizeof(float)) == 0;
+  }
+  for (size_t q = 0; q < LEN; q++) {
+    size_t v = (size_t)tokens[q]; /* row 0 */
+    same &= memcmp(e0 + v * d, e1 + v * d, d * sizeof(float)) == 0;
+  }
+  th_check(!rc && changed && same,
+           "%s, %s: the costs on writing at one position of one row alone change the embedding gradient of its "
+           "token there, not of the tokens after it nor of the other row", kind_label(kind), paths[path]);
+  titans_free(g[0]);
+  titans_free(g[1]);
+}
+
 int main(void) {
   printf("training with separate targets: the same steps as TITANS_NO_LOSS token arrays, every kind\n");
   for (int k = 0; k < NKINDS; k++) test_same_as_next_token(kinds[k]);
@@ -203,5 +279,11 @@ int main(void) {
   test_filler_targets();
   test_reduce_counts();
   test_bad_arrays();
+  printf("the costs on writing skip the positions the caller marks (titans_trainer_set_write_cost_skip)\n");
+  const int memory_kinds[] = {TITANS_BLOCK_MAC, TITANS_BLOCK_MAG, TITANS_BLOCK_MAL, TITANS_BLOCK_LMM};
+  for (int k = 0; k < 4; k++)
+    for (int path = 0; path < 3; path++)
+      if (path < 2 || memory_kinds[k] != TITANS_BLOCK_MAL) /* MAL does not stream */
+        test_write_cost_skip(memory_kinds[k], path);
   return th_summary("test_train_targets");
 }
