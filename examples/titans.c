@@ -976,7 +976,9 @@ static void help_train(void) {
       "  --write-cost-log X  the loss trained gains X times the mean log(theta_t / theta_max), from the same step:\n"
       "                      its pull on a gate does not fade as the gate shuts, and spares a saturated one (0)\n"
       "  --write-cost-filler-only  with --task: both costs leave the needles' writes alone, so they shut the\n"
-      "                      gates on the filler only (titans_trainer_set_write_cost_skip)\n"
+      "                      gates on the filler only (titans_trainer_set_write_cost_skip; off, the numbers\n"
+      "                      recipe: on)\n"
+      "  --write-cost-everywhere  the costs on every position (undoes --write-cost-filler-only)\n"
       "  --no-forget         the memory forgets nothing: alpha_t = 0, --alpha-init unused (not in the paper;\n"
       "                      docs/model.md 1.3)\n"
       "  --per-token-grad    each token's inner gradient at the weights just before it, as with chunk 1, for any\n"
@@ -998,7 +1000,8 @@ static void help_train(void) {
          "  --recipe none       with --task: start from the plain defaults above instead of the recipe\n"
          "  --recipe numbers    with --task prose: the recipe for text with numbers: the retrieval recipe with\n"
          "                      --block lmm --theta-init 1e-12,0.5 (the first memory shut) --haystack mixed\n"
-         "                      --write-cost 0.3 --write-cost-from 1000; any option given wins\n"
+         "                      --write-cost 0.3 --write-cost-from 1000 --write-cost-log 0.01\n"
+         "                      --write-cost-filler-only; any option given wins\n"
          "  --needles N         prose: each example holds 1..N needles (uniform) of different key words (1)\n"
          "  --ask-all           prose: an example asks for every needle it holds, the others' questions and\n"
          "                      answers just before its own question, every answer trained (off; the prose\n"
@@ -1077,12 +1080,21 @@ static void retrieval_recipe(train_opts *o, int task, int block) {
 /* --recipe numbers, on top of the prose retrieval recipe: an LMM (unless --block says otherwise) whose first
    memory never writes (its write gate starts at 1e-12 theta_max and stays near it: the second memory, whose
    keys do not drift, answers alone), trained amid technical text dense in numbers (--haystack mixed), with
-   a cost on writing from step 1,000. Amid the numbers the write gate learns to pass by digits that do not
-   follow a needle's words, and the cost keeps it from writing the text between, the two erasers of a
-   needle amid real text (docs/long_context.md, "The numbers recipe"). */
+   costs on writing from step 1,000, on theta_t and on log theta_t, both on the filler only (the needles'
+   writes spared). Amid the numbers the write gate learns to pass by digits that do not follow a needle's
+   words, and the costs keep it from writing the text between, the two erasers of a needle amid real text
+   (docs/long_context.md, "The numbers recipe"; the log cost on the filler only since session 25). */
 static void numbers_recipe(train_opts *o) {
   o->haystack = "mixed"; /* the gates (--theta-init) are set once --layers is known: parse_train */
   o->write_cost = 0.3, o->write_cost_from = 1000;
+  o->write_cost_log = 0.01, o->write_cost_filler_only = 1;
+}
+
+/* Whether opt is among the arguments (an option, or a value spelled as one). */
+static int arg_given(int argc, char **argv, const char *opt) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], opt)) return 1;
+  return 0;
 }
 
 /* The value of the last `opt VALUE` in argv, or NULL: the options that choose the defaults of the rest. */
@@ -1232,6 +1244,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--write-cost-from")) o->write_cost_from = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--write-cost-log")) o->write_cost_log = arg_double(&a, s, 0.0, 1e6);
     else if (!strcmp(s, "--write-cost-filler-only")) o->write_cost_filler_only = 1;
+    else if (!strcmp(s, "--write-cost-everywhere")) o->write_cost_filler_only = 0;
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--per-token-grad")) o->per_token_grad = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
@@ -1285,9 +1298,12 @@ static void parse_train(int argc, char **argv, train_opts *o) {
                  "go with --task");
     return;
   }
-  if (o->write_cost_filler_only && !(o->write_cost > 0 || o->write_cost_log > 0))
-    usage_fail("train", "--write-cost-filler-only says where a cost on writing applies: give --write-cost or "
-               "--write-cost-log");
+  if (o->write_cost_filler_only && !(o->write_cost > 0 || o->write_cost_log > 0)) {
+    if (arg_given(argc, argv, "--write-cost-filler-only"))
+      usage_fail("train", "--write-cost-filler-only says where a cost on writing applies: give --write-cost or "
+                 "--write-cost-log");
+    o->write_cost_filler_only = 0; /* the numbers recipe's, with its costs set to 0: nothing to place */
+  }
   if ((o->needles > 1 || o->key_words || o->ask_all || o->ask_earlier) && o->task != LONGCTX_PROSE)
     usage_fail("train", "--needles, --key-words, --ask-all and --ask-earlier go with --task prose");
   if (o->ask_earlier && o->doc_len <= 0) /* without a carried memory an earlier example is not in the row's memory */
@@ -1594,13 +1610,6 @@ static void check_resume_meta(const char *meta, const train_opts *o, const datas
   fail("--resume: %s was trained with %s%s; these options give %s%s (give the same task options%s)", path,
        task ? "--task " : "no --task", got, o->task >= 0 ? "--task " : "no --task", want,
        cycle_run ? "; a passkey run on its own filler: add --haystack own" : "");
-}
-
-/* Whether opt is among the arguments (an option, or a value spelled as one). */
-static int arg_given(int argc, char **argv, const char *opt) {
-  for (int i = 0; i < argc; i++)
-    if (!strcmp(argv[i], opt)) return 1;
-  return 0;
 }
 
 /* A resumed run keeps the checkpoint's model and learning-rate schedule: a model option (or --lr,

@@ -350,9 +350,10 @@ check "train --task prose --haystack mixed exits 0, says so, and names it in the
   sh -c "[ $rc = 0 ] && grep -q 'alternating every 4 KB with technical text' out.txt && grep -a -q 'haystack=mixed' haymixed/trainer.safetensors"
 rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --lens 256 --steps 2 --val-every 0 --sample-len 0 \
   --out recipenum)
-check "train --task prose --recipe numbers: an LMM amid the technical text, its first memory shut, a cost on writing (rc=$rc)" \
+check "train --task prose --recipe numbers: an LMM amid the technical text, its first memory shut, both costs on writing on the filler only (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q 'model: lmm' out.txt && grep -q 'technical text dense in numbers' out.txt && \
-         grep -a -q 'haystack=mixed' recipenum/trainer.safetensors && \
+         grep -a -q 'haystack=mixed numbers=[0-9.]* write-cost-filler-only' recipenum/trainer.safetensors && \
+         grep -a -q 'write_cost...0[.]3,..write_cost_from...1000,..write_cost_log...0[.]01' recipenum/trainer.safetensors && \
          '$bin' info --model recipenum/model.safetensors | grep -q 'layer 0 memory gates at zero input: theta 1e-12' && \
          '$bin' info --model recipenum/model.safetensors | grep -q 'layer 1 memory gates at zero input: theta 0.5'"
 rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --lens 256 --steps 3 --val-every 0 --sample-len 0 \
@@ -360,6 +361,14 @@ rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --lens 256 -
 check "  resumed by the same command (rc=$rc)" [ "$rc" = 0 ]
 rc=$(run "$bin" train --data tiny.txt --task prose --lens 256 --steps 3 --val-every 0 --sample-len 0 --resume --out recipenum)
 check "  resumed without --recipe numbers: refused (rc=$rc)" [ "$rc" = 1 ]
+rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --write-cost-everywhere --lens 256 --steps 1 \
+  --val-every 0 --sample-len 0 --out recipenum_everywhere)
+check "  --write-cost-everywhere: the costs on every position, the resume line without the filler's mark (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -a -q 'haystack=mixed numbers' recipenum_everywhere/trainer.safetensors && \
+         ! grep -a -q 'write-cost-filler-only' recipenum_everywhere/trainer.safetensors"
+rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --write-cost 0 --write-cost-log 0 --lens 256 --steps 1 \
+  --val-every 0 --sample-len 0 --out recipenum_nocost)
+check "  with both costs 0: no cost to place, it trains (rc=$rc)" [ "$rc" = 0 ]
 rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --layers 3 --lens 256 --steps 1 --val-every 0 \
   --sample-len 0 --out recipenum3)
 check "  with --layers 3 the first memory shut, the others open (rc=$rc)" \
