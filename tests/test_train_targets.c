@@ -237,15 +237,18 @@ static int grads_with_skip(int kind, int path, const int *tokens, const unsigned
 static void test_write_cost_skip(int kind, int path) {
   static const char *paths[] = {"titans_forward_backward", "titans_train_step, a micro-batch a row",
                                 "titans_train_step_stream"};
-  const size_t row = 1, p = 5, d = 8;
+  const size_t row = 1, p = 5;
   int tokens[ROWS * (LEN + 1)];
   for (size_t j = 0; j < ROWS * (LEN + 1); j++) tokens[j] = (int)j + 1;
   unsigned char skip[ROWS * LEN];
   titans_config c = tiny_stream_config(kind);
   c.vocab = 32;
   titans_model shape;
-  if (titans_model_init(&shape, &c)) return;
-  size_t nf = shape.n_floats, emb = (size_t)(shape.w.tok_emb - shape.params);
+  if (titans_model_init(&shape, &c)) {
+    th_check(0, "%s: the test's model: %s", kind_label(kind), shape.error);
+    return;
+  }
+  size_t nf = shape.n_floats, emb = (size_t)(shape.w.tok_emb - shape.params), d = (size_t)c.d;
   titans_model_free(&shape);
   float *g[2] = {titans_alloc_floats(nf), titans_alloc_floats(nf)};
   int rc = 0;
