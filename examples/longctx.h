@@ -114,6 +114,9 @@ typedef struct longctx_options {
   double decoy_numbers; /* prose: the fraction of those numbers that are decoys, starting with the first 1 to 6
                            digits of a needle's number (random digits after): the same digits in another
                            context, which a memory that writes every number writes over the needle's (0: none) */
+  int alike_words;     /* prose: every further needle's key word has as many letters as the asked one's (random
+                          letters of that length when the word set has too few): keys that differ in the word's
+                          letters alone, feared and measured no harder to bind (session 26) (0: any length) */
 } longctx_options;
 
 typedef struct longctx_example {
@@ -428,11 +431,12 @@ static void longctx_key_word(int word_set, const int *source, size_t source_len,
    opt NULL: one needle, the training words, the kind's own filler. Returns 0, or -1 with a message in
    err [200] when the options or the length do not fit.
    The draws, in order: the asked needle's answer, (prose) its word, (source filler) the offset, (random)
-   its depth; then per further needle its number, its word (redrawn until unlike the words before) and its
-   depth. So one needle with the training words draws exactly what it always drew. */
+   its depth; then per further needle its number, its word (redrawn until unlike the words before and, with
+   alike_words, as long as the asked one's) and its depth. So one needle with the training words draws
+   exactly what it always drew. */
 static int longctx_example_init(longctx_example *ex, int kind, size_t length, double depth, uint64_t seed,
                                 const int *source, size_t source_len, const longctx_options *opt, char *err) {
-  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0};
+  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0};
   if (!opt) opt = &one_needle;
   uint64_t rng = seed;
   memset(ex, 0, sizeof *ex);
@@ -496,6 +500,8 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
       int set = tries++ < 64 ? opt->word_set : LONGCTX_WORDS_RANDOM;
       longctx_key_word(set, source, source_len, &rng, &word_rng, ex->words[k]), dup = 0;
       for (int j = 0; j < k; j++) dup |= !strcmp(ex->words[j], ex->words[k]);
+      if (opt->alike_words && strlen(ex->words[k]) != strlen(ex->words[0]))
+        dup = 1; /* redrawn; after 64 draws of the set, random words of 4 to 8 letters: every set's lengths */
     } while (dup);
     snprintf(texts[k], sizeof texts[k], "The special magic number for %s is %s. ", ex->words[k], number);
     depths[k] = longctx_uniform(&rng);

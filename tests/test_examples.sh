@@ -254,7 +254,7 @@ check "  interrupted inside a document and resumed (rc=$rc, $rc2): bit-identical
 rc=$(run "$bin" train $tiny --task prose --recipe none --lens 800 --ask-earlier --steps 2 --out nope)
 check "  --ask-earlier without --doc-len: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-earlier goes with --doc-len' err.txt"
 rc=$(run "$bin" train $tiny $mix --doc-len 640 --ask-earlier --steps 2 --out nope)
-check "  --ask-earlier with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-all and --ask-earlier go with --task prose' err.txt"
+check "  --ask-earlier with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-all, --ask-earlier and --alike-words go with --task prose' err.txt"
 rc=$(run "$bin" train $tiny $mix --doc-len 200 --steps 2 --out nope)
 check "  --doc-len shorter than a --lens length: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'shorter than one example' err.txt"
 rc=$(run "$bin" train $tiny --task passkey --recipe none --lens 164 --doc-len 656 --steps 2 --out nope)
@@ -317,7 +317,7 @@ rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --ask-all --l
 check "train --task prose --ask-all exits 0 and keeps it in the resume line (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -a -q 'needles=3 ask-all' askall/trainer.safetensors"
 rc=$(run "$bin" train $tiny --task passkey --recipe none --ask-all --lens 160 --steps 2 --out nope)
-check "--ask-all with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-all and --ask-earlier go with --task prose' err.txt"
+check "--ask-all with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'ask-all, --ask-earlier and --alike-words go with --task prose' err.txt"
 rc=$(run "$bin" train $tiny --task prose --recipe none --key-words heldout --lens 400 --steps 2 --out nope)
 check "train --key-words heldout (the words kept from training): exit 2 (rc=$rc)" \
   sh -c "[ $rc = 2 ] && grep -q 'want train, random or text' err.txt"
@@ -441,6 +441,22 @@ rc=$(run "$bin" needle --model decoys/model.safetensors --task prose --data tiny
 check "needle --decoys 0.5 exits 0 and says so (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q '0.5 of those numbers start' out.txt"
 rc=$(run "$bin" needle --model decoys/model.safetensors --task prose --data tiny.txt --decoys 0.5 --len 400 --trials 1)
 check "needle --decoys without --numbers: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train $tiny --alike-words --steps 2 --out nope)
+check "--alike-words without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train $tiny --task passkey --recipe none --alike-words --lens 400 --steps 2 --out nope)
+check "--alike-words with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'go with --task prose' err.txt"
+rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --alike-words --lens 400 --steps 3 --out alike)
+check "train --task prose --needles 3 --alike-words exits 0 (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --lens 400 --steps 3 --resume --out alike)
+check "  --resume without its --alike-words is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'alike-words' err.txt"
+rc=$(run "$bin" needle --model alike/model.safetensors --task prose --data tiny.txt --needles 3 --alike-words --len 400 \
+  --depth 50 --trials 2 --answers alike.tsv --svg n.svg)
+check "needle --needles 3 --alike-words exits 0, says so, and its other key words are as long as the asked one's" \
+  sh -c "[ $rc = 0 ] && grep -q 'as long as the asked' out.txt && awk -F'\t' 'NR > 1 { n = split(\$10, o, \",\"); \
+  for (i = 1; i <= n; i++) { split(o[i], w, \"=\"); if (length(w[1]) != length(\$5)) bad++ } rows++ } \
+  END { exit !(rows == 2 && !bad) }' alike.tsv"
+rc=$(run "$bin" needle --model alike/model.safetensors --task passkey --alike-words --len 400 --trials 1)
+check "needle --alike-words with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --needles 2 --len 400)
 check "needle --needles with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model hay/model.safetensors --task prose --data tiny.txt --haystack sentences --len 400)
