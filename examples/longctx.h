@@ -117,6 +117,10 @@ typedef struct longctx_options {
   int alike_words;     /* prose: every further needle's key word has as many letters as the asked one's (random
                           letters of that length when the word set has too few): keys that differ in the word's
                           letters alone, feared and measured no harder to bind (session 26) (0: any length) */
+  int alike_numbers;   /* prose: every further needle's number starts with the asked one's first 1 to answer_len - 1
+                          digits (the count uniform, from a stream of its own), its own digits after: keys that
+                          differ in the word alone until the numbers part, where a memory that binds the digits
+                          before rather than the word answers with another needle's rest (0: independent digits) */
 } longctx_options;
 
 typedef struct longctx_example {
@@ -433,10 +437,11 @@ static void longctx_key_word(int word_set, const int *source, size_t source_len,
    The draws, in order: the asked needle's answer, (prose) its word, (source filler) the offset, (random)
    its depth; then per further needle its number, its word (redrawn until unlike the words before and, with
    alike_words, as long as the asked one's) and its depth. So one needle with the training words draws
-   exactly what it always drew. */
+   exactly what it always drew. alike_numbers draws nothing from these streams: the same example with
+   only the further numbers' first digits replaced. */
 static int longctx_example_init(longctx_example *ex, int kind, size_t length, double depth, uint64_t seed,
                                 const int *source, size_t source_len, const longctx_options *opt, char *err) {
-  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0};
+  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0};
   if (!opt) opt = &one_needle;
   uint64_t rng = seed;
   memset(ex, 0, sizeof *ex);
@@ -495,6 +500,13 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
     char *number = ex->numbers[k];
     for (size_t i = 0; i < ex->answer_len; i++) number[i] = (char)('0' + (int)(longctx_next(&rng) % 10));
     number[ex->answer_len] = 0;
+    if (opt->alike_numbers) { /* exactly the asked number's first 1 .. answer_len - 1 digits: they part after */
+      uint64_t prefix_draw = longctx_mix64(seed, 0x50524546495800ull + (uint64_t)k);
+      size_t shared = 1 + (size_t)(prefix_draw % (ex->answer_len - 1));
+      memcpy(number, ex->answer, shared);
+      if (number[shared] == ex->answer[shared]) /* another of the 9 other digits, uniform */
+        number[shared] = (char)('0' + (number[shared] - '0' + 1 + (int)((prefix_draw >> 32) % 9)) % 10);
+    }
     int dup, tries = 0;
     do { /* a word unlike the ones before (n <= 8 of 16 words; a source of too few words: random letters) */
       int set = tries++ < 64 ? opt->word_set : LONGCTX_WORDS_RANDOM;

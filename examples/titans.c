@@ -885,6 +885,8 @@ typedef struct train_opts {
                                     starting with a needle's first digits */
   int alike_words;               /* --alike-words: longctx_options.alike_words, the further needles' key words
                                     as long as the asked one's */
+  int alike_numbers;             /* --alike-numbers: longctx_options.alike_numbers, the further needles' numbers
+                                    starting with the asked one's first digits */
   double theta_init[MAX_ALPHA_LAYERS];     /* where the write gate starts, per layer (0: the library's) */
   size_t n_theta_init;                     /* 1: theta_init[0] for every layer; else one per layer */
   double eta_init;                         /* where the momentum gate starts (0: the library's) */
@@ -1026,6 +1028,8 @@ static void help_train(void) {
          "                      a needle's number, the same digits in another context (0)\n"
          "  --alike-words       prose: every example's further key words have as many letters as the asked\n"
          "                      one's, keys that differ in the word's letters alone (off)\n"
+         "  --alike-numbers     prose: every example's further numbers start with the asked one's first 1 to 6\n"
+         "                      digits, so only the key word tells which number follows (off)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
          "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
@@ -1229,6 +1233,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--alike-words")) o->alike_words = 1;
+    else if (!strcmp(s, "--alike-numbers")) o->alike_numbers = 1;
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init"))
@@ -1297,10 +1302,10 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
         o->numbers > 0 || o->decoys > 0 || o->min_rows || o->key_words || o->ask_all || o->ask_earlier ||
-        o->write_cost_filler_only || o->alike_words)
+        o->write_cost_filler_only || o->alike_words || o->alike_numbers)
       usage_fail("train", "--task-frac, --lens, --lens-mix, --min-rows, --end-jitter, --answer-loss, --needles, "
-                 "--key-words, --ask-all, --ask-earlier, --haystack, --numbers, --decoys, --alike-words and "
-                 "--write-cost-filler-only go with --task");
+                 "--key-words, --ask-all, --ask-earlier, --haystack, --numbers, --decoys, --alike-words, "
+                 "--alike-numbers and --write-cost-filler-only go with --task");
     return;
   }
   if (o->write_cost_filler_only && !(o->write_cost > 0 || o->write_cost_log > 0)) {
@@ -1309,8 +1314,10 @@ static void parse_train(int argc, char **argv, train_opts *o) {
                  "--write-cost-log");
     o->write_cost_filler_only = 0; /* the numbers recipe's, with its costs set to 0: nothing to place */
   }
-  if ((o->needles > 1 || o->key_words || o->ask_all || o->ask_earlier || o->alike_words) && o->task != LONGCTX_PROSE)
-    usage_fail("train", "--needles, --key-words, --ask-all, --ask-earlier and --alike-words go with --task prose");
+  if ((o->needles > 1 || o->key_words || o->ask_all || o->ask_earlier || o->alike_words || o->alike_numbers) &&
+      o->task != LONGCTX_PROSE)
+    usage_fail("train", "--needles, --key-words, --ask-all, --ask-earlier, --alike-words and --alike-numbers go with "
+                        "--task prose");
   if (o->ask_earlier && o->doc_len <= 0) /* without a carried memory an earlier example is not in the row's memory */
     usage_fail("train", "--ask-earlier goes with --doc-len (the memory carried from one example to the next)");
   if (o->decoys > 0 && (o->task != LONGCTX_PROSE || o->numbers <= 0)) /* a fraction of --numbers' numbers */
@@ -1476,7 +1483,7 @@ static void retrieval_row(int *row, unsigned char *skip, size_t T, uint64_t seed
   double number_words =
       o->numbers * (double)(longctx_mix64(seed, 0x4E554D57524453ull) >> 11) * (1.0 / 9007199254740992.0);
   longctx_options opt = {needles, o->key_words, o->haystack != NULL && kind != LONGCTX_PROSE, number_words,
-                         o->decoys, o->alike_words};
+                         o->decoys, o->alike_words, o->alike_numbers};
   if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) {
     opt.needles = 1; /* a row too short for its needles holds one */
     if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) fail("%s", why);
@@ -1560,6 +1567,7 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->numbers > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
   if (o->decoys > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " decoys=%.17g", o->decoys);
   if (o->alike_words && n < size) n += (size_t)snprintf(out + n, size - n, " alike-words");
+  if (o->alike_numbers && n < size) n += (size_t)snprintf(out + n, size - n, " alike-numbers");
   if (o->write_cost_filler_only && n < size) snprintf(out + n, size - n, " write-cost-filler-only");
 }
 
@@ -2775,6 +2783,8 @@ static void help_needle(void) {
          "  --alike-words       prose: the other needles' key words have as many letters as the asked one's\n"
          "                      (random letters of that length when the set has too few): keys by place that\n"
          "                      differ in the word's letters alone\n"
+         "  --alike-numbers     prose: the other needles' numbers start with the asked one's first 1 to 6\n"
+         "                      digits (the count uniform), only the key word tells them apart there\n"
          "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
          "  --svg FILE          heat map of exact match, one panel per model (needle.svg)\n"
          "  --trace FILE        write trace: the first model reads the first trial of the first (length, depth)\n"
@@ -2802,6 +2812,7 @@ typedef struct needle_opts {
   double numbers;            /* --numbers: longctx_options.number_words */
   double decoys;             /* --decoys: longctx_options.decoy_numbers */
   int alike_words;           /* --alike-words: longctx_options.alike_words */
+  int alike_numbers;         /* --alike-numbers: longctx_options.alike_numbers */
   const char *data, *svg, *haystack, *trace, *answers; /* answers: --answers FILE, one line per trial */
   const char *curve;         /* --curve FILE: the needle's hold along the haystack instead of the table */
   size_t curve_every;        /* --curve-every: tokens between probes (0: the first length / 64) */
@@ -2847,6 +2858,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--alike-words")) o->alike_words = 1;
+    else if (!strcmp(s, "--alike-numbers")) o->alike_numbers = 1;
     else if (!strcmp(s, "--key-words")) {
       const char *w = arg_value(&a, s);
       o->word_set = longctx_word_set_parse(w);
@@ -2860,8 +2872,9 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     } else usage_fail("needle", "unknown option '%s'", s);
   }
   if (o->models.n == 0) usage_fail("needle", "--model FILE is required");
-  if ((o->needles > 1 || o->word_set != LONGCTX_WORDS_TRAIN || o->alike_words) && o->kind != LONGCTX_PROSE)
-    usage_fail("needle", "--needles, --key-words and --alike-words go with --task prose");
+  if ((o->needles > 1 || o->word_set != LONGCTX_WORDS_TRAIN || o->alike_words || o->alike_numbers) &&
+      o->kind != LONGCTX_PROSE)
+    usage_fail("needle", "--needles, --key-words, --alike-words and --alike-numbers go with --task prose");
   if (o->decoys > 0 && (o->kind != LONGCTX_PROSE || o->numbers <= 0))
     usage_fail("needle", "--decoys goes with --task prose and --numbers above 0 (the decoys are some of its numbers)");
   if (o->haystack && o->data) usage_fail("needle", "--data and --haystack both name the filler: give one");
@@ -2927,7 +2940,7 @@ static void task_check(const train_opts *o, const titans_model *model, const dat
   longctx_example ex[3];
   char why[200];
   int ok = 0;
-  longctx_options opt = {o->needles, LONGCTX_WORDS_TRAIN, source != NULL && o->task != LONGCTX_PROSE, 0.0, 0.0, 0};
+  longctx_options opt = {o->needles, LONGCTX_WORDS_TRAIN, source != NULL && o->task != LONGCTX_PROSE, 0.0, 0.0, 0, 0};
   for (; opt.needles >= 1; opt.needles--) { /* as many needles as the run trained on, or as fit */
     ok = 1;
     for (size_t i = 0; i < 3 && ok; i++)
@@ -2966,7 +2979,7 @@ static void task_check(const train_opts *o, const titans_model *model, const dat
 static int needle_example(const needle_opts *o, size_t length, double depth, size_t trial, longctx_example *ex,
                           char *why) {
   longctx_options opt = {o->needles, o->word_set, o->source != NULL && o->kind != LONGCTX_PROSE, o->numbers,
-                         o->decoys, o->alike_words};
+                         o->decoys, o->alike_words, o->alike_numbers};
   return longctx_example_init(ex, o->kind, length, depth, longctx_eval_seed(o->seed, length, depth, trial),
                                    o->source, o->source_len, &opt, why);
 }
@@ -3406,6 +3419,7 @@ static int cmd_needle(int argc, char **argv) {
   if (o.numbers > 0) printf("filler: %g of its words written as numbers\n", o.numbers);
   if (o.decoys > 0) printf("filler: %g of those numbers start with a needle's first digits\n", o.decoys);
   if (o.alike_words && o.needles > 1) printf("prose: the other needles' key words as long as the asked one's\n");
+  if (o.alike_numbers && o.needles > 1) printf("prose: the other needles' numbers start with the asked one's first digits\n");
   models_load(&o.models);
   if (o.no_forget) { /* a session reads its model's cfg.mem at every step */
     for (size_t i = 0; i < o.models.n; i++) o.models.model[i].cfg.mem.no_forget = 1;

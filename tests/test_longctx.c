@@ -173,7 +173,7 @@ static void test_needles(const int *source, size_t source_len) {
     for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++)
       for (uint64_t seed = 1; seed <= 4; seed++) {
         longctx_example ex;
-        longctx_options opt = {n, set, 0, 0.0, 0.0, 0};
+        longctx_options opt = {n, set, 0, 0.0, 0.0, 0, 0};
         char err[200], asked[160];
         size_t length = seed % 2 ? 1000 : 4096;
         if (longctx_example_init(&ex, LONGCTX_PROSE, length, 0.3, seed * 77 + (uint64_t)n, source, source_len, &opt,
@@ -219,19 +219,19 @@ static void test_needles(const int *source, size_t source_len) {
   th_check(bad_pieces == 0, "several needles: longctx_tokens in pieces = token by token (%zu differ)", bad_pieces);
   th_check(bad_marks == 0, "longctx_mark_needles marks every needle's bytes and nothing else (%zu wrong)", bad_marks);
   longctx_example a, b;
-  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0};
+  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0};
   char err[200];
   longctx_example_init(&a, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, NULL, err);
   longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &one, err);
   size_t differ = 0;
   for (size_t i = 0; i < 4096 + a.answer_len; i++) differ += longctx_token(&a, i) != longctx_token(&b, i);
   th_check(differ == 0, "one needle through the options = the single-needle example (%zu tokens differ)", differ);
-  longctx_options random_one = {1, LONGCTX_WORDS_RANDOM, 0, 0.0, 0.0, 0};
+  longctx_options random_one = {1, LONGCTX_WORDS_RANDOM, 0, 0.0, 0.0, 0, 0};
   longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &random_one, err);
   th_check(a.source_offset == b.source_offset && !strcmp(a.answer, b.answer) && strcmp(a.words[0], b.words[0]),
            "random key words draw from a stream of their own: the filler's place and the number stay (%s, %s)",
            a.words[0], b.words[0]);
-  longctx_options text_one = {1, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0};
+  longctx_options text_one = {1, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 0};
   longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 99, source, source_len, &text_one, err);
   th_check(a.source_offset == b.source_offset && !strcmp(a.answer, b.answer) && strcmp(a.words[0], b.words[0]),
            "words of the text draw from a stream of their own: the filler's place and the number stay (%s, %s)",
@@ -240,7 +240,7 @@ static void test_needles(const int *source, size_t source_len) {
   static const char few[] = "a bb ccc dddd eeeee ffffffffff ";
   int few_ids[sizeof few - 1];
   for (size_t i = 0; i < sizeof few - 1; i++) few_ids[i] = (unsigned char)few[i];
-  longctx_options text_eight = {8, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0};
+  longctx_options text_eight = {8, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 0};
   int few_ok = longctx_example_init(&b, LONGCTX_PROSE, 4096, 0.5, 5, few_ids, sizeof few - 1, &text_eight, err) == 0;
   size_t from_text = 0, random_ok = 0;
   for (int k = 0; few_ok && k < 8; k++) {
@@ -253,10 +253,10 @@ static void test_needles(const int *source, size_t source_len) {
   int names_ok = longctx_word_set_parse("bogus") == -1;
   for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++) names_ok &= longctx_word_set_parse(longctx_word_set_name(set)) == set;
   th_check(names_ok, "every word set's name parses back to it, and an unknown name to -1");
-  longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0};
+  longctx_options two = {2, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0};
   th_check(longctx_example_init(&a, LONGCTX_PASSKEY, 4096, 0.5, 1, NULL, 0, &two, err) != 0,
            "several needles are refused for the passkey: %s", err);
-  longctx_options eight = {8, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0};
+  longctx_options eight = {8, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0};
   th_check(longctx_example_init(&a, LONGCTX_PROSE, 300, 0.5, 1, source, source_len, &eight, err) != 0,
            "a length too short for its needles is refused: %s", err);
 }
@@ -270,7 +270,7 @@ static void test_alike_words(const int *source, size_t source_len) {
     for (int set = 0; set <= LONGCTX_WORDS_TEXT; set++)
       for (uint64_t seed = 1; seed <= 6; seed++) {
         longctx_example ex, plain;
-        longctx_options opt = {n, set, 0, 0.0, 0.0, 1}, any = {n, set, 0, 0.0, 0.0, 0};
+        longctx_options opt = {n, set, 0, 0.0, 0.0, 1, 0}, any = {n, set, 0, 0.0, 0.0, 0, 0};
         char err[200];
         uint64_t example_seed = seed * 53 + (uint64_t)n;
         if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.4, example_seed, source, source_len, &opt, err) != 0 ||
@@ -298,6 +298,47 @@ static void test_alike_words(const int *source, size_t source_len) {
            "differ)", bad_asked);
 }
 
+/* Alike numbers (longctx_options.alike_numbers): every further needle's number starts with exactly the
+   asked one's first 1 to 6 digits (the digit after them differs), every count drawn, spread about evenly;
+   everything else in the example (words, numbers' later digits, depths, filler) as without the option. */
+static void test_alike_numbers(const int *source, size_t source_len) {
+  size_t cases = 0, further = 0, bad_prefix = 0, bad_rest = 0, bad_other = 0, count[8] = {0};
+  for (int n = 2; n <= LONGCTX_MAX_NEEDLES; n++)
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+      longctx_example ex, plain;
+      longctx_options opt = {n, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 1}, any = {n, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 0};
+      char err[200];
+      uint64_t example_seed = seed * 71 + (uint64_t)n;
+      if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, example_seed, source, source_len, &opt, err) != 0 ||
+          longctx_example_init(&plain, LONGCTX_PROSE, 4096, 0.3, example_seed, source, source_len, &any, err) != 0) {
+        th_check(0, "alike numbers, %d needles: %s", n, err);
+        continue;
+      }
+      cases++;
+      bad_other += strcmp(ex.answer, plain.answer) || ex.source_offset != plain.source_offset ||
+                   memcmp(ex.insert_at, plain.insert_at, sizeof ex.insert_at) != 0;
+      for (int k = 1; k < n; k++) {
+        size_t shared = 0;
+        while (shared < ex.answer_len && ex.numbers[k][shared] == ex.answer[shared]) shared++;
+        further++;
+        bad_prefix += shared < 1 || shared > ex.answer_len - 1;
+        if (shared <= 6) count[shared]++;
+        /* past the digit where they part, the digits drawn without the option */
+        bad_rest += strcmp(ex.numbers[k] + shared + 1, plain.numbers[k] + shared + 1) != 0;
+        bad_other += strcmp(ex.words[k], plain.words[k]) != 0;
+      }
+    }
+  th_check(cases == 7 * 40, "alike numbers: every example set up (%zu)", cases);
+  th_check(bad_prefix == 0, "alike numbers: every further number shares 1 to 6 first digits with the asked one "
+           "(%zu of %zu wrong)", bad_prefix, further);
+  int spread = 1;
+  for (int p = 1; p <= 6; p++) spread &= count[p] > further / 12; /* each count near 1/6 of them */
+  th_check(spread, "alike numbers: 1 to 6 shared digits each drawn (%zu %zu %zu %zu %zu %zu of %zu)", count[1],
+           count[2], count[3], count[4], count[5], count[6], further);
+  th_check(bad_rest == 0 && bad_other == 0, "alike numbers: the later digits, words, places and filler as without "
+           "the option (%zu, %zu differ)", bad_rest, bad_other);
+}
+
 /* The questions for the needles not asked at the end (longctx_other_questions): one per other needle,
    its own word and number, none for the asked word, all after the last needle; nothing with one needle
    or with a needle at the very end of the context. */
@@ -306,7 +347,7 @@ static void test_other_questions(const int *source, size_t source_len) {
   for (int n = 2; n <= 4; n++)
     for (uint64_t seed = 1; seed <= 6; seed++) {
       longctx_example ex;
-      longctx_options opt = {n, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0};
+      longctx_options opt = {n, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 0};
       char err[200], text[LONGCTX_MAX_NEEDLES * 160], want[160];
       size_t at[LONGCTX_MAX_NEEDLES], n_at = 0;
       if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, seed * 31 + (uint64_t)n, source, source_len, &opt, err))
@@ -330,7 +371,7 @@ static void test_other_questions(const int *source, size_t source_len) {
            "other questions: one per other needle with its own number, none for the asked word, after the last needle "
            "(%zu, %zu, %zu, %zu wrong)", bad_count, bad_answer, bad_question, bad_place);
   longctx_example ex;
-  longctx_options one = {1, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0}, three = {3, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0};
+  longctx_options one = {1, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 0}, three = {3, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 0};
   char err[200], text[LONGCTX_MAX_NEEDLES * 160];
   size_t at[LONGCTX_MAX_NEEDLES], n_at = 9;
   longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, 7, source, source_len, &one, err);
@@ -348,7 +389,7 @@ static void test_other_questions(const int *source, size_t source_len) {
 static void test_earlier_questions(const int *source, size_t source_len) {
   longctx_bindings b;
   longctx_bindings_clear(&b);
-  longctx_options opt = {3, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0};
+  longctx_options opt = {3, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0};
   char err[200], text[200], want[200];
   size_t at = 0, asked = 0, bad_word = 0, bad_number = 0, bad_text = 0, rebound = 0, distinct_bad = 0;
   longctx_example ex;
@@ -388,7 +429,7 @@ static void test_earlier_questions(const int *source, size_t source_len) {
            "(%zu from before the example just before), the question's own words (%zu, %zu, %zu, %zu wrong)",
            asked, rebound, bad_word, bad_number, bad_text, distinct_bad);
   /* full: 40 examples of one distinct random word each: the table keeps the last 32 */
-  longctx_options random_words = {1, LONGCTX_WORDS_RANDOM, 0, 0.0, 0.0, 0};
+  longctx_options random_words = {1, LONGCTX_WORDS_RANDOM, 0, 0.0, 0.0, 0, 0};
   longctx_bindings_clear(&b);
   char first[16] = "";
   for (uint64_t seed = 1; seed <= 40; seed++) {
@@ -407,11 +448,11 @@ static void test_earlier_questions(const int *source, size_t source_len) {
    the question and the answer are untouched; any piece of the example reads as token by token. */
 static void test_number_words(const int *source, size_t source_len) {
   enum { LEN = 16384 };
-  longctx_options none = {2, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0}, some = {2, LONGCTX_WORDS_TRAIN, 0, 0.05, 0.0, 0};
+  longctx_options none = {2, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0}, some = {2, LONGCTX_WORDS_TRAIN, 0, 0.05, 0.0, 0, 0};
   longctx_example plain, with_numbers, zero;
   char err[200];
   longctx_example_init(&plain, LONGCTX_PROSE, LEN, 0.3, 7, source, source_len, NULL, err);
-  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0};
+  longctx_options one = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0};
   longctx_example_init(&zero, LONGCTX_PROSE, LEN, 0.3, 7, source, source_len, &one, err);
   size_t differ = 0;
   for (size_t i = 0; i < LEN + plain.answer_len; i++) differ += longctx_token(&plain, i) != longctx_token(&zero, i);
@@ -458,8 +499,8 @@ static void test_number_words(const int *source, size_t source_len) {
    change, the needles, question and answer do not; a passkey ignores it. */
 static void test_decoy_numbers(const int *source, size_t source_len) {
   enum { LEN = 16384 };
-  longctx_options numbers = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 0.0, 0}, decoys = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 1.0, 0},
-                  half = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 0.5, 0};
+  longctx_options numbers = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 0.0, 0, 0}, decoys = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 1.0, 0, 0},
+                  half = {3, LONGCTX_WORDS_TEXT, 0, 0.3, 0.5, 0, 0};
   longctx_example plain, all, some;
   char err[200];
   longctx_example_init(&plain, LONGCTX_PROSE, LEN, 0.4, 9, source, source_len, &numbers, err);
@@ -500,8 +541,8 @@ static void test_decoy_numbers(const int *source, size_t source_len) {
   /* half decoys: the other half start with a needle's first digit by chance only (about 3 in 10 for 3 needles) */
   double frac = (double)decoy_half / (double)n_numbers;
   th_check(frac > 0.55 && frac < 0.75, "decoys 0.5: %.2f of the numbers start with a needle's first digit", frac);
-  longctx_options passkey_decoys = {1, LONGCTX_WORDS_TRAIN, 1, 0.3, 1.0, 0},
-                  passkey_numbers = {1, LONGCTX_WORDS_TRAIN, 1, 0.3, 0.0, 0};
+  longctx_options passkey_decoys = {1, LONGCTX_WORDS_TRAIN, 1, 0.3, 1.0, 0, 0},
+                  passkey_numbers = {1, LONGCTX_WORDS_TRAIN, 1, 0.3, 0.0, 0, 0};
   longctx_example_init(&all, LONGCTX_PASSKEY, 4096, 0.4, 9, source, source_len, &passkey_decoys, err);
   longctx_example_init(&plain, LONGCTX_PASSKEY, 4096, 0.4, 9, source, source_len, &passkey_numbers, err);
   size_t differ = 0;
@@ -538,7 +579,7 @@ static void test_sentence_haystack(void) {
   for (size_t shift = 1; shift <= 4096; shift++) periodic += !memcmp(a + 8192, a + 8192 + shift, 2048 * sizeof(int));
   th_check(periodic == 0, "sentence haystack: no period up to 4,096 bytes (%zu shifts repeat)", periodic);
   longctx_example ex;
-  longctx_options from_source = {1, LONGCTX_WORDS_TRAIN, 1, 0.0, 0.0, 0};
+  longctx_options from_source = {1, LONGCTX_WORDS_TRAIN, 1, 0.0, 0.0, 0, 0};
   char err[200];
   longctx_example_init(&ex, LONGCTX_PASSKEY, 8192, 0.5, 3, a, N, &from_source, err);
   th_check(count_in_example(&ex, ex.needle) == 1 && find_in_example(&ex, ex.question) == 8192 - ex.question_len &&
@@ -969,6 +1010,7 @@ int main(int argc, char **argv) {
   test_digits_uniform();
   test_needles(ids, text_len);
   test_alike_words(ids, text_len);
+  test_alike_numbers(ids, text_len);
   test_other_questions(ids, text_len);
   test_earlier_questions(ids, text_len);
   test_number_words(ids, text_len);
