@@ -117,10 +117,12 @@ typedef struct longctx_options {
   int alike_words;     /* prose: every further needle's key word has as many letters as the asked one's (random
                           letters of that length when the word set has too few): keys that differ in the word's
                           letters alone, feared and measured no harder to bind (session 26) (0: any length) */
-  int alike_numbers;   /* prose: every further needle's number starts with the asked one's first 1 to answer_len - 1
-                          digits (the count uniform, from a stream of its own), its own digits after: keys that
-                          differ in the word alone until the numbers part, where a memory that binds the digits
-                          before rather than the word answers with another needle's rest (0: independent digits) */
+  double alike_numbers; /* prose: the fraction of further needles whose number starts with exactly the asked
+                           one's first 1 to answer_len - 1 digits (the count uniform; which needles and how many
+                           digits from a stream of their own), their own digits after: keys that differ in the
+                           word alone until the numbers part, where a memory that binds the digits before rather
+                           than the word answers with another needle's rest (0: independent digits; 1: all, which
+                           in training leaves the first digit the same in every needle, session 27) */
 } longctx_options;
 
 typedef struct longctx_example {
@@ -441,7 +443,7 @@ static void longctx_key_word(int word_set, const int *source, size_t source_len,
    only the further numbers' first digits replaced. */
 static int longctx_example_init(longctx_example *ex, int kind, size_t length, double depth, uint64_t seed,
                                 const int *source, size_t source_len, const longctx_options *opt, char *err) {
-  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0};
+  static const longctx_options one_needle = {1, LONGCTX_WORDS_TRAIN, 0, 0.0, 0.0, 0, 0.0};
   if (!opt) opt = &one_needle;
   uint64_t rng = seed;
   memset(ex, 0, sizeof *ex);
@@ -500,8 +502,11 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
     char *number = ex->numbers[k];
     for (size_t i = 0; i < ex->answer_len; i++) number[i] = (char)('0' + (int)(longctx_next(&rng) % 10));
     number[ex->answer_len] = 0;
-    if (opt->alike_numbers) { /* exactly the asked number's first 1 .. answer_len - 1 digits: they part after */
-      uint64_t prefix_draw = longctx_mix64(seed, 0x50524546495800ull + (uint64_t)k);
+    /* which further needles share a prefix, and how long each is, from streams of their own */
+    uint64_t pick = longctx_mix64(seed, 0x414C494B4500ull + (uint64_t)k);
+    uint64_t prefix_draw = longctx_mix64(seed, 0x50524546495800ull + (uint64_t)k);
+    if ((double)(pick >> 11) * (1.0 / 9007199254740992.0) < opt->alike_numbers) {
+      /* exactly the asked number's first 1 .. answer_len - 1 digits: they part after */
       size_t shared = 1 + (size_t)(prefix_draw % (ex->answer_len - 1));
       memcpy(number, ex->answer, shared);
       if (number[shared] == ex->answer[shared]) /* another of the 9 other digits, uniform */

@@ -885,8 +885,8 @@ typedef struct train_opts {
                                     starting with a needle's first digits */
   int alike_words;               /* --alike-words: longctx_options.alike_words, the further needles' key words
                                     as long as the asked one's */
-  int alike_numbers;             /* --alike-numbers: longctx_options.alike_numbers, the further needles' numbers
-                                    starting with the asked one's first digits */
+  double alike_numbers;          /* --alike-numbers F: longctx_options.alike_numbers, that fraction of the further
+                                    needles' numbers starting with the asked one's first digits */
   double theta_init[MAX_ALPHA_LAYERS];     /* where the write gate starts, per layer (0: the library's) */
   size_t n_theta_init;                     /* 1: theta_init[0] for every layer; else one per layer */
   double eta_init;                         /* where the momentum gate starts (0: the library's) */
@@ -1028,8 +1028,8 @@ static void help_train(void) {
          "                      a needle's number, the same digits in another context (0)\n"
          "  --alike-words       prose: every example's further key words have as many letters as the asked\n"
          "                      one's, keys that differ in the word's letters alone (off)\n"
-         "  --alike-numbers     prose: every example's further numbers start with the asked one's first 1 to 6\n"
-         "                      digits, so only the key word tells which number follows (off)\n"
+         "  --alike-numbers F   prose: this fraction of the further needles' numbers start with the asked one's\n"
+         "                      first 1 to 6 digits, so only the key word tells which number follows (0)\n"
          "  --task-frac F       fraction of rows that are examples, the rest plain text windows (1)\n"
          "  --lens LIST         length curriculum, e.g. 256,512,1024,2048: the steps split into equal stages,\n"
          "                      stage i trains on sequences of LIST[i] tokens, max(1, batch * LIST[0] / LIST[i])\n"
@@ -1233,7 +1233,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--alike-words")) o->alike_words = 1;
-    else if (!strcmp(s, "--alike-numbers")) o->alike_numbers = 1;
+    else if (!strcmp(s, "--alike-numbers")) o->alike_numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--doc-len")) o->doc_len = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--answer-loss")) o->answer_loss = 1;
     else if (!strcmp(s, "--theta-init"))
@@ -1302,7 +1302,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (o->task < 0) {
     if (o->task_frac >= 0 || o->n_lens || o->answer_loss || o->lens_mix || o->end_jitter || o->needles || o->haystack ||
         o->numbers > 0 || o->decoys > 0 || o->min_rows || o->key_words || o->ask_all || o->ask_earlier ||
-        o->write_cost_filler_only || o->alike_words || o->alike_numbers)
+        o->write_cost_filler_only || o->alike_words || o->alike_numbers > 0)
       usage_fail("train", "--task-frac, --lens, --lens-mix, --min-rows, --end-jitter, --answer-loss, --needles, "
                  "--key-words, --ask-all, --ask-earlier, --haystack, --numbers, --decoys, --alike-words, "
                  "--alike-numbers and --write-cost-filler-only go with --task");
@@ -1314,7 +1314,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
                  "--write-cost-log");
     o->write_cost_filler_only = 0; /* the numbers recipe's, with its costs set to 0: nothing to place */
   }
-  if ((o->needles > 1 || o->key_words || o->ask_all || o->ask_earlier || o->alike_words || o->alike_numbers) &&
+  if ((o->needles > 1 || o->key_words || o->ask_all || o->ask_earlier || o->alike_words || o->alike_numbers > 0) &&
       o->task != LONGCTX_PROSE)
     usage_fail("train", "--needles, --key-words, --ask-all, --ask-earlier, --alike-words and --alike-numbers go with "
                         "--task prose");
@@ -1567,7 +1567,7 @@ static void task_line(char *out, size_t size, const train_opts *o) {
   if (o->numbers > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
   if (o->decoys > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " decoys=%.17g", o->decoys);
   if (o->alike_words && n < size) n += (size_t)snprintf(out + n, size - n, " alike-words");
-  if (o->alike_numbers && n < size) n += (size_t)snprintf(out + n, size - n, " alike-numbers");
+  if (o->alike_numbers > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " alike-numbers=%.17g", o->alike_numbers);
   if (o->write_cost_filler_only && n < size) snprintf(out + n, size - n, " write-cost-filler-only");
 }
 
@@ -2783,8 +2783,8 @@ static void help_needle(void) {
          "  --alike-words       prose: the other needles' key words have as many letters as the asked one's\n"
          "                      (random letters of that length when the set has too few): keys by place that\n"
          "                      differ in the word's letters alone\n"
-         "  --alike-numbers     prose: the other needles' numbers start with the asked one's first 1 to 6\n"
-         "                      digits (the count uniform), only the key word tells them apart there\n"
+         "  --alike-numbers F   prose: this fraction of the other needles' numbers start with the asked one's\n"
+         "                      first 1 to 6 digits (the count uniform), only the key word tells them apart (0)\n"
          "  --seed S            of the examples (1); evaluation examples never share a stream with training's\n"
          "  --svg FILE          heat map of exact match, one panel per model (needle.svg)\n"
          "  --trace FILE        write trace: the first model reads the first trial of the first (length, depth)\n"
@@ -2812,7 +2812,7 @@ typedef struct needle_opts {
   double numbers;            /* --numbers: longctx_options.number_words */
   double decoys;             /* --decoys: longctx_options.decoy_numbers */
   int alike_words;           /* --alike-words: longctx_options.alike_words */
-  int alike_numbers;         /* --alike-numbers: longctx_options.alike_numbers */
+  double alike_numbers;      /* --alike-numbers F: longctx_options.alike_numbers */
   const char *data, *svg, *haystack, *trace, *answers; /* answers: --answers FILE, one line per trial */
   const char *curve;         /* --curve FILE: the needle's hold along the haystack instead of the table */
   size_t curve_every;        /* --curve-every: tokens between probes (0: the first length / 64) */
@@ -2858,7 +2858,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--alike-words")) o->alike_words = 1;
-    else if (!strcmp(s, "--alike-numbers")) o->alike_numbers = 1;
+    else if (!strcmp(s, "--alike-numbers")) o->alike_numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--key-words")) {
       const char *w = arg_value(&a, s);
       o->word_set = longctx_word_set_parse(w);
@@ -2872,7 +2872,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     } else usage_fail("needle", "unknown option '%s'", s);
   }
   if (o->models.n == 0) usage_fail("needle", "--model FILE is required");
-  if ((o->needles > 1 || o->word_set != LONGCTX_WORDS_TRAIN || o->alike_words || o->alike_numbers) &&
+  if ((o->needles > 1 || o->word_set != LONGCTX_WORDS_TRAIN || o->alike_words || o->alike_numbers > 0) &&
       o->kind != LONGCTX_PROSE)
     usage_fail("needle", "--needles, --key-words, --alike-words and --alike-numbers go with --task prose");
   if (o->decoys > 0 && (o->kind != LONGCTX_PROSE || o->numbers <= 0))
@@ -3419,7 +3419,8 @@ static int cmd_needle(int argc, char **argv) {
   if (o.numbers > 0) printf("filler: %g of its words written as numbers\n", o.numbers);
   if (o.decoys > 0) printf("filler: %g of those numbers start with a needle's first digits\n", o.decoys);
   if (o.alike_words && o.needles > 1) printf("prose: the other needles' key words as long as the asked one's\n");
-  if (o.alike_numbers && o.needles > 1) printf("prose: the other needles' numbers start with the asked one's first digits\n");
+  if (o.alike_numbers > 0 && o.needles > 1)
+    printf("prose: %g of the other needles' numbers start with the asked one's first digits\n", o.alike_numbers);
   models_load(&o.models);
   if (o.no_forget) { /* a session reads its model's cfg.mem at every step */
     for (size_t i = 0; i < o.models.n; i++) o.models.model[i].cfg.mem.no_forget = 1;

@@ -457,22 +457,24 @@ check "needle --needles 3 --alike-words exits 0, says so, and its other key word
   END { exit !(rows == 2 && !bad) }' alike.tsv"
 rc=$(run "$bin" needle --model alike/model.safetensors --task passkey --alike-words --len 400 --trials 1)
 check "needle --alike-words with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]
-rc=$(run "$bin" train $tiny --alike-numbers --steps 2 --out nope)
+rc=$(run "$bin" train $tiny --alike-numbers 0.5 --steps 2 --out nope)
 check "--alike-numbers without --task: exit 2 (rc=$rc)" [ "$rc" = 2 ]
-rc=$(run "$bin" train $tiny --task passkey --recipe none --alike-numbers --lens 400 --steps 2 --out nope)
+rc=$(run "$bin" train $tiny --task passkey --recipe none --alike-numbers 1 --lens 400 --steps 2 --out nope)
 check "--alike-numbers with the passkey: exit 2 (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q 'alike-numbers go with --task prose' err.txt"
-rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --alike-numbers --lens 400 --steps 3 --out alikenum)
-check "train --task prose --needles 3 --alike-numbers exits 0 (rc=$rc)" [ "$rc" = 0 ]
+rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --alike-numbers 1.5 --lens 400 --steps 3 --out nope)
+check "--alike-numbers 1.5 (a fraction above 1): exit 2 (rc=$rc)" [ "$rc" = 2 ]
+rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --alike-numbers 0.5 --lens 400 --steps 3 --out alikenum)
+check "train --task prose --needles 3 --alike-numbers 0.5 exits 0 (rc=$rc)" [ "$rc" = 0 ]
 rc=$(run "$bin" train $tiny --task prose --recipe none --needles 3 --lens 400 --steps 3 --resume --out alikenum)
 check "  --resume without its --alike-numbers is refused (rc=$rc)" sh -c "[ $rc = 1 ] && grep -q 'alike-numbers' err.txt"
 # the answers file: column 6 the asked number, column 10 word=number of each other needle
-rc=$(run "$bin" needle --model alikenum/model.safetensors --task prose --data tiny.txt --needles 3 --alike-numbers \
+rc=$(run "$bin" needle --model alikenum/model.safetensors --task prose --data tiny.txt --needles 3 --alike-numbers 1 \
   --len 400 --depth 50 --trials 2 --answers alikenum.tsv --svg n.svg)
-check "needle --needles 3 --alike-numbers exits 0, says so, and its other numbers start with the asked one's first digit" \
+check "needle --needles 3 --alike-numbers 1 exits 0, says so, and its other numbers start with the asked one's first digit" \
   sh -c "[ $rc = 0 ] && grep -q 'start with the asked one' out.txt && awk -F'\t' 'NR > 1 { n = split(\$10, o, \",\"); \
   for (i = 1; i <= n; i++) { split(o[i], w, \"=\"); if (substr(w[2], 1, 1) != substr(\$6, 1, 1) || w[2] == \$6) bad++ } \
   rows++ } END { exit !(rows == 2 && !bad) }' alikenum.tsv"
-rc=$(run "$bin" needle --model alikenum/model.safetensors --task passkey --alike-numbers --len 400 --trials 1)
+rc=$(run "$bin" needle --model alikenum/model.safetensors --task passkey --alike-numbers 1 --len 400 --trials 1)
 check "needle --alike-numbers with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]
 rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --needles 2 --len 400)
 check "needle --needles with the passkey: exit 2 (rc=$rc)" [ "$rc" = 2 ]

@@ -298,18 +298,22 @@ static void test_alike_words(const int *source, size_t source_len) {
            "differ)", bad_asked);
 }
 
-/* Alike numbers (longctx_options.alike_numbers): every further needle's number starts with exactly the
-   asked one's first 1 to 6 digits (the digit after them differs), every count drawn, spread about evenly;
-   everything else in the example (words, numbers' later digits, depths, filler) as without the option. */
+/* Alike numbers (longctx_options.alike_numbers): with 1 every further needle's number starts with exactly
+   the asked one's first 1 to 6 digits (the digit after them differs), every count drawn, spread about
+   evenly; with 0.5 about half of them do and the others keep their own digits; everything else in the
+   example (words, numbers' later digits, depths, filler) as without the option. */
 static void test_alike_numbers(const int *source, size_t source_len) {
   size_t cases = 0, further = 0, bad_prefix = 0, bad_rest = 0, bad_other = 0, count[8] = {0};
+  size_t half_further = 0, half_alike = 0, half_bad = 0;
   for (int n = 2; n <= LONGCTX_MAX_NEEDLES; n++)
     for (uint64_t seed = 1; seed <= 40; seed++) {
-      longctx_example ex, plain;
-      longctx_options opt = {n, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 1}, any = {n, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 0};
+      longctx_example ex, half, plain;
+      longctx_options all = {n, LONGCTX_WORDS_TEXT, 0, 0.0, 0.0, 0, 1.0}, some = all, any = all;
+      some.alike_numbers = 0.5, any.alike_numbers = 0.0;
       char err[200];
       uint64_t example_seed = seed * 71 + (uint64_t)n;
-      if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, example_seed, source, source_len, &opt, err) != 0 ||
+      if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, 0.3, example_seed, source, source_len, &all, err) != 0 ||
+          longctx_example_init(&half, LONGCTX_PROSE, 4096, 0.3, example_seed, source, source_len, &some, err) != 0 ||
           longctx_example_init(&plain, LONGCTX_PROSE, 4096, 0.3, example_seed, source, source_len, &any, err) != 0) {
         th_check(0, "alike numbers, %d needles: %s", n, err);
         continue;
@@ -326,6 +330,11 @@ static void test_alike_numbers(const int *source, size_t source_len) {
         /* past the digit where they part, the digits drawn without the option */
         bad_rest += strcmp(ex.numbers[k] + shared + 1, plain.numbers[k] + shared + 1) != 0;
         bad_other += strcmp(ex.words[k], plain.words[k]) != 0;
+        /* a fraction: each further number either the one with all alike or the one without */
+        half_further++;
+        int is_alike = !strcmp(half.numbers[k], ex.numbers[k]) && strcmp(ex.numbers[k], plain.numbers[k]);
+        half_alike += is_alike;
+        half_bad += !is_alike && strcmp(half.numbers[k], plain.numbers[k]);
       }
     }
   th_check(cases == 7 * 40, "alike numbers: every example set up (%zu)", cases);
@@ -337,6 +346,9 @@ static void test_alike_numbers(const int *source, size_t source_len) {
            count[2], count[3], count[4], count[5], count[6], further);
   th_check(bad_rest == 0 && bad_other == 0, "alike numbers: the later digits, words, places and filler as without "
            "the option (%zu, %zu differ)", bad_rest, bad_other);
+  double frac = (double)half_alike / (double)half_further;
+  th_check(half_bad == 0 && frac > 0.42 && frac < 0.58, "alike numbers 0.5: %.2f of the further numbers alike, the "
+           "others their own digits (%zu neither)", frac, half_bad);
 }
 
 /* The questions for the needles not asked at the end (longctx_other_questions): one per other needle,
