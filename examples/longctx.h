@@ -159,6 +159,9 @@ static uint64_t longctx_mix64(uint64_t a, uint64_t b) {
   return z ^ (z >> 31);
 }
 
+/* A draw's top 53 bits as a double in [0, 1). */
+static double longctx_unit(uint64_t bits) { return (double)(bits >> 11) * (1.0 / 9007199254740992.0); }
+
 /* splitmix64: the example's own random stream. */
 static uint64_t longctx_next(uint64_t *state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -326,11 +329,11 @@ static int longctx_filler_byte(const longctx_example *ex, size_t j) {
     end++;
   if (end - start > LONGCTX_NUMBER_MAX_LEN || (start > 0 && longctx_is_letter(longctx_text_byte(ex, start - 1))))
     return c; /* a very long word */
-  double draw = (double)(longctx_mix64(ex->number_key, (uint64_t)start) >> 11) * (1.0 / 9007199254740992.0);
+  double draw = longctx_unit(longctx_mix64(ex->number_key, (uint64_t)start));
   if (draw >= ex->number_words) return c;
   if (ex->decoy_numbers > 0 && ex->n_needles > 0) { /* a decoy: a needle's first digits */
     uint64_t h = longctx_mix64(ex->number_key ^ 0xDEC0DEC0ull, (uint64_t)start);
-    double decoy_draw = (double)(h >> 11) * (1.0 / 9007199254740992.0);
+    double decoy_draw = longctx_unit(h);
     const char *number = ex->numbers[(h & 0xFF) % ex->n_needles];
     size_t prefix = 1 + (size_t)((h >> 8) & 0xFF) % 6, at = j - start;
     if (decoy_draw < ex->decoy_numbers && at < prefix && number[at]) return number[at];
@@ -349,7 +352,7 @@ static int longctx_sentence_starts(const longctx_example *ex, size_t j) {
 }
 
 /* A uniform draw in [0, 1) from the example's stream. */
-static double longctx_uniform(uint64_t *rng) { return (double)(longctx_next(rng) >> 11) * (1.0 / 9007199254740992.0); }
+static double longctx_uniform(uint64_t *rng) { return longctx_unit(longctx_next(rng)); }
 
 /* The filler byte a needle at depth (a fraction of the filler) goes before: the start of the sentence
    holding byte depth * filler_len, looking back at most LONGCTX_SNAP_BACK bytes, else that byte. */
@@ -505,7 +508,7 @@ static int longctx_example_init(longctx_example *ex, int kind, size_t length, do
     /* which further needles share a prefix, and how long each is, from streams of their own */
     uint64_t pick = longctx_mix64(seed, 0x414C494B4500ull + (uint64_t)k);
     uint64_t prefix_draw = longctx_mix64(seed, 0x50524546495800ull + (uint64_t)k);
-    if ((double)(pick >> 11) * (1.0 / 9007199254740992.0) < opt->alike_numbers) {
+    if (longctx_unit(pick) < opt->alike_numbers) {
       /* exactly the asked number's first 1 .. answer_len - 1 digits: they part after */
       size_t shared = 1 + (size_t)(prefix_draw % (ex->answer_len - 1));
       memcpy(number, ex->answer, shared);

@@ -1481,7 +1481,7 @@ static void retrieval_row(int *row, unsigned char *skip, size_t T, uint64_t seed
   int needles = o->needles > 1 ? 1 + (int)(longctx_mix64(seed, 0x4E4545444C4553ull) % (uint64_t)o->needles) : 1;
   /* --numbers F: a fraction uniform in [0, F) of the filler's words are numbers (a stream of its own too) */
   double number_words =
-      o->numbers * (double)(longctx_mix64(seed, 0x4E554D57524453ull) >> 11) * (1.0 / 9007199254740992.0);
+      o->numbers * longctx_unit(longctx_mix64(seed, 0x4E554D57524453ull));
   longctx_options opt = {needles, o->key_words, o->haystack != NULL && kind != LONGCTX_PROSE, number_words,
                          o->decoys, o->alike_words, o->alike_numbers};
   if (longctx_example_init(&ex, kind, length, -1.0, seed, source, source_len, &opt, why) != 0) {
