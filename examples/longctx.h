@@ -599,6 +599,31 @@ static size_t longctx_other_questions(const longctx_example *ex, char *out, size
   return len;
 }
 
+/* Whose number a wrong answer to a prose example of several needles is: closer, place by place, to another
+   needle's number than to the asked one's (a binding error; WHOLE when it is that number) or not (wrong digits
+   of the right number; a tie counts here). */
+enum { LONGCTX_ANSWER_RIGHT, LONGCTX_ANSWER_DIGITS, LONGCTX_ANSWER_BINDING, LONGCTX_ANSWER_WHOLE };
+
+/* How many of the first len places two strings agree at (either ending ends the count). */
+static size_t longctx_places_shared(const char *a, const char *b, size_t len) {
+  size_t n = 0;
+  for (size_t i = 0; i < len && a[i] && b[i]; i++) n += a[i] == b[i];
+  return n;
+}
+
+static int longctx_answer_kind(const longctx_example *ex, const char *answer) {
+  if (!strcmp(answer, ex->answer)) return LONGCTX_ANSWER_RIGHT;
+  size_t own = longctx_places_shared(answer, ex->answer, ex->answer_len), closest = 0;
+  int whole = 0;
+  for (size_t k = 1; k < ex->n_needles; k++) { /* 0: the asked needle */
+    size_t shared = longctx_places_shared(answer, ex->numbers[k], ex->answer_len);
+    if (shared > closest) closest = shared;
+    whole |= !strcmp(answer, ex->numbers[k]);
+  }
+  if (closest <= own) return LONGCTX_ANSWER_DIGITS;
+  return whole ? LONGCTX_ANSWER_WHOLE : LONGCTX_ANSWER_BINDING;
+}
+
 /* ---- questions for an earlier example's needle (train --ask-earlier) -------------------------------
    A row whose memory is carried from one example to the next (--doc-len) remembers the key words its
    earlier examples bound and the number each was bound to last; an example may then also ask for one of

@@ -3359,6 +3359,53 @@ static void needle_curve(const needle_opts *o) {
   free(right), free(digits);
 }
 
+/* Several needles: for each model and length, the exact answers over every depth and trial and the misses
+   split as longctx_answer_kind splits them (bindings to another needle's number, or digits of the asked
+   one's); then the same pooled over the models. answers [n_models, n_lens, n_depths, trials][24]. */
+static void needle_print_bindings(const needle_opts *o, char (*answers)[24]) {
+  size_t n_models = o->models.n, cells = o->n_lens * o->n_depths;
+  size_t *count = (size_t *)calloc((n_models + 1) * (o->n_lens + 1) * 4, sizeof(size_t));
+  if (!count) fail("out of memory"); /* [n_models + 1 (all), n_lens + 1 (all), 4: exact, trials, bindings, whole] */
+  for (size_t r = 0; r < o->n_lens; r++)
+    for (size_t c = 0; c < o->n_depths; c++)
+      for (size_t t = 0; t < o->trials; t++) {
+        longctx_example ex;
+        char why[200];
+        if (needle_example(o, o->lens[r], (double)o->depth_pct[c] / 100.0, t, &ex, why) != 0) fail("needle: %s", why);
+        for (size_t m = 0; m < n_models; m++) {
+          const char *answer = answers[(m * cells + r * o->n_depths + c) * o->trials + t];
+          int kind = longctx_answer_kind(&ex, answer);
+          int right = kind == LONGCTX_ANSWER_RIGHT, binding = kind >= LONGCTX_ANSWER_BINDING;
+          size_t rows[2] = {m, n_models}, cols[2] = {r, o->n_lens};
+          for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) {
+              size_t *q = count + (rows[i] * (o->n_lens + 1) + cols[j]) * 4;
+              q[0] += (size_t)right, q[1]++, q[2] += (size_t)binding, q[3] += (size_t)(kind == LONGCTX_ANSWER_WHOLE);
+            }
+        }
+      }
+  printf("\nkeyed recall, over the depths: exact/trials (%%); the misses closer, place by place, to another needle's "
+         "number (bindings; whole: that number) or to the asked one's (digits)\n%-10s", "model");
+  for (size_t r = 0; r < o->n_lens; r++) {
+    char label[32];
+    fmt_size(label, sizeof label, o->lens[r]);
+    printf("  %-16s", label);
+  }
+  printf("  %-16s  misses: bindings (whole) / digits\n", "all");
+  for (size_t m = 0; m < n_models + (n_models > 1); m++) {
+    printf("%-10s", m < n_models ? o->models.label[m] : "all models");
+    for (size_t r = 0; r <= o->n_lens; r++) {
+      const size_t *q = count + (m * (o->n_lens + 1) + r) * 4;
+      char text[48];
+      snprintf(text, sizeof text, "%zu/%zu (%.1f%%)", q[0], q[1], 100.0 * (double)q[0] / (double)q[1]);
+      printf("  %-16s", text);
+    }
+    const size_t *q = count + (m * (o->n_lens + 1) + o->n_lens) * 4;
+    printf("  %zu (%zu) / %zu\n", q[2], q[3], q[1] - q[0] - q[2]);
+  }
+  free(count);
+}
+
 /* --answers: one TSV line per trial of every cell, answers [n_models, n_lens, n_depths, trials][24]. For
    prose, "answer_is" says whose number the answer is: the asked needle's ("asked"), another needle's
    ("other:WORD", the binding error an associative memory must not make), or no needle's ("none"). */
@@ -3440,8 +3487,9 @@ static int cmd_needle(int argc, char **argv) {
   size_t *exact = (size_t *)calloc(n_models * cells, sizeof(size_t));  /* [n_models, n_lens, n_depths] */
   size_t *digits = (size_t *)calloc(n_models * cells, sizeof(size_t)); /* [n_models, n_lens, n_depths] */
   if (!exact || !digits) fail("out of memory");
-  char(*answers)[24] = NULL; /* [n_models, n_lens, n_depths, trials] --answers */
-  if (o.answers && !(answers = (char(*)[24])calloc(n_models * cells * o.trials, 24))) fail("out of memory");
+  int keyed = o.kind == LONGCTX_PROSE && o.needles > 1; /* the bindings table needs every answer */
+  char(*answers)[24] = NULL; /* [n_models, n_lens, n_depths, trials] --answers, or keyed */
+  if ((o.answers || keyed) && !(answers = (char(*)[24])calloc(n_models * cells * o.trials, 24))) fail("out of memory");
   long long total = 0, context_tokens = 0; /* tokens read (shared prefixes once); tokens of all the examples */
   for (size_t r = 0; r < o.n_lens; r++)
     for (size_t c = 0; c < o.n_depths; c++) {
@@ -3475,6 +3523,7 @@ static int cmd_needle(int argc, char **argv) {
   double took = now_seconds() - prog.t_start;
 
   needle_print(&o, exact, digits, answer_len);
+  if (keyed) needle_print_bindings(&o, answers);
   printf("%lld context tokens, %lld read (a cell's trials read their common filler once) in %.1f s: %.0f tok/s read "
          "(%d thread%s); peak RSS %.1f MB\n", context_tokens, total, took, (double)total / took,
          titans_threads(), titans_threads() == 1 ? "" : "s", peak_rss_mb());
@@ -3491,7 +3540,7 @@ static int cmd_needle(int argc, char **argv) {
   if (write_heatmap_svg(o.svg, title, n_models, names, o.n_lens, o.lens, o.n_depths, depths, frac) != 0)
     fail("cannot write %s: %s", o.svg, strerror(errno));
   printf("wrote %s\n", o.svg);
-  if (answers) needle_write_answers(&o, answers);
+  if (o.answers) needle_write_answers(&o, answers);
   free(answers);
   free(frac);
   free(exact);

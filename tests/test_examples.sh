@@ -389,6 +389,14 @@ rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data ti
 check "needle --answers writes one line per trial, the others' numbers and whose number each answer is (rc=$rc)" \
   sh -c "[ $rc = 0 ] && [ \$(wc -l < answers.tsv) = 5 ] && head -1 answers.tsv | grep -q answer_is && \
          awk -F'\t' 'NR > 1 && (\$9 !~ /^(asked|none|other:[a-z]+)\$/ || split(\$10, n, \",\") != 2) {bad = 1} END {exit bad}' answers.tsv"
+recount=$(awk -F'\t' 'function shared(a, b,  i, n) { n = 0; for (i = 1; i <= length(a); i++) n += substr(a, i, 1) == substr(b, i, 1); return n }
+  NR > 1 { trials++; if ($7 == $6) { exact++; next }
+           own = shared($7, $6); best = 0; whole = 0; k = split($10, other, ",")
+           for (i = 1; i <= k; i++) { split(other[i], kv, "="); s = shared($7, kv[2]); if (s > best) best = s; if ($7 == kv[2]) whole = 1 }
+           if (best > own) { bindings++; wholes += whole } else digits++ }
+  END { printf "%d/%d .* %d (%d) / %d$", exact, trials, bindings, wholes, digits }' answers.tsv)
+check "needle --needles 3: the keyed-recall table's exact answers and bindings / digits agree with --answers ($recount)" \
+  sh -c "grep -q 'misses: bindings (whole) / digits' out.txt && grep '^needles3 ' out.txt | grep -q '$recount'"
 rc=$(run "$bin" needle --model hay/model.safetensors --task passkey --haystack tiny.txt --len 400 --depth 50 --trials 2 --svg n.svg)
 check "needle --haystack FILE exits 0 and reads it (rc=$rc)" sh -c "[ $rc = 0 ] && grep -q 'filler: tiny.txt' out.txt"
 rc=$(run "$bin" needle --model needles3/model.safetensors --task prose --data tiny.txt --len 400 --depth 50 --trials 1 \

@@ -302,6 +302,32 @@ static void test_alike_words(const int *source, size_t source_len) {
    the asked one's first 1 to 6 digits (the digit after them differs), every count drawn, spread about
    evenly; with 0.5 about half of them do and the others keep their own digits; everything else in the
    example (words, numbers' later digits, depths, filler) as without the option. */
+/* longctx_answer_kind: a wrong answer is a binding when it agrees with another needle's number at more
+   places than with the asked one's, whole when it is that number; digits otherwise, ties included. */
+static void test_answer_kind(void) {
+  longctx_example ex;
+  memset(&ex, 0, sizeof ex);
+  ex.answer_len = 7, ex.n_needles = 3;
+  strcpy(ex.answer, "1052650");
+  strcpy(ex.numbers[0], "1052650");
+  strcpy(ex.numbers[1], "1036278");
+  strcpy(ex.numbers[2], "9580066");
+  static const struct { const char *answer; int kind; } cases[] = {
+      {"1052650", LONGCTX_ANSWER_RIGHT},   {"1052658", LONGCTX_ANSWER_DIGITS},  /* one place wrong */
+      {"1036278", LONGCTX_ANSWER_WHOLE},   {"1056278", LONGCTX_ANSWER_BINDING}, /* 3 places asked, 6 "1036278" */
+      {"1036650", LONGCTX_ANSWER_DIGITS},  /* 5 and 4 places: closer to the asked */
+      {"1030000", LONGCTX_ANSWER_DIGITS},  /* 3 and 3 ("1036278"): a tie counts as digits */
+      {"0000000", LONGCTX_ANSWER_DIGITS},  /* 2 and 2 ("9580066") */
+      {"9580066", LONGCTX_ANSWER_WHOLE},   {"9000066", LONGCTX_ANSWER_BINDING}, /* 1 and 5 ("9580066") */
+      {"105265", LONGCTX_ANSWER_DIGITS},   /* a short answer: 6 places of the asked */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    th_check(longctx_answer_kind(&ex, cases[i].answer) == cases[i].kind, "answer %s to %s among %s, %s: kind %d",
+             cases[i].answer, ex.answer, ex.numbers[1], ex.numbers[2], cases[i].kind);
+  ex.n_needles = 1; /* one needle: nothing to bind to */
+  th_check(longctx_answer_kind(&ex, "1036278") == LONGCTX_ANSWER_DIGITS, "one needle: every miss is digits");
+}
+
 static void test_alike_numbers(const int *source, size_t source_len) {
   size_t cases = 0, further = 0, bad_prefix = 0, bad_rest = 0, bad_other = 0, count[8] = {0};
   size_t half_further = 0, half_alike = 0, half_bad = 0;
@@ -1023,6 +1049,7 @@ int main(int argc, char **argv) {
   test_needles(ids, text_len);
   test_alike_words(ids, text_len);
   test_alike_numbers(ids, text_len);
+  test_answer_kind();
   test_other_questions(ids, text_len);
   test_earlier_questions(ids, text_len);
   test_number_words(ids, text_len);
