@@ -575,6 +575,16 @@ static size_t longctx_needles_end(const longctx_example *ex) {
   return ex->n_needles ? ex->insert_at[ex->n_needles - 1] + needle_bytes : 0;
 }
 
+/* How many needles the context holds after the asked one (0: the asked needle is the last written). */
+static size_t longctx_needles_after(const longctx_example *ex) {
+  size_t needle_bytes = 0; /* of the needles before needle k in the context */
+  for (size_t k = 0; k < ex->n_needles; k++) {
+    if (ex->insert_at[k] + needle_bytes == ex->needle_at) return ex->n_needles - 1 - k;
+    needle_bytes += ex->others_len[k];
+  }
+  return 0;
+}
+
 /* Prose with several needles: the questions for the needles not asked at the end (drawing order 1..n-1),
    each followed by its answer, as one text out [cap] of "What is the special magic number for W? The
    special magic number for W is N. " (the question's own words), for the end of the context, just before

@@ -3365,7 +3365,10 @@ static void needle_curve(const needle_opts *o) {
 static void needle_print_bindings(const needle_opts *o, char (*answers)[24]) {
   size_t n_models = o->models.n, cells = o->n_lens * o->n_depths;
   size_t *count = (size_t *)calloc((n_models + 1) * (o->n_lens + 1) * 4, sizeof(size_t));
-  if (!count) fail("out of memory"); /* [n_models + 1 (all), n_lens + 1 (all), 4: exact, trials, bindings, whole] */
+  size_t *after = (size_t *)calloc((n_models + 1) * LONGCTX_MAX_NEEDLES * 2, sizeof(size_t));
+  if (!count || !after) fail("out of memory"); /* count [n_models + 1 (all), n_lens + 1 (all), 4: exact, trials,
+                                                   bindings, whole]; after [n_models + 1, needles after the
+                                                   asked one, 2: misses, trials] */
   for (size_t r = 0; r < o->n_lens; r++)
     for (size_t c = 0; c < o->n_depths; c++)
       for (size_t t = 0; t < o->trials; t++) {
@@ -3377,11 +3380,14 @@ static void needle_print_bindings(const needle_opts *o, char (*answers)[24]) {
           int kind = longctx_answer_kind(&ex, answer);
           int right = kind == LONGCTX_ANSWER_RIGHT, binding = kind >= LONGCTX_ANSWER_BINDING;
           size_t rows[2] = {m, n_models}, cols[2] = {r, o->n_lens};
-          for (int i = 0; i < 2; i++)
+          for (int i = 0; i < 2; i++) {
             for (int j = 0; j < 2; j++) {
               size_t *q = count + (rows[i] * (o->n_lens + 1) + cols[j]) * 4;
               q[0] += (size_t)right, q[1]++, q[2] += (size_t)binding, q[3] += (size_t)(kind == LONGCTX_ANSWER_WHOLE);
             }
+            size_t *q = after + (rows[i] * LONGCTX_MAX_NEEDLES + longctx_needles_after(&ex)) * 2;
+            q[0] += (size_t)!right, q[1]++;
+          }
         }
       }
   printf("\nkeyed recall, over the depths: exact/trials (%%); the misses closer, place by place, to another needle's "
@@ -3403,6 +3409,21 @@ static void needle_print_bindings(const needle_opts *o, char (*answers)[24]) {
     const size_t *q = count + (m * (o->n_lens + 1) + o->n_lens) * 4;
     printf("  %zu (%zu) / %zu\n", q[2], q[3], q[1] - q[0] - q[2]);
   }
+  /* a needle's value disturbed by the writes of the needles after it shows here (session 28) */
+  printf("missed, by how many needles were written after the asked one (every length and depth)\n%-10s", "model");
+  for (int k = 0; k < o->needles; k++) printf(k + 1 < o->needles ? "  %-16d" : "  %d", k);
+  printf("\n");
+  for (size_t m = 0; m < n_models + (n_models > 1); m++) {
+    printf("%-10s", m < n_models ? o->models.label[m] : "all models");
+    for (int k = 0; k < o->needles; k++) {
+      const size_t *q = after + (m * LONGCTX_MAX_NEEDLES + (size_t)k) * 2;
+      char text[48] = "-";
+      if (q[1]) snprintf(text, sizeof text, "%zu/%zu (%.1f%%)", q[0], q[1], 100.0 * (double)q[0] / (double)q[1]);
+      printf(k + 1 < o->needles ? "  %-16s" : "  %s", text);
+    }
+    printf("\n");
+  }
+  free(after);
   free(count);
 }
 

@@ -328,6 +328,31 @@ static void test_answer_kind(void) {
   th_check(longctx_answer_kind(&ex, "1036278") == LONGCTX_ANSWER_DIGITS, "one needle: every miss is digits");
 }
 
+/* longctx_needles_after: the needles the context holds after the asked one, against the asked needle's text
+   found among the needles in context order; every count from 0 to 3 turns up over the depths. */
+static void test_needles_after(const int *source, size_t source_len) {
+  size_t wrong = 0, seen[LONGCTX_MAX_NEEDLES] = {0};
+  for (int trial = 0; trial < 40; trial++) {
+    longctx_options opt = {4, LONGCTX_WORDS_HELDOUT, 0, 0.0, 0.0, 0, 0};
+    longctx_example ex;
+    char why[200];
+    double depth = 0.05 + 0.9 * (trial % 10) / 9.0;
+    if (longctx_example_init(&ex, LONGCTX_PROSE, 4096, depth, 900 + (uint64_t)trial, source, source_len, &opt, why)) {
+      th_check(0, "example: %s", why);
+      return;
+    }
+    size_t asked = SIZE_MAX;
+    for (size_t k = 0; k < ex.n_needles; k++)
+      if (ex.others_len[k] == ex.needle_len && !memcmp(ex.others[k], ex.needle, ex.needle_len)) asked = k;
+    size_t after = longctx_needles_after(&ex);
+    wrong += asked == SIZE_MAX || after != ex.n_needles - 1 - asked;
+    seen[after < LONGCTX_MAX_NEEDLES ? after : 0]++;
+  }
+  th_check(wrong == 0, "needles after the asked one: as its text's place among the needles says (%zu of 40 wrong)", wrong);
+  th_check(seen[0] && seen[1] && seen[2] && seen[3], "every count 0..3 occurs over the depths (%zu %zu %zu %zu)",
+           seen[0], seen[1], seen[2], seen[3]);
+}
+
 static void test_alike_numbers(const int *source, size_t source_len) {
   size_t cases = 0, further = 0, bad_prefix = 0, bad_rest = 0, bad_other = 0, count[8] = {0};
   size_t half_further = 0, half_alike = 0, half_bad = 0;
@@ -1050,6 +1075,7 @@ int main(int argc, char **argv) {
   test_alike_words(ids, text_len);
   test_alike_numbers(ids, text_len);
   test_answer_kind();
+  test_needles_after(ids, text_len);
   test_other_questions(ids, text_len);
   test_earlier_questions(ids, text_len);
   test_number_words(ids, text_len);
