@@ -609,17 +609,17 @@ static size_t longctx_other_questions(const longctx_example *ex, char *out, size
   return len;
 }
 
-/* Whose number a wrong answer to a prose example of several needles is: closer, place by place, to another
-   needle's number than to the asked one's (a binding error; WHOLE when it is that number) or not (wrong digits
-   of the right number; a tie counts here). */
-enum { LONGCTX_ANSWER_RIGHT, LONGCTX_ANSWER_DIGITS, LONGCTX_ANSWER_BINDING, LONGCTX_ANSWER_WHOLE };
-
 /* How many of the first len places two strings agree at (either ending ends the count). */
 static size_t longctx_places_shared(const char *a, const char *b, size_t len) {
   size_t n = 0;
   for (size_t i = 0; i < len && a[i] && b[i]; i++) n += a[i] == b[i];
   return n;
 }
+
+/* Whose number a wrong answer to a prose example of several needles is: closer, place by place, to another
+   needle's number than to the asked one's (a binding error; WHOLE when it is that number) or not (wrong digits
+   of the right number; a tie counts here). */
+enum { LONGCTX_ANSWER_RIGHT, LONGCTX_ANSWER_DIGITS, LONGCTX_ANSWER_BINDING, LONGCTX_ANSWER_WHOLE };
 
 static int longctx_answer_kind(const longctx_example *ex, const char *answer) {
   if (!strcmp(answer, ex->answer)) return LONGCTX_ANSWER_RIGHT;

@@ -298,10 +298,6 @@ static void test_alike_words(const int *source, size_t source_len) {
            "differ)", bad_asked);
 }
 
-/* Alike numbers (longctx_options.alike_numbers): with 1 every further needle's number starts with exactly
-   the asked one's first 1 to 6 digits (the digit after them differs), every count drawn, spread about
-   evenly; with 0.5 about half of them do and the others keep their own digits; everything else in the
-   example (words, numbers' later digits, depths, filler) as without the option. */
 /* longctx_answer_kind: a wrong answer is a binding when it agrees with another needle's number at more
    places than with the asked one's, whole when it is that number; digits otherwise, ties included. */
 static void test_answer_kind(void) {
@@ -353,6 +349,10 @@ static void test_needles_after(const int *source, size_t source_len) {
            seen[0], seen[1], seen[2], seen[3]);
 }
 
+/* Alike numbers (longctx_options.alike_numbers): with 1 every further needle's number starts with exactly
+   the asked one's first 1 to 6 digits (the digit after them differs), every count drawn, spread about
+   evenly; with 0.5 about half of them do and the others keep their own digits; everything else in the
+   example (words, numbers' later digits, depths, filler) as without the option. */
 static void test_alike_numbers(const int *source, size_t source_len) {
   size_t cases = 0, further = 0, bad_prefix = 0, bad_rest = 0, bad_other = 0, count[8] = {0};
   size_t half_further = 0, half_alike = 0, half_bad = 0;
