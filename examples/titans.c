@@ -3443,8 +3443,7 @@ static void needle_write_answers(const needle_opts *o, char (*answers)[24]) {
           double depth = (double)o->depth_pct[c] / 100.0;
           if (needle_example(o, o->lens[r], depth, t, &ex, why) != 0) fail("needle: %s", why);
           const char *answer = answers[((m * o->n_lens + r) * o->n_depths + c) * o->trials + t];
-          size_t right = 0, used = 0;
-          for (size_t i = 0; i < ex.answer_len; i++) right += answer[i] == ex.answer[i];
+          size_t right = longctx_places_shared(answer, ex.answer, ex.answer_len), used = 0;
           if (!strcmp(answer, ex.answer)) snprintf(answer_is, sizeof answer_is, "asked");
           for (size_t k = 1; k < ex.n_needles && o->kind == LONGCTX_PROSE; k++) { /* 0: the asked needle */
             used += (size_t)snprintf(others + used, sizeof others - used, "%s%s=%s", used ? "," : "", ex.words[k],
