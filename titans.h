@@ -354,6 +354,10 @@ typedef struct titans_mem_config {
                       lr_k . k_t + lr_b), lr_k [H, d_h] starting at 0, so the memory can write a token or not
                       by the tokens its key holds, not by the token alone (not in the paper; docs/model.md
                       1.3). 0: the paper's gate of x_t alone */
+  int qk_linear;   /* 1: queries and keys skip the SiLU: q_t = L2Norm(conv(W_Q x)), the same for k_t (v_t keeps
+                      it). A SiLU puts every key in nearly one orthant, so any two keys overlap (cosine about 0.25
+                      between unrelated tokens in a retrieval model) and each write disturbs every other key's
+                      value. Not in the paper; docs/model.md 1.3. 0: the paper's SiLU */
   int per_token_grad; /* 1: each token's inner gradient is taken at the weights just before it, as with
                       chunk 1, for any chunk b: the chunk is still computed in parallel, by solving a
                       triangular system for the tokens' errors (the delta rule's chunked form, DeltaNet's
@@ -3787,6 +3791,7 @@ typedef struct titans__mem_dims {
   size_t nmax;                         /* largest width */
   float tau;                           /* surprise bound (0: off) */
   int exact;                           /* per_token_grad: each token's error at the weights before it */
+  int qk_linear;                       /* cfg qk_linear: q and k without the SiLU */
 } titans__mem_dims;
 
 static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
@@ -3801,6 +3806,7 @@ static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
   m.K = (size_t)c->conv_width;
   m.tau = c->surprise_bound;
   m.exact = c->per_token_grad;
+  m.qk_linear = c->qk_linear;
   for (size_t i = 0; i <= m.L; i++) m.n[i] = (i == 0 || i == m.L) ? m.dh : m.dh * (size_t)c->hidden_mult;
   m.nmax = m.dh;
   for (size_t i = 0; i < m.L; i++) {
@@ -3827,6 +3833,7 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.no_momentum = 0;
   c.no_forget = 0;
   c.gate_key = 0;
+  c.qk_linear = 0;
   c.per_token_grad = 0;
   return c;
 }
@@ -3867,6 +3874,8 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG, "memory: gate_key must be 0 or 1");
   if (c->per_token_grad != 0 && c->per_token_grad != 1)
     return titans__error(err, TITANS_ERR_ARG, "memory: per_token_grad must be 0 or 1");
+  if (c->qk_linear != 0 && c->qk_linear != 1)
+    return titans__error(err, TITANS_ERR_ARG, "memory: qk_linear must be 0 or 1");
   if (c->per_token_grad && (c->depth != 1 || c->surprise_bound != 0.0f))
     return titans__error(err, TITANS_ERR_ARG,
                          "memory: per_token_grad needs depth 1 and surprise_bound 0 (depth %d, surprise_bound %g)",
@@ -5227,7 +5236,10 @@ static void titans__mem_inputs_forward(const titans__mem_dims *m, const titans_m
         titans__mem_tail_advance(tail, in, T, K1, m->dm);
       }
     }
-    titans_silu_forward(bf->act[si], bf->conv[si], bt * m->dm);
+    if (si < 2 && m->qk_linear)
+      memcpy(bf->act[si], bf->conv[si], bt * m->dm * sizeof(float));
+    else
+      titans_silu_forward(bf->act[si], bf->conv[si], bt * m->dm);
     if (si < 2) titans_l2norm_forward(bf->qk[si], bf->rnorm[si], bf->act[si], bt * m->H, m->dh);
   }
   if (nstreams < 3) return;
@@ -5301,8 +5313,10 @@ static void titans__mem_streams_backward(const titans__mem_dims *m, const titans
       dact = gr->dact;
     }
     float *dconv = m->K > 0 ? gr->dconv : gr->dproj;
-    memset(dconv, 0, n * sizeof(float));
-    titans_silu_backward(dconv, dact, bf->conv[si], n);
+    if (si < 2 && m->qk_linear)
+      memcpy(dconv, dact, n * sizeof(float));
+    else
+      memset(dconv, 0, n * sizeof(float)), titans_silu_backward(dconv, dact, bf->conv[si], n);
     if (m->K > 0) {
       memset(gr->dproj, 0, n * sizeof(float));
       for (size_t r = 0; r < B; r++) {
@@ -12508,6 +12522,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add_when_set(mem, "no_momentum", TITANS__CK_INT, &c->mem.no_momentum);
   titans__ck_add_when_set(mem, "no_forget", TITANS__CK_INT, &c->mem.no_forget);
   titans__ck_add_when_set(mem, "gate_key", TITANS__CK_INT, &c->mem.gate_key);
+  titans__ck_add_when_set(mem, "qk_linear", TITANS__CK_INT, &c->mem.qk_linear);
   titans__ck_add_when_set(mem, "per_token_grad", TITANS__CK_INT, &c->mem.per_token_grad);
 }
 

@@ -898,6 +898,7 @@ typedef struct train_opts {
   int key_ngram;                           /* >= 1: ... and stays there (--key-shift-fixed: 1; --key-ngram N: on the
                                               N tokens before): its other taps are zeroed after every step */
   int gate_key;                            /* 1: the memory's write gate also reads its key (cfg.mem.gate_key) */
+  int qk_linear;                           /* 1: the memory's queries and keys skip the SiLU (cfg.mem.qk_linear) */
   double write_cost;                       /* a cost on writing (titans_train_config.write_cost; 0: none) */
   long write_cost_from;                    /* ... from this step on (titans_train_config.write_cost_from) */
   double write_cost_log;                   /* a cost on log theta (titans_train_config.write_cost_log; 0: none) */
@@ -973,6 +974,8 @@ static void help_train(void) {
       "                      reading token t-1-g, the query's the same groups one token later (conv width N+1)\n"
       "  --gate-key          the memory's write gate (theta) also reads the key, so it can write a token or not\n"
       "                      by the tokens before it, not by the token alone (not in the paper; docs/model.md 1.3)\n"
+      "  --qk-linear         the memory's queries and keys skip the SiLU, so keys of unrelated tokens need not\n"
+      "                      overlap (not in the paper; docs/model.md 1.3)\n"
       "  --write-cost X      the loss trained gains X times the mean write gate theta_t / theta_max (summed over\n"
       "                      memory layers and heads), so the memory writes only where it pays (0; not in the\n"
       "                      paper; docs/model.md 5)\n"
@@ -1250,6 +1253,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
       o->key_shift = 1;
     }
     else if (!strcmp(s, "--gate-key")) o->gate_key = 1;
+    else if (!strcmp(s, "--qk-linear")) o->qk_linear = 1;
     else if (!strcmp(s, "--write-cost")) o->write_cost = arg_double(&a, s, 0.0, 1e6);
     else if (!strcmp(s, "--write-cost-from")) o->write_cost_from = arg_long(&a, s, 0, 1L << 30);
     else if (!strcmp(s, "--write-cost-log")) o->write_cost_log = arg_double(&a, s, 0.0, 1e6);
@@ -1391,6 +1395,7 @@ static titans_config train_config_of(const train_opts *o) {
   if (o->key_ngram > 1 && c.mem.conv_width < o->key_ngram + 1) c.mem.conv_width = o->key_ngram + 1;
   if (o->key_ngram && c.mem.conv_width >= 2) c.mem.key_ngram = o->key_ngram; /* the trainer holds the key there */
   c.mem.gate_key = o->gate_key;
+  c.mem.qk_linear = o->qk_linear;
   c.mem.no_forget = o->no_forget;
   c.mem.per_token_grad = o->per_token_grad;
   return c;
@@ -1656,6 +1661,7 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--theta-max", want.mem.theta_max, had->mem.theta_max},
            {"--surprise-bound", want.mem.surprise_bound, had->mem.surprise_bound},
            {"--gate-key", want.mem.gate_key, had->mem.gate_key},
+           {"--qk-linear", want.mem.qk_linear, had->mem.qk_linear},
            {"--no-forget", want.mem.no_forget, had->mem.no_forget},
            {"--per-token-grad", want.mem.per_token_grad, had->mem.per_token_grad},
            {"--lr", (float)o->lr, tr->tc.lr},
@@ -2789,20 +2795,26 @@ static void help_needle(void) {
          "  --svg FILE          heat map of exact match, one panel per model (needle.svg)\n"
          "  --trace FILE        write trace: the first model reads the first trial of the first (length, depth)\n"
          "                      one token at a time; FILE gets, per memory chunk and layer, how far the memory's\n"
-         "                      state moved (L2 norm of its change) and where the needles are; FILE.svg plots it\n"
-         "  --curve FILE        how long the memory holds the needle, instead of the table: each model reads\n"
+         "                      state moved (L2 norm of its change) and where the needles are; FILE.svg plots it\n",
+         MAX_MODELS);
+  printf("  --curve FILE        how long the memory holds the needle, instead of the table: each model reads\n"
          "                      --trials examples of the first length and depth, and every --curve-every\n"
          "                      tokens after the asked needle a copy of its session is asked the question;\n"
          "                      FILE gets one line per probe (TSV), FILE.svg the fraction of trials answered\n"
          "                      exactly against the tokens read since the needle\n"
          "  --curve-every N     tokens between probes (the first length / 64)\n"
+         "  --key-cosines       how much the memories' keys overlap, instead of the table: each model reads\n"
+         "                      --trials examples of the first length at each depth, and per memory layer the\n"
+         "                      mean cosine of its keys is printed between the needles' keys at the same place\n"
+         "                      of their numbers, between two places of one number, and between text positions\n"
+         "                      (prose, 2 or more needles; memories whose keys read the tokens before, key_ngram)\n"
          "  --no-forget         a diagnostic: every memory's forgetting gate alpha_t held at 0 while the\n"
          "                      models read (cfg.mem.no_forget), to see what forgetting costs the needle\n"
          "  --answers FILE      one line per trial (TSV): model, length, depth, trial, the asked key word and\n"
          "                      number, the answer, its right digits, and whose number the answer is (the\n"
          "                      asked needle's, another needle's: a binding error, or none)\n"
          "  --threads N         OpenMP threads; cells (model, length, depth) run in parallel, one per thread\n"
-         "A cell's passkey and copy trials read their common filler (up to the needle) once.\n", MAX_MODELS);
+         "A cell's passkey and copy trials read their common filler (up to the needle) once.\n");
 }
 
 typedef struct needle_opts {
@@ -2815,6 +2827,7 @@ typedef struct needle_opts {
   double alike_numbers;      /* --alike-numbers F: longctx_options.alike_numbers */
   const char *data, *svg, *haystack, *trace, *answers; /* answers: --answers FILE, one line per trial */
   const char *curve;         /* --curve FILE: the needle's hold along the haystack instead of the table */
+  int key_cosines;           /* --key-cosines: how much the memories' keys overlap, instead of the table */
   size_t curve_every;        /* --curve-every: tokens between probes (0: the first length / 64) */
   int no_forget;             /* --no-forget: alpha_t = 0 in every model read (a diagnostic) */
   const int *source;         /* [source_len] the filler's text (token ids): the held-out split of --data for
@@ -2852,6 +2865,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--trace")) o->trace = arg_value(&a, s);
     else if (!strcmp(s, "--answers")) o->answers = arg_value(&a, s);
     else if (!strcmp(s, "--curve")) o->curve = arg_value(&a, s);
+    else if (!strcmp(s, "--key-cosines")) o->key_cosines = 1;
     else if (!strcmp(s, "--curve-every")) o->curve_every = (size_t)arg_long(&a, s, 1, 1L << 30);
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
@@ -3079,20 +3093,21 @@ static void needle_print(const needle_opts *o, const size_t *exact, const size_t
 }
 
 /* The running memory weights W_t of each memory layer of a one-row session, one layer after the other,
-   into keep [total floats] (may be NULL); returns total. A layer's "mem.state" tensor is the layout of
-   titans_mem_state_save: 3 position floats, then W at the chunk's start, W_t, S at the chunk's start and
-   S_t (each [H, head_size]), then the four conv tails ([K_c - 1, d_m] each). The trace measures W_t
-   alone: the tails change with every token read, whether the memory writes or not. */
+   into keep [total floats] (may be NULL); returns total. A layer's "mem.state" tensor (titans_session_state)
+   is the layout of titans_mem_state_save without its 3 position floats: W at the chunk's start, W_t, S at
+   the chunk's start and S_t (each [H, head_size]), then the four conv tails ([K_c - 1, d_m] each: q, k, v
+   and MAC's retrieval queries). The trace measures W_t alone: the tails change with every token read,
+   whether the memory writes or not. */
 static size_t trace_weights(titans_session *s, const titans_config *c, float *keep, size_t cap) {
   titans_tensor_ref refs[256];
   size_t n = titans_session_state(s, refs, 256), at = 0;
   size_t tails = 4 * (c->mem.conv_width > 0 ? (size_t)(c->mem.conv_width - 1) : 0) * (size_t)c->mem.heads *
                  (size_t)c->mem.head_dim;
   for (size_t i = 0; i < n && i < 256; i++) {
-    if (!strstr(refs[i].name, "mem.state") || refs[i].count < 3 + tails) continue;
-    size_t w_floats = (refs[i].count - 3 - tails) / 4; /* H x head_size */
+    if (!strstr(refs[i].name, "mem.state") || refs[i].count < tails) continue;
+    size_t w_floats = (refs[i].count - tails) / 4; /* H x head_size */
     if (at + w_floats > cap) break;
-    if (keep) memcpy(keep + at, refs[i].data + 3 + w_floats, w_floats * sizeof(float));
+    if (keep) memcpy(keep + at, refs[i].data + w_floats, w_floats * sizeof(float));
     at += w_floats;
   }
   return at;
@@ -3300,6 +3315,132 @@ static void curve_write(const needle_opts *o, const size_t *right, const size_t 
   free(x), free(y);
 }
 
+/* The key each memory layer of a one-row session writes the next token with, into keys [max_layers, d_m]
+   (one head after another, each L2-normalised); returns the number of memory layers (at most max_layers).
+   Only for memories with key_ngram >= 1: their key at t reads the tokens before t alone, all of them in the
+   session's key conv tail ([K_c - 1, d_m], the second of the four tails that end a "mem.state" tensor, trace_weights),
+   so it is known before t is fed. */
+static size_t session_next_keys(titans_session *s, const titans_model *model, float *keys, size_t max_layers) {
+  const titans_config *c = &model->cfg;
+  size_t K = (size_t)c->mem.conv_width, H = (size_t)c->mem.heads, dh = (size_t)c->mem.head_dim, dm = H * dh;
+  size_t tail = (K - 1) * dm, n_mem = 0;
+  titans_tensor_ref refs[256];
+  size_t n = titans_session_state(s, refs, 256);
+  for (size_t i = 0; i < n && i < 256; i++) {
+    int layer;
+    if (!strstr(refs[i].name, "mem.state") || sscanf(refs[i].name, "layers.%d.", &layer) != 1) continue;
+    if (n_mem == max_layers) break;
+    size_t w_floats = (refs[i].count - 4 * tail) / 4; /* each of W at the chunk's start, W_t, S, S_t */
+    const float *tail_k = refs[i].data + 4 * w_floats + tail;     /* [K_c - 1, d_m] */
+    const float *conv_k = model->w.layers[layer].mem.conv_k;      /* [d_m, K_c]; tap K_c - 1 (token t) is 0 */
+    float *k = keys + n_mem * dm;
+    for (size_t ch = 0; ch < dm; ch++) {
+      float z = 0;
+      for (size_t j = 0; j + 1 < K; j++) z += conv_k[ch * K + j] * tail_k[j * dm + ch];
+      k[ch] = c->mem.qk_linear ? z : z / (1.0f + expf(-z)); /* docs/model.md 1.3 */
+    }
+    for (size_t h = 0; h < H; h++) {
+      float *kh = k + h * dh, ss = 0;
+      for (size_t j = 0; j < dh; j++) ss += kh[j] * kh[j];
+      for (size_t j = 0; j < dh; j++) kh[j] /= sqrtf(ss + 1e-6f);
+    }
+    n_mem++;
+  }
+  return n_mem;
+}
+
+/* The cosine of two keys [H * dh] of unit heads, averaged over the heads. */
+static double key_cosine(const float *a, const float *b, size_t H, size_t dh) {
+  double sum = 0;
+  for (size_t i = 0; i < H * dh; i++) sum += (double)a[i] * b[i];
+  return sum / (double)H;
+}
+
+/* --key-cosines: a write of key k moves the value read at key k' by its error times k . k', so keys that
+   overlap disturb each other's facts. Each model reads --trials examples of the first length at every
+   depth through a fresh session; per memory layer it prints the mean cosine between the needles' keys at
+   the same place of their numbers (where one needle's write lands on another's), between two places of
+   one number, and between text positions (every 97th token outside the needles, up to 32 an example). */
+static void needle_key_cosines(const needle_opts *o) {
+  enum { MAX_TEXT = 32, MAX_MEM = 16 };
+  size_t answer_len = longctx_answer_len(o->kind), length = o->lens[0]; /* answer_len <= 24 (longctx_example) */
+  if (o->kind != LONGCTX_PROSE || o->needles < 2) fail("needle --key-cosines: wants --task prose --needles 2 or more");
+  printf("\nkeys: mean cosine (over heads, pairs and examples) of the keys each memory layer writes with, %zu "
+         "tokens, %zu examples a depth\n", length, o->trials);
+  for (size_t mi = 0; mi < o->models.n; mi++) {
+    const titans_model *model = &o->models.model[mi];
+    const titans_config *c = &model->cfg;
+    if (c->mem.key_ngram < 1 || !c->mem.conv_width || c->block == TITANS_BLOCK_LM2 || c->block == TITANS_BLOCK_ATTN ||
+        c->block == TITANS_BLOCK_SWA)
+      fail("needle --key-cosines: %s has no memory whose keys read only the tokens before (key_ngram)",
+           o->models.path[mi]);
+    size_t H = (size_t)c->mem.heads, dh = (size_t)c->mem.head_dim, dm = H * dh;
+    size_t per_key = MAX_MEM * dm;
+    /* [needles, answer_len, MAX_MEM, d_m] the keys at the needles' digits; [MAX_TEXT, MAX_MEM, d_m] at text */
+    float *digit_keys = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * answer_len * per_key * sizeof(float));
+    float *text_keys = (float *)xmalloc(MAX_TEXT * per_key * sizeof(float));
+    unsigned char *in_needle = (unsigned char *)xmalloc(length); /* [length] 1: a needle's token */
+    /* [MAX_MEM, answer_len] sums and counts across needles at a place; [MAX_MEM] within a number, text */
+    double across[MAX_MEM][24] = {{0}}, within[MAX_MEM] = {0}, text[MAX_MEM] = {0};
+    size_t n_across[24] = {0}, n_within = 0, n_text = 0, n_mem = 0;
+    titans_session s;
+    if (titans_session_init(&s, model) != TITANS_OK) fail("%s", s.error);
+    for (size_t di = 0; di < o->n_depths; di++)
+      for (size_t trial = 0; trial < o->trials; trial++) {
+        longctx_example ex;
+        char why[200];
+        if (needle_example(o, length, (double)o->depth_pct[di] / 100.0, trial, &ex, why) != 0) fail("%s", why);
+        if (titans_session_reset(&s) != TITANS_OK) fail("%s", s.error);
+        size_t number_at[LONGCTX_MAX_NEEDLES], shift = 0, n_text_here = 0; /* each needle's first digit */
+        longctx_mark_needles(&ex, in_needle, length);
+        for (size_t k = 0; k < ex.n_needles; shift += ex.others_len[k], k++)
+          number_at[k] = ex.insert_at[k] + shift + (size_t)(strstr(ex.others[k], " is ") - ex.others[k]) + 4;
+        for (size_t t = 0; t < ex.context_len; t++) {
+          float *into = NULL;
+          for (size_t k = 0; k < ex.n_needles; k++)
+            if (t >= number_at[k] && t < number_at[k] + answer_len)
+              into = digit_keys + (k * answer_len + (t - number_at[k])) * per_key;
+          if (!into && t % 97 == 96 && n_text_here < MAX_TEXT && !in_needle[t])
+            into = text_keys + n_text_here++ * per_key;
+          if (into) {
+            size_t n = session_next_keys(&s, model, into, MAX_MEM);
+            if (n_mem && n != n_mem) fail("needle --key-cosines: the memory layers changed");
+            n_mem = n;
+          }
+          int tok = longctx_token(&ex, t);
+          if (titans_session_feed(&s, &tok, 1, NULL) != TITANS_OK) fail("%s", s.error);
+        }
+        for (size_t l = 0; l < n_mem; l++) {
+          for (size_t p = 0; p < answer_len; p++)
+            for (size_t a = 0; a < ex.n_needles; a++)
+              for (size_t b = a + 1; b < ex.n_needles; b++)
+                across[l][p] += key_cosine(digit_keys + (a * answer_len + p) * per_key + l * dm,
+                                           digit_keys + (b * answer_len + p) * per_key + l * dm, H, dh);
+          for (size_t k = 0; k < ex.n_needles; k++)
+            for (size_t p = 0; p < answer_len; p++)
+              for (size_t q = p + 1; q < answer_len; q++)
+                within[l] += key_cosine(digit_keys + (k * answer_len + p) * per_key + l * dm,
+                                        digit_keys + (k * answer_len + q) * per_key + l * dm, H, dh);
+          for (size_t a = 0; a < n_text_here; a++)
+            for (size_t b = a + 1; b < n_text_here; b++)
+              text[l] += key_cosine(text_keys + a * per_key + l * dm, text_keys + b * per_key + l * dm, H, dh);
+        }
+        for (size_t p = 0; p < answer_len; p++) n_across[p] += ex.n_needles * (ex.n_needles - 1) / 2;
+        n_within += ex.n_needles * answer_len * (answer_len - 1) / 2;
+        n_text += n_text_here * (n_text_here - 1) / 2;
+      }
+    printf("%s (%s):\n", o->models.path[mi], c->mem.qk_linear ? "q, k without SiLU" : "q, k after a SiLU");
+    for (size_t l = 0; l < n_mem; l++) {
+      printf("  memory layer %zu: two needles, the same place of their numbers (1..%zu):", l, answer_len);
+      for (size_t p = 0; p < answer_len; p++) printf(" %.3f", n_across[p] ? across[l][p] / (double)n_across[p] : 0.0);
+      printf("; two places of one number %.3f; two text positions %.3f\n", n_within ? within[l] / (double)n_within : 0.0,
+             n_text ? text[l] / (double)n_text : 0.0);
+    }
+    titans_session_free(&s);
+    free(digit_keys), free(text_keys), free(in_needle);
+  }
+}
+
 /* --curve: how long each model holds the needle. Trials of the first (length, depth); a probe every
    o->curve_every tokens after the asked needle, as far as the question still fits in the length; the
    models and trials run in parallel, and curve_write writes what they answered. */
@@ -3494,8 +3635,9 @@ static int cmd_needle(int argc, char **argv) {
     printf("--no-forget: every memory's forgetting gate alpha_t held at 0 (a diagnostic)\n");
   }
   if (o.trace) needle_trace(&o, &o.models.model[0]);
-  if (o.curve) {
-    needle_curve(&o);
+  if (o.curve || o.key_cosines) {
+    if (o.curve) needle_curve(&o);
+    if (o.key_cosines) needle_key_cosines(&o);
     models_free(&o.models);
     free(ds.ids);
     free(ds.name);
@@ -3676,6 +3818,7 @@ static void info_model(titans_st_reader *r, const char *path) {
   else if (memory_keys_one_tap(&m))
     printf("memory keys: from the previous token alone (the key conv's other taps are 0)\n");
   if (c->mem.gate_key) printf("memory write gate: reads the key as well as the token\n");
+  if (c->mem.qk_linear) printf("memory queries and keys: no SiLU (qk_linear)\n");
   if (c->mem.no_forget) printf("memory forgetting: none (alpha = 0)\n");
   if (c->mem.per_token_grad) printf("memory gradients: each token's at the weights before it (per_token_grad)\n");
   print_gate_biases(&m);

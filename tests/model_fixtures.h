@@ -31,6 +31,8 @@ static void lively_weights(titans_model *m, uint64_t seed) {
 static int tiny_mac_learns_from = TITANS_MAC_LEARNS_ATTN_OUTPUT;
 /* 1: the memories of a test's tiny_config have the write gate that reads the key (cfg.mem.gate_key) */
 static int tiny_gate_key = 0;
+/* 1: their queries and keys skip the SiLU (cfg.mem.qk_linear) */
+static int tiny_qk_linear = 0;
 /* 1: they are matrix memories (depth 1, no surprise bound) whose tokens' inner gradients are taken at the
    weights before each (cfg.mem.per_token_grad), chunks of 2 computed as chunks of 1 */
 static int tiny_per_token = 0;
@@ -38,6 +40,7 @@ static int tiny_per_token = 0;
 /* The memory options above, set on c. */
 static inline void tiny_memory_options(titans_config *c) {
   c->mem.gate_key = tiny_gate_key;
+  c->mem.qk_linear = tiny_qk_linear;
   if (tiny_per_token) {
     c->mem.depth = 1;
     c->mem.surprise_bound = 0.0f;
@@ -72,8 +75,9 @@ static inline titans_config tiny_stream_config(int kind) {
 static const char *kind_label(int kind) {
   static char label[96];
   int from_x = kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT;
-  snprintf(label, sizeof label, "%s%s%s%s", titans_block_name(kind), from_x ? " (memory learns from X)" : "",
-           tiny_gate_key ? " (write gate reads the key)" : "", tiny_per_token ? " (per-token gradients)" : "");
+  snprintf(label, sizeof label, "%s%s%s%s%s", titans_block_name(kind), from_x ? " (memory learns from X)" : "",
+           tiny_gate_key ? " (write gate reads the key)" : "", tiny_per_token ? " (per-token gradients)" : "",
+           tiny_qk_linear ? " (q, k without SiLU)" : "");
   return label;
 }
 

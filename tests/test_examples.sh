@@ -356,6 +356,15 @@ check "train --task prose --recipe numbers: an LMM amid the technical text, its 
          grep -a -q 'write_cost...0[.]3,..write_cost_from...1000,..write_cost_log...0[.]01' recipenum/trainer.safetensors && \
          '$bin' info --model recipenum/model.safetensors | grep -q 'layer 0 memory gates at zero input: theta 1e-12' && \
          '$bin' info --model recipenum/model.safetensors | grep -q 'layer 1 memory gates at zero input: theta 0.5'"
+rc=$(run "$bin" needle --model recipenum/model.safetensors --task prose --data tiny.txt --needles 4 --len 1K --depth 50 \
+  --trials 1 --key-cosines)
+check "needle --key-cosines: per memory layer, 7 places' cosines and two more, each within [-1, 1] (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && [ \$(grep -c 'memory layer [01]: two needles, the same place of their numbers (1..7):' out.txt) = 2 ] && \
+         grep 'memory layer 1: two needles' out.txt | tr -c '0-9.\n-' ' ' | \
+         awk '{n = 0; for (i = 1; i <= NF; i++) if (\$i ~ /^-?[0-9]+[.][0-9]+\$/) { n++; if (\$i < -1 || \$i > 1) bad = 1 } } END {exit bad || n != 9}'"
+rc=$(run "$bin" needle --model full/model.safetensors --task prose --data tiny.txt --needles 4 --len 1K --trials 1 --key-cosines)
+check "  a memory whose keys read their own token (key_ngram 0): exit 1, saying why (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'key_ngram' err.txt"
 rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --lens 256 --steps 3 --val-every 0 --sample-len 0 \
   --resume --out recipenum)
 check "  resumed by the same command (rc=$rc)" [ "$rc" = 0 ]

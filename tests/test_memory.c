@@ -99,7 +99,7 @@ static void ref_token_inputs(const ref_model *rm, const double *xr, size_t T, do
             if (tau >= 0) c += cw[j * K + q] * proj[(s * T + (size_t)tau) * dm + j];
           }
         }
-        o[j] = ref_silu(c);
+        o[j] = s < 2 && rm->cfg.qk_linear ? c : ref_silu(c); /* qk_linear: q and k skip the SiLU */
       }
       if (s < 2)
         for (size_t h = 0; h < H; h++) {
@@ -212,6 +212,12 @@ static titans_mem_config keyed_gate(titans_mem_config c) {
   return c;
 }
 
+/* cfg whose queries and keys skip the SiLU (qk_linear, docs/model.md 1.3) */
+static titans_mem_config linear_qk(titans_mem_config c) {
+  c.qk_linear = 1;
+  return c;
+}
+
 /* cfg whose tokens' gradients are taken at the weights before each (per_token_grad, docs/model.md 1.10) */
 static titans_mem_config per_token(titans_mem_config c) {
   c.per_token_grad = 1;
@@ -286,10 +292,10 @@ static double rel_to_max(const float *a, const double *b, size_t n) {
 }
 
 static void cfg_label(char *buf, size_t n, const titans_mem_config *c, size_t T) {
-  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s%s%s%s", c->depth, c->chunk, c->conv_width,
+  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s%s%s%s%s", c->depth, c->chunk, c->conv_width,
            c->residual, (double)c->surprise_bound, c->heads, c->head_dim, T, c->gate_key ? " gate_key" : "",
            c->no_momentum ? " no_momentum" : "", c->no_forget ? " no_forget" : "",
-           c->per_token_grad ? " per_token_grad" : "");
+           c->per_token_grad ? " per_token_grad" : "", c->qk_linear ? " qk_linear" : "");
 }
 
 /* ---- 7.1: chunked == recurrence --------------------------------------------------------------- */
@@ -956,6 +962,9 @@ int main(void) {
   printf("memory layer: the write gate that reads the key (gate_key)\n");
   test_chunked_vs_recurrence(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.5f)), 2, 23);
   test_chunked_vs_recurrence(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 3, 4, 0, 0.5f), 0.5f)), 2, 23);
+  printf("memory layer: queries and keys without the SiLU (qk_linear)\n");
+  test_chunked_vs_recurrence(linear_qk(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.5f)), 2, 23);
+  test_chunked_vs_recurrence(linear_qk(bounded(make_cfg(8, 2, 4, 2, 2, 3, 4, 0, 0.5f), 0.5f)), 2, 23);
 
   printf("memory layer: gradients vs central differences of the double reference (h = 1e-5)\n");
   test_gradients(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7);
@@ -986,6 +995,8 @@ int main(void) {
   test_gradients(bounded(no_forget_deep, 0.5f), 2, 9);
   test_gradients(keyed_gate(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f)), 2, 7);
   test_gradients(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
+  test_gradients(linear_qk(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f)), 2, 7);
+  test_gradients(linear_qk(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
   /* a cost on writing (ctx.write_cost, titans_train_config.write_cost) and its log form (write_cost_log):
      large enough that the write gates' gradients are mostly the costs' */
   test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 3.0f, 0.0f, NULL);
@@ -1008,8 +1019,10 @@ int main(void) {
   test_streaming(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f));
   test_streaming(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)));
   test_streaming(per_token(make_cfg(8, 2, 4, 1, 2, 8, 4, 1, 0.25f)));
+  test_streaming(linear_qk(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)));
   test_causality(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
   test_causality(keyed_gate(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f)));
+  test_causality(linear_qk(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f)));
   test_causality(make_cfg(8, 2, 4, 3, 2, 16, 0, 1, 0.5f));
   test_threads_and_state(make_cfg(16, 4, 4, 2, 2, 8, 4, 0, 0.25f));
   test_stage_timers(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f));

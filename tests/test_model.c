@@ -336,6 +336,15 @@ static void test_lookup_init(void) {
   th_check(rc == TITANS_OK && back.mem.gate_key == 1, "gate_key = 1 is written and read back (%s)", json);
   keyed.mem.gate_key = 2;
   th_check(titans_config_check(&keyed, err) != TITANS_OK, "gate_key = 2 is refused: %s", err);
+  /* qk_linear, likewise */
+  th_check(strstr(json, "qk_linear") == NULL, "qk_linear = 0 is not written (files stay as they were)");
+  titans_config linear = m.cfg;
+  linear.mem.qk_linear = 1;
+  titans_config_to_json(&linear, json, sizeof json);
+  rc = titans_config_from_json(&back, json, err);
+  th_check(rc == TITANS_OK && back.mem.qk_linear == 1, "qk_linear = 1 is written and read back (%s)", json);
+  linear.mem.qk_linear = 2;
+  th_check(titans_config_check(&linear, err) != TITANS_OK, "qk_linear = 2 is refused: %s", err);
   /* per_token_grad, likewise; it needs a matrix memory without the surprise bound */
   th_check(strstr(json, "per_token_grad") == NULL, "per_token_grad = 0 is not written (files stay as they were)");
   titans_config exact = m.cfg;
@@ -772,6 +781,11 @@ int main(void) {
   test_gradients(TITANS_BLOCK_MAG);
   test_causality_and_sessions(TITANS_BLOCK_MAG);
   tiny_gate_key = 0;
+  printf("models: the memory's queries and keys without the SiLU (cfg.mem.qk_linear)\n");
+  tiny_qk_linear = 1;
+  test_gradients(TITANS_BLOCK_LMM);
+  test_causality_and_sessions(TITANS_BLOCK_LMM);
+  tiny_qk_linear = 0;
   printf("models: a matrix memory whose tokens' gradients are at the weights before each (per_token_grad)\n");
   tiny_per_token = 1;
   test_gradients(TITANS_BLOCK_LMM);
