@@ -2806,8 +2806,10 @@ static void help_needle(void) {
          "  --key-cosines       how much the memories' keys overlap, instead of the table: each model reads\n"
          "                      --trials examples of the first length at each depth, and per memory layer the\n"
          "                      mean cosine of its keys is printed between the needles' keys at the same place\n"
-         "                      of their numbers, between two places of one number, and between text positions\n"
-         "                      (prose, 2 or more needles; memories whose keys read the tokens before, key_ngram)\n"
+         "                      of their numbers, between two places of one number, and between text positions,\n"
+         "                      and (matrix memories) how far the writes after a needle moved the values read at\n"
+         "                      its number's keys over how far its own write did, by the needles after it (prose,\n"
+         "                      2 or more needles; memories whose keys read the tokens before, key_ngram)\n"
          "  --no-forget         a diagnostic: every memory's forgetting gate alpha_t held at 0 while the\n"
          "                      models read (cfg.mem.no_forget), to see what forgetting costs the needle\n"
          "  --answers FILE      one line per trial (TSV): model, length, depth, trial, the asked key word and\n"
@@ -3349,6 +3351,19 @@ static size_t session_next_keys(titans_session *s, const titans_model *model, fl
   return n_mem;
 }
 
+/* |(W1 - W0) k|, W0 and W1 [H, d_h, d_h] two states of a matrix memory, k [H * d_h]: how far the value read
+   at key k moved between them (over all heads). */
+static double matrix_read_change(const float *w0, const float *w1, const float *k, size_t H, size_t dh) {
+  double sum = 0;
+  for (size_t h = 0; h < H; h++)
+    for (size_t i = 0; i < dh; i++) {
+      double r = 0;
+      for (size_t j = 0; j < dh; j++) r += ((double)w1[(h * dh + i) * dh + j] - w0[(h * dh + i) * dh + j]) * k[h * dh + j];
+      sum += r * r;
+    }
+  return sqrt(sum);
+}
+
 /* The cosine of two keys [H * dh] of unit heads, averaged over the heads. */
 static double key_cosine(const float *a, const float *b, size_t H, size_t dh) {
   double sum = 0;
@@ -3360,7 +3375,10 @@ static double key_cosine(const float *a, const float *b, size_t H, size_t dh) {
    overlap disturb each other's facts. Each model reads --trials examples of the first length at every
    depth through a fresh session; per memory layer it prints the mean cosine between the needles' keys at
    the same place of their numbers (where one needle's write lands on another's), between two places of
-   one number, and between text positions (every 97th token outside the needles, up to 32 an example). */
+   one number, and between text positions (every 97th token outside the needles, up to 32 an example).
+   For a matrix memory (depth 1, read W k) also the drift: |(W_question - W_after) k| over
+   |(W_after - W_before) k|, summed over the places of a needle's number (W_before, W_after: the weights
+   before its first digit and after its last), averaged by how many needles come after it. */
 static void needle_key_cosines(const needle_opts *o) {
   enum { MAX_TEXT = 32, MAX_MEM = 16 };
   size_t answer_len = longctx_answer_len(o->kind), length = o->lens[0]; /* answer_len <= 24 (longctx_example) */
@@ -3385,6 +3403,18 @@ static void needle_key_cosines(const needle_opts *o) {
     size_t n_across[24] = {0}, n_within = 0, n_text = 0, n_mem = 0;
     titans_session s;
     if (titans_session_init(&s, model) != TITANS_OK) fail("%s", s.error);
+    /* matrix memories: W_t [n_mem, H, d_h, d_h] before and after each needle's number and at the question,
+       and per layer the drift of each needle's values (summed ratios, counts) by the needles after it */
+    int matrix = c->mem.depth == 1;
+    size_t w_total = trace_weights(&s, c, NULL, SIZE_MAX);
+    float *w_before = NULL, *w_after = NULL, *w_end = NULL;
+    double drift[MAX_MEM][LONGCTX_MAX_NEEDLES] = {{0}};
+    size_t n_drift[LONGCTX_MAX_NEEDLES] = {0};
+    if (matrix) {
+      w_before = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * w_total * sizeof(float));
+      w_after = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * w_total * sizeof(float));
+      w_end = (float *)xmalloc(w_total * sizeof(float));
+    }
     for (size_t di = 0; di < o->n_depths; di++)
       for (size_t trial = 0; trial < o->trials; trial++) {
         longctx_example ex;
@@ -3397,9 +3427,12 @@ static void needle_key_cosines(const needle_opts *o) {
           number_at[k] = ex.insert_at[k] + shift + (size_t)(strstr(ex.others[k], " is ") - ex.others[k]) + 4;
         for (size_t t = 0; t < ex.context_len; t++) {
           float *into = NULL;
-          for (size_t k = 0; k < ex.n_needles; k++)
+          for (size_t k = 0; k < ex.n_needles; k++) {
             if (t >= number_at[k] && t < number_at[k] + answer_len)
               into = digit_keys + (k * answer_len + (t - number_at[k])) * per_key;
+            if (matrix && t == number_at[k]) trace_weights(&s, c, w_before + k * w_total, w_total);
+            if (matrix && t == number_at[k] + answer_len) trace_weights(&s, c, w_after + k * w_total, w_total);
+          }
           if (!into && t % 97 == 96 && n_text_here < MAX_TEXT && !in_needle[t])
             into = text_keys + n_text_here++ * per_key;
           if (into) {
@@ -3410,6 +3443,19 @@ static void needle_key_cosines(const needle_opts *o) {
           int tok = longctx_token(&ex, t);
           if (titans_session_feed(&s, &tok, 1, NULL) != TITANS_OK) fail("%s", s.error);
         }
+        if (matrix) trace_weights(&s, c, w_end, w_total);
+        for (size_t l = 0; matrix && l < n_mem; l++)
+          for (size_t k = 0; k < ex.n_needles; k++) {
+            size_t at = l * H * dh * dh; /* layer l's W in the snapshots */
+            double moved = 0, written = 0; /* summed over the places of the number */
+            for (size_t p = 0; p < answer_len; p++) {
+              const float *key = digit_keys + (k * answer_len + p) * per_key + l * dm;
+              moved += matrix_read_change(w_after + k * w_total + at, w_end + at, key, H, dh);
+              written += matrix_read_change(w_before + k * w_total + at, w_after + k * w_total + at, key, H, dh);
+            }
+            drift[l][ex.n_needles - 1 - k] += written > 0 ? moved / written : 0.0;
+          }
+        for (size_t k = 0; matrix && k < ex.n_needles; k++) n_drift[ex.n_needles - 1 - k]++;
         for (size_t l = 0; l < n_mem; l++) {
           for (size_t p = 0; p < answer_len; p++)
             for (size_t a = 0; a < ex.n_needles; a++)
@@ -3435,9 +3481,14 @@ static void needle_key_cosines(const needle_opts *o) {
       for (size_t p = 0; p < answer_len; p++) printf(" %.3f", n_across[p] ? across[l][p] / (double)n_across[p] : 0.0);
       printf("; two places of one number %.3f; two text positions %.3f\n", n_within ? within[l] / (double)n_within : 0.0,
              n_text ? text[l] / (double)n_text : 0.0);
+      if (!matrix) continue;
+      printf("  memory layer %zu: how far the writes after a needle moved the values read at its number's keys, over "
+             "how far its own write moved them, by the needles after it (0, 1, ...):", l);
+      for (int k = 0; k < o->needles; k++) printf(" %.3f", n_drift[k] ? drift[l][k] / (double)n_drift[k] : 0.0);
+      printf("\n");
     }
     titans_session_free(&s);
-    free(digit_keys), free(text_keys), free(in_needle);
+    free(digit_keys), free(text_keys), free(in_needle), free(w_before), free(w_after), free(w_end);
   }
 }
 

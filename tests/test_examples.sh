@@ -362,6 +362,9 @@ check "needle --key-cosines: per memory layer, 7 places' cosines and two more, e
   sh -c "[ $rc = 0 ] && [ \$(grep -c 'memory layer [01]: two needles, the same place of their numbers (1..7):' out.txt) = 2 ] && \
          grep 'memory layer 1: two needles' out.txt | tr -c '0-9.\n-' ' ' | \
          awk '{n = 0; for (i = 1; i <= NF; i++) if (\$i ~ /^-?[0-9]+[.][0-9]+\$/) { n++; if (\$i < -1 || \$i > 1) bad = 1 } } END {exit bad || n != 9}'"
+check "  and, a matrix memory, how far the writes after each needle moved its values: 4 ratios >= 0, by the needles after it" \
+  sh -c "grep 'memory layer 1: how far the writes after a needle moved' out.txt | sed 's/.*(0, 1, ...)://' | \
+         awk '{exit !(NF == 4 && \$1 >= 0 && \$2 >= 0 && \$3 >= 0 && \$4 >= 0)}'"
 rc=$(run "$bin" needle --model full/model.safetensors --task prose --data tiny.txt --needles 4 --len 1K --trials 1 --key-cosines)
 check "  a memory whose keys read their own token (key_ngram 0): exit 1, saying why (rc=$rc)" \
   sh -c "[ $rc = 1 ] && grep -q 'key_ngram' err.txt"
