@@ -76,6 +76,7 @@
                          titans_attention_backward takes (titans_attn_grads, titans_attn_saved,
                          titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays;
                          cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged);
+                         cfg.mem.qk_linear, queries and keys without the SiLU (off: files unchanged);
                          titans_lookup_init.emb_shared (one vector every token embedding starts with);
                          titans_config_default_persist; titans_trainer_set_reduce_overlap (the data-parallel
                          sum overlapped with the backward)
@@ -355,9 +356,8 @@ typedef struct titans_mem_config {
                       by the tokens its key holds, not by the token alone (not in the paper; docs/model.md
                       1.3). 0: the paper's gate of x_t alone */
   int qk_linear;   /* 1: queries and keys skip the SiLU: q_t = L2Norm(conv(W_Q x)), the same for k_t (v_t keeps
-                      it). A SiLU puts every key in nearly one orthant, so any two keys overlap (cosine about 0.25
-                      between unrelated tokens in a retrieval model) and each write disturbs every other key's
-                      value. Not in the paper; docs/model.md 1.3. 0: the paper's SiLU */
+                      it), so a key's components take either sign instead of lying near one orthant. Not in
+                      the paper; measured no better at binding four keys (docs/model.md 1.3). 0: the SiLU */
   int per_token_grad; /* 1: each token's inner gradient is taken at the weights just before it, as with
                       chunk 1, for any chunk b: the chunk is still computed in parallel, by solving a
                       triangular system for the tokens' errors (the delta rule's chunked form, DeltaNet's

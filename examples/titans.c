@@ -3408,7 +3408,9 @@ static void needle_key_cosines(const needle_opts *o) {
     int matrix = c->mem.depth == 1;
     size_t w_total = trace_weights(&s, c, NULL, SIZE_MAX);
     float *w_before = NULL, *w_after = NULL, *w_end = NULL;
-    double drift[MAX_MEM][LONGCTX_MAX_NEEDLES] = {{0}};
+    double drift[MAX_MEM][LONGCTX_MAX_NEEDLES] = {{0}}, own_write[MAX_MEM] = {0}; /* own_write: summed |.| */
+    double w_norm[MAX_MEM] = {0}; /* summed over the examples: the Frobenius norm of W at the question */
+    size_t n_examples = 0;
     size_t n_drift[LONGCTX_MAX_NEEDLES] = {0};
     if (matrix) {
       w_before = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * w_total * sizeof(float));
@@ -3454,8 +3456,15 @@ static void needle_key_cosines(const needle_opts *o) {
               written += matrix_read_change(w_before + k * w_total + at, w_after + k * w_total + at, key, H, dh);
             }
             drift[l][ex.n_needles - 1 - k] += written > 0 ? moved / written : 0.0;
+            own_write[l] += written;
           }
         for (size_t k = 0; matrix && k < ex.n_needles; k++) n_drift[ex.n_needles - 1 - k]++;
+        for (size_t l = 0; matrix && l < n_mem; l++) {
+          double sq = 0;
+          for (size_t i = l * H * dh * dh; i < (l + 1) * H * dh * dh; i++) sq += (double)w_end[i] * w_end[i];
+          w_norm[l] += sqrt(sq);
+        }
+        n_examples++;
         for (size_t l = 0; l < n_mem; l++) {
           for (size_t p = 0; p < answer_len; p++)
             for (size_t a = 0; a < ex.n_needles; a++)
@@ -3482,6 +3491,13 @@ static void needle_key_cosines(const needle_opts *o) {
       printf("; two places of one number %.3f; two text positions %.3f\n", n_within ? within[l] / (double)n_within : 0.0,
              n_text ? text[l] / (double)n_text : 0.0);
       if (!matrix) continue;
+      size_t n_needles_read = 0;
+      for (int k = 0; k < o->needles; k++) n_needles_read += n_drift[k];
+      if (own_write[l] / (double)n_needles_read < 1e-4 * w_norm[l] / (double)n_examples) { /* a shut gate */
+        printf("  memory layer %zu: a needle's write moved the values read at its keys by under 1e-4 of the norm of "
+               "the layer's weights: no drift to measure\n", l);
+        continue;
+      }
       printf("  memory layer %zu: how far the writes after a needle moved the values read at its number's keys, over "
              "how far its own write moved them, by the needles after it (0, 1, ...):", l);
       for (int k = 0; k < o->needles; k++) printf(" %.3f", n_drift[k] ? drift[l][k] / (double)n_drift[k] : 0.0);
