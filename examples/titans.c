@@ -3094,6 +3094,11 @@ static void needle_print(const needle_opts *o, const size_t *exact, const size_t
          answer_len, o->kind == LONGCTX_COPY ? "letter" : "digit", 1.0 / alphabet);
 }
 
+/* The floats of one conv tail ([K_c - 1, d_m]) of a "mem.state" tensor of a one-row session of c. */
+static size_t mem_state_tail_floats(const titans_config *c) {
+  return (c->mem.conv_width > 0 ? (size_t)(c->mem.conv_width - 1) : 0) * (size_t)c->mem.heads * (size_t)c->mem.head_dim;
+}
+
 /* The running memory weights W_t of each memory layer of a one-row session, one layer after the other,
    into keep [total floats] (may be NULL); returns total. A layer's "mem.state" tensor (titans_session_state)
    is the layout of titans_mem_state_save without its 3 position floats: W at the chunk's start, W_t, S at
@@ -3102,9 +3107,7 @@ static void needle_print(const needle_opts *o, const size_t *exact, const size_t
    whether the memory writes or not. */
 static size_t trace_weights(titans_session *s, const titans_config *c, float *keep, size_t cap) {
   titans_tensor_ref refs[256];
-  size_t n = titans_session_state(s, refs, 256), at = 0;
-  size_t tails = 4 * (c->mem.conv_width > 0 ? (size_t)(c->mem.conv_width - 1) : 0) * (size_t)c->mem.heads *
-                 (size_t)c->mem.head_dim;
+  size_t n = titans_session_state(s, refs, 256), at = 0, tails = 4 * mem_state_tail_floats(c);
   for (size_t i = 0; i < n && i < 256; i++) {
     if (!strstr(refs[i].name, "mem.state") || refs[i].count < tails) continue;
     size_t w_floats = (refs[i].count - tails) / 4; /* H x head_size */
@@ -3320,12 +3323,12 @@ static void curve_write(const needle_opts *o, const size_t *right, const size_t 
 /* The key each memory layer of a one-row session writes the next token with, into keys [max_layers, d_m]
    (one head after another, each L2-normalised); returns the number of memory layers (at most max_layers).
    Only for memories with key_ngram >= 1: their key at t reads the tokens before t alone, all of them in the
-   session's key conv tail ([K_c - 1, d_m], the second of the four tails that end a "mem.state" tensor, trace_weights),
-   so it is known before t is fed. */
+   session's key conv tail ([K_c - 1, d_m], the second of the four tails that end a "mem.state" tensor:
+   trace_weights), so it is known before t is fed. */
 static size_t session_next_keys(titans_session *s, const titans_model *model, float *keys, size_t max_layers) {
   const titans_config *c = &model->cfg;
   size_t K = (size_t)c->mem.conv_width, H = (size_t)c->mem.heads, dh = (size_t)c->mem.head_dim, dm = H * dh;
-  size_t tail = (K - 1) * dm, n_mem = 0;
+  size_t tail = mem_state_tail_floats(c), n_mem = 0;
   titans_tensor_ref refs[256];
   size_t n = titans_session_state(s, refs, 256);
   for (size_t i = 0; i < n && i < 256; i++) {
@@ -3437,11 +3440,7 @@ static void needle_key_cosines(const needle_opts *o) {
           }
           if (!into && t % 97 == 96 && n_text_here < MAX_TEXT && !in_needle[t])
             into = text_keys + n_text_here++ * per_key;
-          if (into) {
-            size_t n = session_next_keys(&s, model, into, MAX_MEM);
-            if (n_mem && n != n_mem) fail("needle --key-cosines: the memory layers changed");
-            n_mem = n;
-          }
+          if (into) n_mem = session_next_keys(&s, model, into, MAX_MEM);
           int tok = longctx_token(&ex, t);
           if (titans_session_feed(&s, &tok, 1, NULL) != TITANS_OK) fail("%s", s.error);
         }

@@ -265,6 +265,18 @@ static void init_with_lookup(titans_model *m, const titans_config *c, uint64_t s
 /* The look-up initialisation (titans_model_init_lookup) sets what it says and nothing else, and
    cfg.mem.key_ngram holds the key conv on the previous token through training steps, and is
    written in the configuration only when set. */
+/* A 0/1 field of cfg.mem at byte offset `at`: 1 is written to a model's JSON and read back, 2 is refused. */
+static void check_mem_flag(titans_config c, size_t at, const char *name) {
+  char json[4096], err[TITANS_ERR_MSG_SIZE];
+  titans_config back;
+  *(int *)((char *)&c.mem + at) = 1;
+  titans_config_to_json(&c, json, sizeof json);
+  int rc = titans_config_from_json(&back, json, err);
+  th_check(rc == TITANS_OK && *(int *)((char *)&back.mem + at) == 1, "%s = 1 is written and read back (%s)", name, json);
+  *(int *)((char *)&c.mem + at) = 2;
+  th_check(titans_config_check(&c, err) != TITANS_OK, "%s = 2 is refused: %s", name, err);
+}
+
 static void test_lookup_init(void) {
   titans_config c = tiny_config(TITANS_BLOCK_MAC);
   titans_model m, plain;
@@ -327,24 +339,11 @@ static void test_lookup_init(void) {
   titans_config back;
   int rc = titans_config_from_json(&back, json, err);
   th_check(rc == TITANS_OK && back.mem.key_ngram == 1, "key_ngram = 1 is written and read back (%s)", json);
-  /* gate_key, likewise: absent from the files of models without it, read back where set, 0 or 1 */
+  /* gate_key and qk_linear, likewise: absent from the files of models without them, read back where set, 0 or 1 */
   th_check(strstr(json, "gate_key") == NULL, "gate_key = 0 is not written (files stay as they were)");
-  titans_config keyed = m.cfg;
-  keyed.mem.gate_key = 1;
-  titans_config_to_json(&keyed, json, sizeof json);
-  rc = titans_config_from_json(&back, json, err);
-  th_check(rc == TITANS_OK && back.mem.gate_key == 1, "gate_key = 1 is written and read back (%s)", json);
-  keyed.mem.gate_key = 2;
-  th_check(titans_config_check(&keyed, err) != TITANS_OK, "gate_key = 2 is refused: %s", err);
-  /* qk_linear, likewise */
+  check_mem_flag(m.cfg, offsetof(titans_mem_config, gate_key), "gate_key");
   th_check(strstr(json, "qk_linear") == NULL, "qk_linear = 0 is not written (files stay as they were)");
-  titans_config linear = m.cfg;
-  linear.mem.qk_linear = 1;
-  titans_config_to_json(&linear, json, sizeof json);
-  rc = titans_config_from_json(&back, json, err);
-  th_check(rc == TITANS_OK && back.mem.qk_linear == 1, "qk_linear = 1 is written and read back (%s)", json);
-  linear.mem.qk_linear = 2;
-  th_check(titans_config_check(&linear, err) != TITANS_OK, "qk_linear = 2 is refused: %s", err);
+  check_mem_flag(m.cfg, offsetof(titans_mem_config, qk_linear), "qk_linear");
   /* per_token_grad, likewise; it needs a matrix memory without the surprise bound */
   th_check(strstr(json, "per_token_grad") == NULL, "per_token_grad = 0 is not written (files stay as they were)");
   titans_config exact = m.cfg;
