@@ -77,6 +77,8 @@
                          titans_attn_shape), titans_adamw_update its arrays as a titans_adamw_arrays;
                          cfg.mem.gate_key, a write gate that also reads the key (off: files unchanged);
                          cfg.mem.qk_linear, queries and keys without the SiLU (off: files unchanged);
+                         cfg.mem.least_squares, the memory as the gate-weighted least-squares fit of values on
+                         keys (recursive least squares; off: files unchanged);
                          titans_lookup_init.emb_shared (one vector every token embedding starts with);
                          titans_config_default_persist; titans_trainer_set_reduce_overlap (the data-parallel
                          sum overlapped with the backward)
@@ -364,6 +366,13 @@ typedef struct titans_mem_config {
                       WY / UT transform). Needs depth 1 and surprise_bound 0 (the errors are then linear in
                       the weights). 0: the gradients of a chunk are taken at its start (the paper's
                       mini-batch). Not in the paper; docs/model.md 1.10 */
+  int least_squares; /* 1: the memory is the least-squares fit of the values on the keys, each token weighted by
+                      its write gate: W_t = argmin_W sum_{s<=t} theta_s |W k_s - v_s|^2 + |W - W_0|^2, kept
+                      token by token (recursive least squares; S holds G_t = I - P_t, P_t the inverse of
+                      I + sum_{s<=t} theta_s k_s k_s^T). A later key moves an earlier key's value only as far
+                      as the two keys are not yet told apart, where a gradient step moves it by their cosine.
+                      Needs depth 1, no_momentum, no_forget, surprise_bound 0, residual 0, per_token_grad 0.
+                      Not in the paper (the Mesa layer's rule); docs/model.md 1.11. 0: the gradient step */
 } titans_mem_config;
 
 /* Defaults of docs/model.md 1.1 for width d: H = 4, d_h = d / 4, L_M = 2, e = 4, b = 16, K_c = 4, no residual,
@@ -541,7 +550,8 @@ TITANSDEF int titans_mem_backward(const titans_mem_config *cfg, const titans_mem
 
 /* Direct associative-memory access for a host program (no projections, gates given):
    write n (key, value) pairs into head `head` of row `row`: keys, values [n, d_h]; gates theta, eta,
-   alpha [n] (NULL eta/alpha = 0, i.e. plain SGD without momentum or forgetting). */
+   alpha [n] (NULL eta/alpha = 0, i.e. plain SGD without momentum or forgetting). A least-squares memory
+   (cfg least_squares) adds each pair to its fit with weight theta and reads no eta or alpha. */
 TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, const float *keys, const float *values,
                                const float *theta, const float *eta, const float *alpha, size_t n);
 /* read: out [n, d_h] = M(queries[i]; W) with the current weights of (row, head). */
@@ -3792,6 +3802,7 @@ typedef struct titans__mem_dims {
   float tau;                           /* surprise bound (0: off) */
   int exact;                           /* per_token_grad: each token's error at the weights before it */
   int qk_linear;                       /* cfg qk_linear: q and k without the SiLU */
+  int ls;                              /* cfg least_squares: the recursive least-squares memory */
 } titans__mem_dims;
 
 static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
@@ -3807,6 +3818,7 @@ static titans__mem_dims titans__mem_get_dims(const titans_mem_config *c) {
   m.tau = c->surprise_bound;
   m.exact = c->per_token_grad;
   m.qk_linear = c->qk_linear;
+  m.ls = c->least_squares;
   for (size_t i = 0; i <= m.L; i++) m.n[i] = (i == 0 || i == m.L) ? m.dh : m.dh * (size_t)c->hidden_mult;
   m.nmax = m.dh;
   for (size_t i = 0; i < m.L; i++) {
@@ -3835,6 +3847,7 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d) {
   c.gate_key = 0;
   c.qk_linear = 0;
   c.per_token_grad = 0;
+  c.least_squares = 0;
   return c;
 }
 
@@ -3880,6 +3893,16 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
     return titans__error(err, TITANS_ERR_ARG,
                          "memory: per_token_grad needs depth 1 and surprise_bound 0 (depth %d, surprise_bound %g)",
                          c->depth, (double)c->surprise_bound);
+  if (c->least_squares != 0 && c->least_squares != 1)
+    return titans__error(err, TITANS_ERR_ARG, "memory: least_squares must be 0 or 1");
+  if (c->least_squares && (c->depth != 1 || !c->no_momentum || !c->no_forget || c->surprise_bound != 0.0f ||
+                           c->residual || c->per_token_grad))
+    return titans__error(err, TITANS_ERR_ARG,
+                         "memory: least_squares needs depth 1, no_momentum, no_forget, surprise_bound 0, residual 0 "
+                         "and per_token_grad 0 (depth %d, no_momentum %d, no_forget %d, surprise_bound %g, "
+                         "residual %d, per_token_grad %d)",
+                         c->depth, c->no_momentum, c->no_forget, (double)c->surprise_bound, c->residual,
+                         c->per_token_grad);
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
   if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
@@ -4156,7 +4179,12 @@ typedef struct titans__mem_work {
   float *kk;                                 /* [b, b] ak[0] ak[0]^T, the keys' dot products (per_token_grad) */
   float *ps;                                 /* [b, dh] ak[0] S^T, the keys through the momentum (per_token_grad) */
   float *tmp, *tmp2;                         /* [b, nmax] */
+  float *lsu, *lse;                          /* [b, dh] least_squares: u_t = P_{t-1} k_t, e_t = v_t - W_{t-1} k_t */
+  float *lsr, *lss;                          /* [b] least_squares: r_t = theta_t / (1 + theta_t s_t), s_t = k_t . u_t */
   /* backward only */
+  float *lskeep;                             /* [b + 1, 2, head_size] least_squares: (W, G) before each token, and
+                                                the running state of the recomputation */
+  float *lsvec;                              /* [6, dh] least_squares: the backward's vectors of one token */
   float *dA, *dB, *dE, *dth, *det, *dal;     /* [b] */
   float *dC, *dD, *t1, *dmx;                 /* [b, b] */
   float *ddelta[TITANS_MEM_MAX_DEPTH];       /* [b, n_{i+1}] */
@@ -4203,7 +4231,13 @@ static size_t titans__mem_work_carve(titans__mem_work *wk, float *buf, const tit
   wk->ps = titans__take(buf, &used, m->exact ? b * m->dh : 0);
   wk->tmp = titans__take(buf, &used, b * m->nmax);
   wk->tmp2 = titans__take(buf, &used, b * m->nmax);
+  wk->lsu = titans__take(buf, &used, m->ls ? b * m->dh : 0);
+  wk->lse = titans__take(buf, &used, m->ls ? b * m->dh : 0);
+  wk->lsr = titans__take(buf, &used, m->ls ? b : 0);
+  wk->lss = titans__take(buf, &used, m->ls ? b : 0);
   if (backward) {
+    wk->lskeep = titans__take(buf, &used, m->ls ? (b + 1) * 2 * m->head_size : 0);
+    wk->lsvec = titans__take(buf, &used, m->ls ? 6 * m->dh : 0);
     wk->dA = titans__take(buf, &used, b); wk->dB = titans__take(buf, &used, b); wk->dE = titans__take(buf, &used, b);
     wk->dth = titans__take(buf, &used, b); wk->det = titans__take(buf, &used, b);
     wk->dal = titans__take(buf, &used, b);
@@ -4948,6 +4982,107 @@ static void titans__mem_chunk_backward(const titans__mem_dims *m, int residual, 
   titans__mem_chunk_grad_add(m, g, c, wk);
 }
 
+/* ---- the least-squares memory (least_squares, docs/model.md 1.11) ----------------------------- */
+
+/* n tokens of one head of the least-squares memory from the state (W, G) = (w, g), [dh, dh] each, updated
+   in place; the reads into y [n, ld] (NULL: none). P = I - G is the inverse of I + the sum of
+   theta_s k_s k_s^T over the tokens so far, and each token t (beta_t = theta_t, its write gate) does
+     u_t = P k_t,  s_t = k_t . u_t,  r_t = beta_t / (1 + beta_t max(s_t, 0)),  e_t = v_t - W k_t,
+     W += r_t e_t u_t^T,  G += r_t u_t u_t^T,  y_t = W q_t.
+   By Sherman-Morrison r_t u_t = beta_t P_t k_t (P_t: the inverse after token t), so W stays the weighted
+   least-squares fit of docs/model.md 1.11; s_t lies in [0, 1] exactly, the max only guards rounding.
+   keep [n + 1, 2, head_size] (NULL: none) receives (W, G) before each token. Leaves u, e, r and s in wk. */
+static void titans__mem_ls_forward(const titans__mem_dims *m, float *y, const titans__mem_chunk *c, float *w,
+                                   float *g, float *keep, titans__mem_work *wk) {
+  const size_t dh = m->dh, hs = m->head_size, ld = c->ld;
+  for (size_t t = 0; t < c->n; t++) {
+    const float *k = c->k + t * ld, *v = c->v + t * ld, beta = c->theta[t * c->gstride];
+    float *u = wk->lsu + t * dh, *e = wk->lse + t * dh; /* [dh] */
+    if (keep) {
+      memcpy(keep + t * 2 * hs, w, hs * sizeof(float));
+      memcpy(keep + t * 2 * hs + hs, g, hs * sizeof(float));
+    }
+    for (size_t o = 0; o < dh; o++) {
+      u[o] = k[o] - titans__dot(g + o * dh, k, dh);
+      e[o] = v[o] - titans__dot(w + o * dh, k, dh);
+    }
+    float s = titans__dot(k, u, dh), r = beta / (1.0f + beta * (s > 0.0f ? s : 0.0f));
+    wk->lss[t] = s;
+    wk->lsr[t] = r;
+    for (size_t o = 0; o < dh; o++) {
+      titans__axpy(w + o * dh, r * e[o], u, dh);
+      titans__axpy(g + o * dh, r * u[o], u, dh);
+    }
+    if (y)
+      for (size_t o = 0; o < dh; o++) y[t * ld + o] = titans__dot(w + o * dh, c->q + t * ld, dh);
+  }
+}
+
+/* Backward of titans__mem_ls_forward over one chunk c from its start state (w, g): wk->dWend, dSend hold
+   dL/d(W, G) after the chunk; writes dL/d(W, G) at its start into wk->dW, dS and adds the tokens'
+   gradients (dq, dk, dv, dtheta) into gd. It recomputes the chunk keeping (W, G) before each token, then
+   goes back token by token with dense adjoints dW, dG; for token t, W' its weights after:
+     y = W' q:                 dW += dy q^T, dq = W'^T dy
+     W' = W + r e u^T, G' = G + r u u^T:
+                               dr = e . dW u + u . dG u, de = r dW u, du = r (dW^T e + (dG + dG^T) u)
+     e = v - W k:              dv = de, dk = -W^T de, dW -= de k^T
+     r = beta / (1 + beta s):  dbeta = dr / (1 + beta s)^2, ds = -dr beta^2 / (1 + beta s)^2 (0 if s < 0)
+     s = k . u, u = k - G k:   du += ds k, dk += ds u + du - G^T du, dG -= du k^T. */
+static void titans__mem_ls_backward(const titans__mem_dims *m, const titans__mem_chunk_grad *gd, const float *dy,
+                                    const titans__mem_chunk *c, const float *w, const float *g, titans__mem_work *wk) {
+  const size_t dh = m->dh, hs = m->head_size, ld = c->ld, n = c->n;
+  float *run = wk->lskeep + n * 2 * hs; /* [2, head_size] the running state: the chunk's end once recomputed */
+  memcpy(run, w, hs * sizeof(float));
+  memcpy(run + hs, g, hs * sizeof(float));
+  titans__mem_ls_forward(m, NULL, c, run, run + hs, wk->lskeep, wk);
+  float *dW = wk->dW, *dG = wk->dS; /* [dh, dh] the adjoints of the state after the token at hand */
+  memcpy(dW, wk->dWend, hs * sizeof(float));
+  memcpy(dG, wk->dSend, hs * sizeof(float));
+  float *dWu = wk->lsvec, *dWe = dWu + dh, *du = dWe + dh, *de = du + dh, *dq = de + dh, *dk = dq + dh; /* [dh] */
+  for (size_t t = n; t-- > 0;) {
+    const float *k = c->k + t * ld, *q = c->q + t * ld, *dyt = dy + t * ld, *u = wk->lsu + t * dh,
+                *e = wk->lse + t * dh;
+    const float *wb = wk->lskeep + t * 2 * hs, *gb = wb + hs, *wa = wb + 2 * hs; /* W, G before; W after */
+    const float beta = c->theta[t * c->gstride], r = wk->lsr[t], s = wk->lss[t];
+    memset(dq, 0, dh * sizeof(float));
+    for (size_t o = 0; o < dh; o++) {
+      titans__axpy(dq, dyt[o], wa + o * dh, dh);
+      titans__axpy(dW + o * dh, dyt[o], q, dh);
+    }
+    float dr = 0.0f;
+    memset(dWe, 0, dh * sizeof(float));
+    memset(du, 0, dh * sizeof(float));
+    for (size_t o = 0; o < dh; o++) {
+      float gu = titans__dot(dG + o * dh, u, dh); /* (dG u)_o */
+      dWu[o] = titans__dot(dW + o * dh, u, dh);
+      dr += e[o] * dWu[o] + u[o] * gu;
+      du[o] += r * gu;
+      titans__axpy(du, r * u[o], dG + o * dh, dh); /* r dG^T u */
+      titans__axpy(dWe, e[o], dW + o * dh, dh);    /* dW^T e */
+    }
+    titans__axpy(du, r, dWe, dh);
+    memset(dk, 0, dh * sizeof(float));
+    for (size_t o = 0; o < dh; o++) {
+      de[o] = r * dWu[o];
+      titans__axpy(dk, -de[o], wb + o * dh, dh);
+      titans__axpy(dW + o * dh, -de[o], k, dh);
+    }
+    float den = 1.0f + beta * (s > 0.0f ? s : 0.0f);
+    float dbeta = dr / (den * den), ds = s > 0.0f ? -dr * beta * beta / (den * den) : 0.0f;
+    titans__axpy(dk, ds, u, dh);
+    titans__axpy(du, ds, k, dh);
+    titans__axpy(dk, 1.0f, du, dh);
+    for (size_t o = 0; o < dh; o++) {
+      titans__axpy(dk, -du[o], gb + o * dh, dh);
+      titans__axpy(dG + o * dh, -du[o], k, dh);
+    }
+    titans__axpy(gd->dq + t * ld, 1.0f, dq, dh);
+    titans__axpy(gd->dk + t * ld, 1.0f, dk, dh);
+    titans__axpy(gd->dv + t * ld, 1.0f, de, dh);
+    gd->dtheta[t * c->gstride] += dbeta;
+  }
+}
+
 /* ---- streaming state -------------------------------------------------------------------------- */
 
 TITANSDEF int titans_mem_state_init(titans_mem_state *st, const titans_mem_config *cfg, size_t batch) {
@@ -5497,8 +5632,14 @@ static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans
       size_t len = T - t < m->b ? T - t : m->b;
       titans__mem_sink sink = {states + (c + 1) * 2 * hs, states + (c + 1) * 2 * hs + hs, len == m->b};
       const titans__mem_chunk piece = titans__mem_piece_of(m, bf, base + t * ld, gbase + t * m->H, len);
-      titans__mem_chunk_forward(m, residual, bf->y + base + t * ld, &piece, w, w, s, wk);
-      titans__mem_chunk_end_state(m, w, s, &sink, w, s, len, wk);
+      if (m->ls) {
+        titans__mem_ls_forward(m, bf->y + base + t * ld, &piece, w, s, NULL, wk);
+        memcpy(sink.w_copy, w, hs * sizeof(float));
+        memcpy(sink.s_copy, s, hs * sizeof(float));
+      } else {
+        titans__mem_chunk_forward(m, residual, bf->y + base + t * ld, &piece, w, w, s, wk);
+        titans__mem_chunk_end_state(m, w, s, &sink, w, s, len, wk);
+      }
       t += len;
     }
     memcpy(wchunk, states + (c - 1) * 2 * hs, hs * sizeof(float)); /* c >= 1: T > 0 */
@@ -5526,7 +5667,10 @@ static int titans__mem_recur_one(const titans__mem_dims *m, int residual, titans
     /* per_token_grad: every token's error is taken at the weights before it, so a piece starts from w
        wherever it falls in its chunk */
     const float *wgrad = whole_inner || m->exact ? w : wchunk;
-    if (len == 1 && fusable) { /* a session's token: one pass per layer over W and S */
+    if (m->ls) { /* token by token: no chunk-start weights */
+      titans__mem_ls_forward(m, bf->y + base + t * ld, &piece, w, s, NULL, wk);
+      checked = 0;
+    } else if (len == 1 && fusable) { /* a session's token: one pass per layer over W and S */
       checked = titans__mem_token_step(m, residual, bf->y + base + t * ld, &piece, wgrad, w, s, sink.flush, wk);
     } else {
       titans__mem_chunk_forward(m, residual, bf->y + base + t * ld, &piece, wgrad, w, s, wk);
@@ -5781,7 +5925,10 @@ static void titans__mem_recur_backward_one(const titans__mem_dims *m, int residu
     const titans__mem_chunk piece = titans__mem_piece_of(m, bf, o, g, len);
     const titans__mem_chunk_grad dpiece = {gr->dvec[0] + o,   gr->dvec[1] + o,   gr->dvec[2] + o,
                                            gr->dgates[0] + g, gr->dgates[1] + g, gr->dgates[2] + g};
-    titans__mem_chunk_backward(m, residual, &dpiece, gr->dy + o, &piece, wc, wc + hs, &cw);
+    if (m->ls)
+      titans__mem_ls_backward(m, &dpiece, gr->dy + o, &piece, wc, wc + hs, &cw);
+    else
+      titans__mem_chunk_backward(m, residual, &dpiece, gr->dy + o, &piece, wc, wc + hs, &cw);
     cw.dWend = cw.dW;
     cw.dSend = cw.dS;
   }
@@ -5923,6 +6070,10 @@ TITANSDEF int titans_mem_write(titans_mem_state *st, size_t row, size_t head, co
     size_t len = n - t < m.b ? n - t : m.b;
     const titans__mem_chunk c = {keys + t * m.dh, keys + t * m.dh, values + t * m.dh, theta + t,
                                  eta ? eta + t : zeros, alpha ? alpha + t : zeros, m.dh, 1, len};
+    if (m.ls) {
+      titans__mem_ls_forward(&m, NULL, &c, w, s, NULL, &wk);
+      continue;
+    }
     titans__mem_chunk_forward(&m, st->cfg.residual, NULL, &c, w, w, s, &wk);
     titans__mem_chunk_end_state(&m, w, s, NULL, w, s, len, &wk);
   }
@@ -12463,13 +12614,14 @@ typedef struct titans__ck_field {
                    that do not use it stay byte for byte what earlier versions wrote */
 } titans__ck_field;
 
+#define TITANS__CK_MAX_FIELDS 24 /* of one JSON object; the mem object has 17 */
 typedef struct titans__ck_fields {
-  titans__ck_field f[16];
+  titans__ck_field f[TITANS__CK_MAX_FIELDS];
   int n;
 } titans__ck_fields;
 
 static void titans__ck_add(titans__ck_fields *fs, const char *key, int type, void *ptr) {
-  TITANS_ASSERT(fs->n < 16);
+  TITANS_ASSERT(fs->n < TITANS__CK_MAX_FIELDS);
   fs->f[fs->n].key = key;
   fs->f[fs->n].type = type;
   fs->f[fs->n].ptr = ptr;
@@ -12524,6 +12676,7 @@ static void titans__ck_config_fields(titans_config *c, titans__ck_fields *top, t
   titans__ck_add_when_set(mem, "gate_key", TITANS__CK_INT, &c->mem.gate_key);
   titans__ck_add_when_set(mem, "qk_linear", TITANS__CK_INT, &c->mem.qk_linear);
   titans__ck_add_when_set(mem, "per_token_grad", TITANS__CK_INT, &c->mem.per_token_grad);
+  titans__ck_add_when_set(mem, "least_squares", TITANS__CK_INT, &c->mem.least_squares);
 }
 
 static void titans__ck_train_fields(titans_train_config *tc, titans__ck_fields *fs) {
@@ -12659,7 +12812,7 @@ static int titans__ck_value(titans__ck_json *j, const titans__ck_field *f);
 
 /* An object whose keys are exactly the fields of fs, each once. */
 static int titans__ck_object(titans__ck_json *j, const titans__ck_fields *fs, int depth) {
-  int seen[16] = {0}, rc;
+  int seen[TITANS__CK_MAX_FIELDS] = {0}, rc;
   char key[64];
   if (depth > 4) return titans__ck_fail(j, "nesting too deep");
   titans__ck_ws(j);

@@ -31,7 +31,7 @@ typedef struct task_list {
 typedef struct options {
   const char *cmd, *out, *model, *results, *plot_in;
   int block, d, layers, heads, mem_heads, mem_depth, chunk, window, segment, slots, gated_delta, lookup_init, no_forget,
-      per_token_grad;
+      per_token_grad, least_squares;
   double theta_max, emb_shared;
   int vocab, random_filler, curriculum, threads, seed_given, batch_given;
   double alpha, lr;
@@ -74,7 +74,9 @@ static const char *usage_text =
     "        error at the weights before it with any --chunk, the delta rule's chunked form; 0: a chunk's\n"
     "        gradients at its start; default the configuration's, cfg.mem.per_token_grad)\n"
     "        --no-forget (the memory forgets nothing: alpha_t = 0,\n"
-    "        cfg.mem.no_forget)  --lookup-init (titans_lookup_init_default: memory keys on the previous token)\n"
+    "        cfg.mem.no_forget)  --least-squares (the memory as the least-squares fit of values on keys, depth 1,\n"
+    "        theta_max 100 unless given: cfg.mem.least_squares, docs/model.md 1.11)\n"
+    "        --lookup-init (titans_lookup_init_default: memory keys on the previous token)\n"
     "        --emb-shared X (every token embedding starts with one shared vector, X times\n"
     "        the normal std: attention can then attend by position; titans_lookup_init.emb_shared)\n"
     "train:  --steps 1000  --batch 32  --lr 3e-3  --warmup (steps / 10)  --seed 1  --threads N\n"
@@ -168,6 +170,8 @@ static options parse_options(const char *cmd, int argc, char **argv) {
       o.gated_delta = 1;
     else if (!strcmp(s, "--no-forget"))
       o.no_forget = 1;
+    else if (!strcmp(s, "--least-squares"))
+      o.least_squares = 1;
     else if (!strcmp(s, "--per-token-grad"))
       o.per_token_grad = (int)arg_long(&a, s, 0, 1);
     else if (!strcmp(s, "--lookup-init"))
@@ -239,6 +243,11 @@ static titans_config model_config(const options *o) {
   c.mem.no_forget = o->no_forget;
   if (o->per_token_grad >= 0) c.mem.per_token_grad = o->per_token_grad;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
+  if (o->least_squares) { /* a fit has no step to bound, carry on or forget (docs/model.md 1.11) */
+    c.mem.least_squares = 1, c.mem.depth = 1, c.mem.no_momentum = 1, c.mem.no_forget = 1;
+    c.mem.surprise_bound = 0.0f, c.mem.per_token_grad = 0, c.mem.residual = 0;
+    if (!(o->theta_max > 0)) c.mem.theta_max = 100.0f;
+  }
   c.window = o->window;
   if (o->segment) c.segment = o->segment;
   if (o->slots) c.lm2_slots = o->slots;
@@ -265,7 +274,8 @@ static double state_floats(const titans_config *c, int L) {
       double in = l == 0 ? m->head_dim : n_hid, out = l == m->depth - 1 ? m->head_dim : n_hid;
       weights += in * out;
     }
-    mem = (double)m->heads * weights * (m->no_momentum ? 1.0 : 2.0);
+    /* W, and S beside it unless there is no momentum; a least-squares memory keeps G = I - P there instead */
+    mem = (double)m->heads * weights * (m->no_momentum && !m->least_squares ? 1.0 : 2.0);
   }
   double window = c->window < L ? c->window : L, kv = 0.0;
   switch (c->block) {
@@ -338,7 +348,7 @@ static mqar_config task_at(const task_list *tl, int i, int vocab, double alpha, 
 }
 
 /* What sets a run apart from its block's defaults, for a results line: "gated-delta", its chunk when not 1,
-   "per-token" (per_token_grad, other than the gated delta rule's), "no-forget", "lookup" (--lookup-init),
+   "per-token" (per_token_grad, other than the gated delta rule's), "least-squares", else "no-forget", "lookup" (--lookup-init),
    "sharedX" (--emb-shared X), joined by '+'; "-" for none. */
 static void variant_name(char *out, size_t size, const options *o, const titans_config *c) {
   int used = snprintf(out, size, "%s", o->gated_delta ? "gated-delta" : "");
@@ -347,7 +357,8 @@ static void variant_name(char *out, size_t size, const options *o, const titans_
     used += snprintf(out + used, size - (size_t)used, "-b%d", c->mem.chunk);
   if (!o->gated_delta && c->mem.per_token_grad)
     used += snprintf(out + used, size - (size_t)used, "%sper-token", used ? "+" : "");
-  if (o->no_forget) used += snprintf(out + used, size - (size_t)used, "%sno-forget", used ? "+" : "");
+  if (c->mem.least_squares) used += snprintf(out + used, size - (size_t)used, "%sleast-squares", used ? "+" : "");
+  else if (o->no_forget) used += snprintf(out + used, size - (size_t)used, "%sno-forget", used ? "+" : "");
   if (o->lookup_init) used += snprintf(out + used, size - (size_t)used, "%slookup", used ? "+" : "");
   if (o->emb_shared > 0) snprintf(out + used, size - (size_t)used, "%sshared%g", used ? "+" : "", o->emb_shared);
   if (!out[0]) snprintf(out, size, "-");

@@ -906,6 +906,8 @@ typedef struct train_opts {
   int no_forget;                           /* 1: the memory forgets nothing, alpha_t = 0 (cfg.mem.no_forget) */
   int per_token_grad;                      /* 1: each token's inner gradient at the weights before it
                                               (cfg.mem.per_token_grad; needs --mem-depth 1 --surprise-bound 0) */
+  int least_squares;                       /* 1: the least-squares memory (cfg.mem.least_squares; no momentum,
+                                              no forgetting; needs --mem-depth 1) */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
   double head_gain;                        /* > 0: the final norm's gain starts here (0: the library's 1) */
   double attn_identity; /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
@@ -990,7 +992,11 @@ static void help_train(void) {
       "                      docs/model.md 1.3)\n"
       "  --per-token-grad    each token's inner gradient at the weights just before it, as with chunk 1, for any\n"
       "                      --chunk (the delta rule's chunked form; needs --mem-depth 1 --surprise-bound 0;\n"
-      "                      docs/model.md 1.10)\n"
+      "                      docs/model.md 1.10)\n");
+  printf("  --least-squares     the memory is the least-squares fit of the values on the keys, each token weighted\n"
+      "                      by its write gate, so a later key does not move an earlier key's value (recursive\n"
+      "                      least squares; no momentum, no forgetting; --theta-max 100 and --surprise-bound 0\n"
+      "                      unless given; needs --mem-depth 1; not in the paper; docs/model.md 1.11)\n"
       "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
       "  --head-gain X       the final norm's gain starts at X: the tied head's logits x X (1)\n"
       "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I (0: off)\n");
@@ -1261,6 +1267,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--write-cost-everywhere")) o->write_cost_filler_only = 0;
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--per-token-grad")) o->per_token_grad = 1;
+    else if (!strcmp(s, "--least-squares")) o->least_squares = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--head-gain")) o->head_gain = arg_double(&a, s, 0.0, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 0, 1e3); /* 0: off */
@@ -1283,6 +1290,10 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (has_mem && !o->mem_head_dim && o->d % o->mem_heads != 0)
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
+  if (o->least_squares) { /* a weight in a fit: 100 writes a new key 99% at once; no bound (its write cannot overshoot) */
+    if (!arg_given(argc, argv, "--theta-max")) o->theta_max = 100;
+    if (!arg_given(argc, argv, "--surprise-bound")) o->surprise_bound = 0;
+  }
   if (numbers && !arg_peek(argc, argv, "--theta-init")) { /* the numbers recipe: the first memory shut, any depth */
     if (o->layers > MAX_ALPHA_LAYERS) usage_fail("train", "--recipe numbers: more than %d layers: give --theta-init", MAX_ALPHA_LAYERS);
     for (int l = 0; l < o->layers; l++) o->theta_init[l] = l == 0 ? 1e-12 : 0.5;
@@ -1398,6 +1409,8 @@ static titans_config train_config_of(const train_opts *o) {
   c.mem.qk_linear = o->qk_linear;
   c.mem.no_forget = o->no_forget;
   c.mem.per_token_grad = o->per_token_grad;
+  if (o->least_squares) /* its write is a fit, not a step: nothing for momentum or forgetting to act on */
+    c.mem.least_squares = 1, c.mem.no_momentum = 1, c.mem.no_forget = 1;
   return c;
 }
 
@@ -1664,6 +1677,7 @@ static void check_resume_options(int argc, char **argv, const train_opts *o, con
            {"--qk-linear", want.mem.qk_linear, had->mem.qk_linear},
            {"--no-forget", want.mem.no_forget, had->mem.no_forget},
            {"--per-token-grad", want.mem.per_token_grad, had->mem.per_token_grad},
+           {"--least-squares", want.mem.least_squares, had->mem.least_squares},
            {"--lr", (float)o->lr, tr->tc.lr},
            {"--write-cost", (float)o->write_cost, tr->tc.write_cost},
            {"--write-cost-from", (double)o->write_cost_from, (double)tr->tc.write_cost_from},

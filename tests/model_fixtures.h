@@ -36,6 +36,8 @@ static int tiny_qk_linear = 0;
 /* 1: they are matrix memories (depth 1, no surprise bound) whose tokens' inner gradients are taken at the
    weights before each (cfg.mem.per_token_grad), chunks of 2 computed as chunks of 1 */
 static int tiny_per_token = 0;
+/* 1: they are least-squares memories (cfg.mem.least_squares: depth 1, no momentum, no forgetting, no bound) */
+static int tiny_least_squares = 0;
 
 /* The memory options above, set on c. */
 static inline void tiny_memory_options(titans_config *c) {
@@ -45,6 +47,15 @@ static inline void tiny_memory_options(titans_config *c) {
     c->mem.depth = 1;
     c->mem.surprise_bound = 0.0f;
     c->mem.per_token_grad = 1;
+  }
+  if (tiny_least_squares) {
+    c->mem.depth = 1;
+    c->mem.surprise_bound = 0.0f;
+    c->mem.no_momentum = 1;
+    c->mem.no_forget = 1;
+    c->mem.residual = 0;
+    c->mem.theta_max = 4.0f;
+    c->mem.least_squares = 1;
   }
 }
 
@@ -73,11 +84,11 @@ static inline titans_config tiny_stream_config(int kind) {
 /* The kind's name in the checks' messages, with what its memory learns from when not the paper's y
    (MAC) and whether its write gate reads the key. */
 static const char *kind_label(int kind) {
-  static char label[96];
+  static char label[128];
   int from_x = kind == TITANS_BLOCK_MAC && tiny_mac_learns_from == TITANS_MAC_LEARNS_INPUT;
-  snprintf(label, sizeof label, "%s%s%s%s%s", titans_block_name(kind), from_x ? " (memory learns from X)" : "",
+  snprintf(label, sizeof label, "%s%s%s%s%s%s", titans_block_name(kind), from_x ? " (memory learns from X)" : "",
            tiny_gate_key ? " (write gate reads the key)" : "", tiny_per_token ? " (per-token gradients)" : "",
-           tiny_qk_linear ? " (q, k without SiLU)" : "");
+           tiny_qk_linear ? " (q, k without SiLU)" : "", tiny_least_squares ? " (least squares)" : "");
   return label;
 }
 

@@ -365,6 +365,18 @@ check "needle --key-cosines: per memory layer, 7 places' cosines and two more, e
 check "  and, a matrix memory, how far the writes after each needle moved its values: 4 ratios >= 0, by the needles after it" \
   sh -c "grep 'memory layer 1: how far the writes after a needle moved' out.txt | sed 's/.*(0, 1, ...)://' | \
          awk '{exit !(NF == 4 && \$1 >= 0 && \$2 >= 0 && \$3 >= 0 && \$4 >= 0)}'"
+rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --least-squares --lens 256 --steps 2 --val-every 0 \
+  --sample-len 0 --out recipels)
+check "train --least-squares: the model file says least_squares, no momentum, no forgetting, theta_max 100, no bound (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -a -q 'theta_max...100,..surprise_bound...0,.*no_momentum...1,..no_forget...1,.*least_squares...1' \
+         recipels/model.safetensors"
+rc=$(run "$bin" needle --model recipels/model.safetensors --task prose --data tiny.txt --needles 4 --len 1K --depth 50 \
+  --trials 1 --key-cosines)
+check "  needle --key-cosines measures its drift as any matrix memory's (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'memory layer 1: how far the writes after a needle moved' out.txt"
+rc=$(run "$bin" train $tiny --least-squares --steps 1 --out lsdeep)
+check "  --least-squares with the default memory of depth 2: exit 2 (a usage error), saying it needs depth 1 (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'least_squares needs depth 1' err.txt"
 rc=$(run "$bin" needle --model full/model.safetensors --task prose --data tiny.txt --needles 4 --len 1K --trials 1 --key-cosines)
 check "  a memory whose keys read their own token (key_ngram 0): exit 1, saying why (rc=$rc)" \
   sh -c "[ $rc = 1 ] && grep -q 'key_ngram' err.txt"

@@ -124,6 +124,51 @@ static void ref_token_inputs(const ref_model *rm, const double *xr, size_t T, do
       }
 }
 
+/* inv [n, n] := a^-1 by Gauss-Jordan with partial pivoting (a [n, n] is overwritten; n <= 64) */
+static void ref_invert(double *a, double *inv, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < n; j++) inv[i * n + j] = i == j;
+  for (size_t c = 0; c < n; c++) {
+    size_t piv = c;
+    for (size_t i = c + 1; i < n; i++)
+      if (fabs(a[i * n + c]) > fabs(a[piv * n + c])) piv = i;
+    for (size_t j = 0; j < n; j++) {
+      double t = a[c * n + j]; a[c * n + j] = a[piv * n + j]; a[piv * n + j] = t;
+      t = inv[c * n + j]; inv[c * n + j] = inv[piv * n + j]; inv[piv * n + j] = t;
+    }
+    double d = a[c * n + c];
+    for (size_t j = 0; j < n; j++) a[c * n + j] /= d, inv[c * n + j] /= d;
+    for (size_t i = 0; i < n; i++) {
+      if (i == c) continue;
+      double f = a[i * n + c];
+      for (size_t j = 0; j < n; j++) a[i * n + j] -= f * a[c * n + j], inv[i * n + j] -= f * inv[c * n + j];
+    }
+  }
+}
+
+/* least_squares (docs/model.md 1.11), straight from its definition, with no recursion: after token t,
+   W = (W_0 + sum_{s<=t} theta_s v_s k_s^T) A^-1 and S = G = I - A^-1, A = I + sum_{s<=t} theta_s k_s k_s^T.
+   gram [dh, dh] (A so far) and cross [dh, dh] (W_0 + the sum) carry the sums; W, S [dh, dh] are written;
+   work [2, dh, dh]. */
+static void ref_least_squares_token(size_t dh, double *gram, double *cross, const double *k, const double *v,
+                                    double theta, double *W, double *S, double *work) {
+  double *a = work, *inv = work + dh * dh;
+  for (size_t i = 0; i < dh; i++)
+    for (size_t j = 0; j < dh; j++) {
+      gram[i * dh + j] += theta * k[i] * k[j];
+      cross[i * dh + j] += theta * v[i] * k[j];
+    }
+  memcpy(a, gram, dh * dh * sizeof(double));
+  ref_invert(a, inv, dh);
+  for (size_t i = 0; i < dh; i++)
+    for (size_t j = 0; j < dh; j++) {
+      double acc = 0;
+      for (size_t l = 0; l < dh; l++) acc += cross[i * dh + l] * inv[l * dh + j];
+      W[i * dh + j] = acc;
+      S[i * dh + j] = (i == j) - inv[i * dh + j];
+    }
+}
+
 static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T, double *out, double *Wfin,
                         double *Sfin) {
   const titans__mem_dims *m = &rm->m;
@@ -132,6 +177,8 @@ static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T
   double *gates = calloc(3 * T * H, sizeof(double)), *y = calloc(T * dm, sizeof(double));
   double *W = calloc(hs, sizeof(double)), *S = calloc(hs, sizeof(double)), *Wc = calloc(hs, sizeof(double));
   double *u = calloc(hs, sizeof(double));
+  double *gram = calloc(dh * dh, sizeof(double)), *cross = calloc(dh * dh, sizeof(double)); /* least_squares */
+  double *lswork = calloc(2 * dh * dh, sizeof(double));
   for (size_t r = 0; r < B; r++) {
     const double *xr = x + r * T * d;
     ref_token_inputs(rm, xr, T, proj, vec, gates);
@@ -142,12 +189,22 @@ static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T
         memcpy(W + m->wofs[i], w0, sz * sizeof(double));
       }
       memset(S, 0, hs * sizeof(double));
+      if (rm->cfg.least_squares) { /* A = I, cross = W_0 */
+        memcpy(cross, W, hs * sizeof(double));
+        for (size_t j = 0; j < hs; j++) gram[j] = j % (dh + 1) == 0;
+      }
       for (size_t t = 0; t < T; t++) {
         /* W^(c): the chunk's start; with per_token_grad the weights just before the token */
         if (t % m->b == 0 || rm->cfg.per_token_grad) memcpy(Wc, W, hs * sizeof(double));
         const double *q = vec + (0 * T + t) * dm + h * dh, *k = vec + (1 * T + t) * dm + h * dh;
         const double *v = vec + (2 * T + t) * dm + h * dh;
         double th = gates[(0 * T + t) * H + h], et = gates[(1 * T + t) * H + h], al = gates[(2 * T + t) * H + h];
+        double act[TITANS_MEM_MAX_DEPTH + 1][64], z[TITANS_MEM_MAX_DEPTH][64];
+        if (rm->cfg.least_squares) {
+          ref_least_squares_token(dh, gram, cross, k, v, th, W, S, lswork);
+          ref_mlp(m, 0, W, q, y + t * dm + h * dh, act, z);
+          continue;
+        }
         ref_inner_grad(m, rm->cfg.residual, Wc, k, v, u);
         if (rm->cfg.surprise_bound > 0) { /* theta_t u_t -> theta_t u_t / sqrt(1 + |u_t|^2 / tau^2) */
           double usq = 0, tau = rm->cfg.surprise_bound;
@@ -158,7 +215,6 @@ static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T
           S[j] = et * S[j] - th * u[j];
           W[j] = (1.0 - al) * W[j] + S[j];
         }
-        double act[TITANS_MEM_MAX_DEPTH + 1][64], z[TITANS_MEM_MAX_DEPTH][64];
         ref_mlp(m, rm->cfg.residual, W, q, y + t * dm + h * dh, act, z);
       }
       if (Wfin) memcpy(Wfin + (r * H + h) * hs, W, hs * sizeof(double));
@@ -186,6 +242,7 @@ static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T
     }
   }
   free(proj); free(vec); free(gates); free(y); free(W); free(S); free(Wc); free(u);
+  free(gram); free(cross); free(lswork);
 }
 
 /* ---- fixtures --------------------------------------------------------------------------------- */
@@ -221,6 +278,17 @@ static titans_mem_config linear_qk(titans_mem_config c) {
 /* cfg whose tokens' gradients are taken at the weights before each (per_token_grad, docs/model.md 1.10) */
 static titans_mem_config per_token(titans_mem_config c) {
   c.per_token_grad = 1;
+  return c;
+}
+
+/* cfg of the least-squares memory (least_squares, docs/model.md 1.11) from a depth-1 cfg: no momentum, no
+   forgetting, no bound, no residual */
+static titans_mem_config least_sq(titans_mem_config c) {
+  c.least_squares = 1;
+  c.no_momentum = 1;
+  c.no_forget = 1;
+  c.surprise_bound = 0.0f;
+  c.residual = 0;
   return c;
 }
 
@@ -292,10 +360,11 @@ static double rel_to_max(const float *a, const double *b, size_t n) {
 }
 
 static void cfg_label(char *buf, size_t n, const titans_mem_config *c, size_t T) {
-  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s%s%s%s%s", c->depth, c->chunk, c->conv_width,
+  snprintf(buf, n, "L=%d b=%d K=%d res=%d tau=%g H=%d dh=%d T=%zu%s%s%s%s%s%s", c->depth, c->chunk, c->conv_width,
            c->residual, (double)c->surprise_bound, c->heads, c->head_dim, T, c->gate_key ? " gate_key" : "",
            c->no_momentum ? " no_momentum" : "", c->no_forget ? " no_forget" : "",
-           c->per_token_grad ? " per_token_grad" : "", c->qk_linear ? " qk_linear" : "");
+           c->per_token_grad ? " per_token_grad" : "", c->qk_linear ? " qk_linear" : "",
+           c->least_squares ? " least_squares" : "");
 }
 
 /* ---- 7.1: chunked == recurrence --------------------------------------------------------------- */
@@ -882,6 +951,58 @@ static void test_long_run_finite(void) {
   titans_free(slab); titans_free(gslab); titans_free(x); titans_free(out); titans_free(dx);
 }
 
+/* The property least_squares exists for (docs/model.md 1.11): n < d_h pairs written one after another with
+   a wide-open gate are all read back, each value where it was written, while the delta rule (a full
+   step, beta = 1) leaves the earlier pairs moved by the later writes. Keys are random unit vectors of
+   d_h = 16 (about 0.25 apart), written through titans_mem_write. Returns the worst relative error. */
+static double write_then_read_error(titans_mem_config cfg, float theta, size_t n, int first_half) {
+  size_t dh = (size_t)cfg.head_dim;
+  titans_mem_weights w;
+  float *slab = titans_alloc_floats(titans_mem_param_count(&cfg)), *keys = titans_alloc_floats(n * dh);
+  float *values = titans_alloc_floats(n * dh), *out = titans_alloc_floats(n * dh), *gates = titans_alloc_floats(n);
+  memset(slab, 0, titans_mem_param_count(&cfg) * sizeof(float)); /* w0 = 0: the memory starts empty */
+  titans_mem_weights_bind(&w, &cfg, slab);
+  titans_rng rng;
+  titans_rng_seed(&rng, 31);
+  for (size_t i = 0; i < n; i++) {
+    float ss = 0.0f;
+    for (size_t j = 0; j < dh; j++) keys[i * dh + j] = titans_rng_normal(&rng), ss += keys[i * dh + j] * keys[i * dh + j];
+    for (size_t j = 0; j < dh; j++) keys[i * dh + j] /= sqrtf(ss), values[i * dh + j] = titans_rng_normal(&rng);
+    gates[i] = theta;
+  }
+  titans_mem_state st;
+  double worst = INFINITY;
+  if (titans_mem_state_init(&st, &cfg, 1) == TITANS_OK) {
+    titans_mem_state_reset(&st, &w);
+    if (titans_mem_write(&st, 0, 0, keys, values, gates, NULL, NULL, n) == TITANS_OK &&
+        titans_mem_read(&st, 0, 0, out, keys, n) == TITANS_OK) {
+      worst = 0;
+      for (size_t i = 0; i < (first_half ? n / 2 : n); i++) {
+        double e = 0, v = 0;
+        for (size_t j = 0; j < dh; j++) {
+          double d = out[i * dh + j] - values[i * dh + j];
+          e += d * d, v += (double)values[i * dh + j] * values[i * dh + j];
+        }
+        worst = fmax(worst, sqrt(e / v));
+      }
+    }
+    titans_mem_state_free(&st);
+  }
+  titans_free(slab); titans_free(keys); titans_free(values); titans_free(out); titans_free(gates);
+  return worst;
+}
+
+static void test_least_squares_recall(void) {
+  titans_mem_config ls = least_sq(make_cfg(16, 1, 16, 1, 1, 4, 0, 0, 1.0f));
+  titans_mem_config delta = make_cfg(16, 1, 16, 1, 1, 1, 0, 0, 1.0f); /* chunk 1: each step at the weights before */
+  delta.no_momentum = 1, delta.no_forget = 1;
+  double e_ls = write_then_read_error(ls, 1e4f, 12, 0), e_delta = write_then_read_error(delta, 0.5f, 12, 1);
+  th_check(e_ls < 1e-2, "least squares: 12 pairs of d_h = 16 written with theta 1e4 all read back (worst error %.2g of "
+           "the value)", e_ls);
+  th_check(e_delta > 0.1, "the delta rule with a full step (beta = 1) moves the first 6 of them (worst error %.2g): "
+           "the property is the least-squares memory's", e_delta);
+}
+
 static void test_bad_input(void) {
   titans_mem_config cfg = make_cfg(8, 2, 4, 9, 2, 4, 4, 0, 0.5f);
   titans_mem_state st;
@@ -965,6 +1086,11 @@ int main(void) {
   printf("memory layer: queries and keys without the SiLU (qk_linear)\n");
   test_chunked_vs_recurrence(linear_qk(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.5f)), 2, 23);
   test_chunked_vs_recurrence(linear_qk(bounded(make_cfg(8, 2, 4, 2, 2, 3, 4, 0, 0.5f), 0.5f)), 2, 23);
+  printf("memory layer: the least-squares memory (least_squares) against the normal equations\n");
+  for (int ci = 0; ci < 4; ci++)
+    test_chunked_vs_recurrence(least_sq(make_cfg(8, 2, 4, 1, 2, chunks[ci], 4, 0, 4.0f)), 2, 23);
+  test_chunked_vs_recurrence(least_sq(linear_qk(make_cfg(16, 1, 16, 1, 1, 8, 4, 0, 50.0f))), 2, 37);
+  test_chunked_vs_recurrence(least_sq(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 0, 0, 4.0f))), 1, 23);
 
   printf("memory layer: gradients vs central differences of the double reference (h = 1e-5)\n");
   test_gradients(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7);
@@ -997,6 +1123,8 @@ int main(void) {
   test_gradients(keyed_gate(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
   test_gradients(linear_qk(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f)), 2, 7);
   test_gradients(linear_qk(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
+  test_gradients(least_sq(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 4.0f)), 2, 7);
+  test_gradients(least_sq(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 20.0f))), 2, 9);
   /* a cost on writing (ctx.write_cost, titans_train_config.write_cost) and its log form (write_cost_log):
      large enough that the write gates' gradients are mostly the costs' */
   test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 3.0f, 0.0f, NULL);
@@ -1020,9 +1148,11 @@ int main(void) {
   test_streaming(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)));
   test_streaming(per_token(make_cfg(8, 2, 4, 1, 2, 8, 4, 1, 0.25f)));
   test_streaming(linear_qk(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)));
+  test_streaming(least_sq(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)));
   test_causality(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
   test_causality(keyed_gate(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f)));
   test_causality(linear_qk(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f)));
+  test_causality(least_sq(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)));
   test_causality(make_cfg(8, 2, 4, 3, 2, 16, 0, 1, 0.5f));
   test_threads_and_state(make_cfg(16, 4, 4, 2, 2, 8, 4, 0, 0.25f));
   test_stage_timers(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f));
@@ -1031,6 +1161,9 @@ int main(void) {
   test_chained_backward(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f), 0.5f), 8, 13);
   test_chained_backward(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)), 8, 13);
   test_chained_backward(per_token(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)), 8, 13);
+  test_chained_backward(least_sq(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)), 8, 13);
+  printf("memory layer: the least-squares memory reads back every pair written (titans_mem_write)\n");
+  test_least_squares_recall();
   test_bad_input();
   test_long_run_finite();
   return th_summary("test_memory");
