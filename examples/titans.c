@@ -3396,9 +3396,133 @@ static double key_cosine(const float *a, const float *b, size_t H, size_t dh) {
    For a matrix memory (depth 1, read W k) also the drift: |(W_question - W_after) k| over
    |(W_after - W_before) k|, summed over the places of a needle's number (W_before, W_after: the weights
    before its first digit and after its last), averaged by how many needles come after it. */
+enum { KEYS_MAX_TEXT = 32, KEYS_MAX_MEM = 16, KEYS_MAX_PLACES = 24 }; /* answer_len <= 24 (longctx_example) */
+
+/* What one example gives --key-cosines: the keys each memory layer wrote with, and for a matrix memory its
+   weights around each needle's number and at the question (trace_weights' layout, w_total floats). */
+typedef struct key_sample {
+  float *digit_keys;           /* [needles, answer_len, KEYS_MAX_MEM, d_m] the keys at the needles' digits */
+  float *text_keys;            /* [KEYS_MAX_TEXT, KEYS_MAX_MEM, d_m] the keys at text positions */
+  size_t n_text, n_mem;        /* text positions read; memory layers */
+  float *w_before, *w_after;   /* [needles, w_total] before each number's first digit, after its last (or NULL) */
+  float *w_end;                /* [w_total] at the question (or NULL) */
+  unsigned char *in_needle;    /* [length] 1: a needle's token */
+} key_sample;
+
+/* The sums --key-cosines prints the means of, per memory layer. */
+typedef struct key_stats {
+  double across[KEYS_MAX_MEM][KEYS_MAX_PLACES]; /* cosines of two needles' keys at one place, summed */
+  double within[KEYS_MAX_MEM], text[KEYS_MAX_MEM]; /* of two places of one number; of two text positions */
+  size_t n_across[KEYS_MAX_PLACES], n_within, n_text;
+  double drift[KEYS_MAX_MEM][LONGCTX_MAX_NEEDLES]; /* drift ratios summed by the needles after */
+  double own_write[KEYS_MAX_MEM], w_norm[KEYS_MAX_MEM]; /* summed |own write|; summed |W| at the question */
+  size_t n_drift[LONGCTX_MAX_NEEDLES], n_examples;
+} key_stats;
+
+/* Feeds example ex through the session s (reset first), keeping in ks the keys of every needle digit and
+   of some text positions, and for a matrix memory (ks->w_before not NULL) the weight snapshots. */
+static void key_sample_read(titans_session *s, const titans_model *model, const longctx_example *ex, size_t length,
+                            size_t answer_len, key_sample *ks) {
+  const titans_config *c = &model->cfg;
+  size_t per_key = KEYS_MAX_MEM * (size_t)c->mem.heads * (size_t)c->mem.head_dim;
+  size_t w_total = ks->w_end ? trace_weights(s, c, NULL, SIZE_MAX) : 0;
+  size_t number_at[LONGCTX_MAX_NEEDLES], shift = 0; /* each needle's first digit */
+  if (titans_session_reset(s) != TITANS_OK) fail("%s", s->error);
+  longctx_mark_needles(ex, ks->in_needle, length);
+  for (size_t k = 0; k < ex->n_needles; shift += ex->others_len[k], k++)
+    number_at[k] = ex->insert_at[k] + shift + (size_t)(strstr(ex->others[k], " is ") - ex->others[k]) + 4;
+  ks->n_text = 0;
+  for (size_t t = 0; t < ex->context_len; t++) {
+    float *into = NULL;
+    for (size_t k = 0; k < ex->n_needles; k++) {
+      if (t >= number_at[k] && t < number_at[k] + answer_len)
+        into = ks->digit_keys + (k * answer_len + (t - number_at[k])) * per_key;
+      if (ks->w_end && t == number_at[k]) trace_weights(s, c, ks->w_before + k * w_total, w_total);
+      if (ks->w_end && t == number_at[k] + answer_len) trace_weights(s, c, ks->w_after + k * w_total, w_total);
+    }
+    if (!into && t % 97 == 96 && ks->n_text < KEYS_MAX_TEXT && !ks->in_needle[t])
+      into = ks->text_keys + ks->n_text++ * per_key;
+    if (into) ks->n_mem = session_next_keys(s, model, into, KEYS_MAX_MEM);
+    int tok = longctx_token(ex, t);
+    if (titans_session_feed(s, &tok, 1, NULL) != TITANS_OK) fail("%s", s->error);
+  }
+  if (ks->w_end) trace_weights(s, c, ks->w_end, w_total);
+}
+
+/* Adds the cosines of one example's keys (n_needles needles) into st. */
+static void key_stats_add_cosines(key_stats *st, const key_sample *ks, size_t n_needles, size_t answer_len, size_t H,
+                                  size_t dh) {
+  size_t dm = H * dh, per_key = KEYS_MAX_MEM * dm;
+  const float *dk = ks->digit_keys;
+  for (size_t l = 0; l < ks->n_mem; l++) {
+    for (size_t p = 0; p < answer_len; p++)
+      for (size_t a = 0; a < n_needles; a++)
+        for (size_t b = a + 1; b < n_needles; b++)
+          st->across[l][p] += key_cosine(dk + (a * answer_len + p) * per_key + l * dm,
+                                         dk + (b * answer_len + p) * per_key + l * dm, H, dh);
+    for (size_t k = 0; k < n_needles; k++)
+      for (size_t p = 0; p < answer_len; p++)
+        for (size_t q = p + 1; q < answer_len; q++)
+          st->within[l] += key_cosine(dk + (k * answer_len + p) * per_key + l * dm,
+                                      dk + (k * answer_len + q) * per_key + l * dm, H, dh);
+    for (size_t a = 0; a < ks->n_text; a++)
+      for (size_t b = a + 1; b < ks->n_text; b++)
+        st->text[l] += key_cosine(ks->text_keys + a * per_key + l * dm, ks->text_keys + b * per_key + l * dm, H, dh);
+  }
+  for (size_t p = 0; p < answer_len; p++) st->n_across[p] += n_needles * (n_needles - 1) / 2;
+  st->n_within += n_needles * answer_len * (answer_len - 1) / 2;
+  st->n_text += ks->n_text * (ks->n_text - 1) / 2;
+}
+
+/* Adds the drift of one example's needles (a matrix memory's snapshots, w_total floats each) into st. */
+static void key_stats_add_drift(key_stats *st, const key_sample *ks, size_t n_needles, size_t answer_len, size_t H,
+                                size_t dh, size_t w_total) {
+  size_t dm = H * dh, per_key = KEYS_MAX_MEM * dm;
+  for (size_t l = 0; l < ks->n_mem; l++) {
+    size_t at = l * H * dh * dh; /* layer l's W in the snapshots */
+    for (size_t k = 0; k < n_needles; k++) {
+      const float *before = ks->w_before + k * w_total + at, *after = ks->w_after + k * w_total + at;
+      double moved = 0, written = 0; /* summed over the places of the number */
+      for (size_t p = 0; p < answer_len; p++) {
+        const float *key = ks->digit_keys + (k * answer_len + p) * per_key + l * dm;
+        moved += matrix_read_change(after, ks->w_end + at, key, H, dh);
+        written += matrix_read_change(before, after, key, H, dh);
+      }
+      st->drift[l][n_needles - 1 - k] += written > 0 ? moved / written : 0.0;
+      st->own_write[l] += written;
+    }
+    double sq = 0;
+    for (size_t i = at; i < at + H * dh * dh; i++) sq += (double)ks->w_end[i] * ks->w_end[i];
+    st->w_norm[l] += sqrt(sq);
+  }
+  for (size_t k = 0; k < n_needles; k++) st->n_drift[n_needles - 1 - k]++;
+}
+
+/* Prints the means of st for n_mem memory layers (matrix: with the drift). */
+static void key_stats_print(const key_stats *st, size_t n_mem, size_t answer_len, int matrix, int needles) {
+  for (size_t l = 0; l < n_mem; l++) {
+    printf("  memory layer %zu: two needles, the same place of their numbers (1..%zu):", l, answer_len);
+    for (size_t p = 0; p < answer_len; p++)
+      printf(" %.3f", st->n_across[p] ? st->across[l][p] / (double)st->n_across[p] : 0.0);
+    printf("; two places of one number %.3f; two text positions %.3f\n",
+           st->n_within ? st->within[l] / (double)st->n_within : 0.0, st->n_text ? st->text[l] / (double)st->n_text : 0.0);
+    if (!matrix) continue;
+    size_t n_needles_read = 0;
+    for (int k = 0; k < needles; k++) n_needles_read += st->n_drift[k];
+    if (st->own_write[l] / (double)n_needles_read < 1e-4 * st->w_norm[l] / (double)st->n_examples) { /* a shut gate */
+      printf("  memory layer %zu: a needle's write moved the values read at its keys by under 1e-4 of the norm of "
+             "the layer's weights: no drift to measure\n", l);
+      continue;
+    }
+    printf("  memory layer %zu: how far the writes after a needle moved the values read at its number's keys, over "
+           "how far its own write moved them, by the needles after it (0, 1, ...):", l);
+    for (int k = 0; k < needles; k++) printf(" %.3f", st->n_drift[k] ? st->drift[l][k] / (double)st->n_drift[k] : 0.0);
+    printf("\n");
+  }
+}
+
 static void needle_key_cosines(const needle_opts *o) {
-  enum { MAX_TEXT = 32, MAX_MEM = 16 };
-  size_t answer_len = longctx_answer_len(o->kind), length = o->lens[0]; /* answer_len <= 24 (longctx_example) */
+  size_t answer_len = longctx_answer_len(o->kind), length = o->lens[0];
   if (o->kind != LONGCTX_PROSE || o->needles < 2) fail("needle --key-cosines: wants --task prose --needles 2 or more");
   printf("\nkeys: mean cosine (over heads, pairs and examples) of the keys each memory layer writes with, %zu "
          "tokens, %zu examples a depth\n", length, o->trials);
@@ -3409,115 +3533,38 @@ static void needle_key_cosines(const needle_opts *o) {
         c->block == TITANS_BLOCK_SWA)
       fail("needle --key-cosines: %s has no memory whose keys read only the tokens before (key_ngram)",
            o->models.path[mi]);
-    size_t H = (size_t)c->mem.heads, dh = (size_t)c->mem.head_dim, dm = H * dh;
-    size_t per_key = MAX_MEM * dm;
-    /* [needles, answer_len, MAX_MEM, d_m] the keys at the needles' digits; [MAX_TEXT, MAX_MEM, d_m] at text */
-    float *digit_keys = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * answer_len * per_key * sizeof(float));
-    float *text_keys = (float *)xmalloc(MAX_TEXT * per_key * sizeof(float));
-    unsigned char *in_needle = (unsigned char *)xmalloc(length); /* [length] 1: a needle's token */
-    /* [MAX_MEM, answer_len] sums and counts across needles at a place; [MAX_MEM] within a number, text */
-    double across[MAX_MEM][24] = {{0}}, within[MAX_MEM] = {0}, text[MAX_MEM] = {0};
-    size_t n_across[24] = {0}, n_within = 0, n_text = 0, n_mem = 0;
+    size_t H = (size_t)c->mem.heads, dh = (size_t)c->mem.head_dim, per_key = KEYS_MAX_MEM * H * dh;
     titans_session s;
     if (titans_session_init(&s, model) != TITANS_OK) fail("%s", s.error);
-    /* matrix memories: W_t [n_mem, H, d_h, d_h] before and after each needle's number and at the question,
-       and per layer the drift of each needle's values (summed ratios, counts) by the needles after it */
-    int matrix = c->mem.depth == 1;
+    int matrix = c->mem.depth == 1; /* W_t snapshots for the drift: [n_mem, H, d_h, d_h] each */
     size_t w_total = trace_weights(&s, c, NULL, SIZE_MAX);
-    float *w_before = NULL, *w_after = NULL, *w_end = NULL;
-    double drift[MAX_MEM][LONGCTX_MAX_NEEDLES] = {{0}}, own_write[MAX_MEM] = {0}; /* own_write: summed |.| */
-    double w_norm[MAX_MEM] = {0}; /* summed over the examples: the Frobenius norm of W at the question */
-    size_t n_examples = 0;
-    size_t n_drift[LONGCTX_MAX_NEEDLES] = {0};
+    key_sample ks = {0};
+    ks.digit_keys = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * answer_len * per_key * sizeof(float));
+    ks.text_keys = (float *)xmalloc(KEYS_MAX_TEXT * per_key * sizeof(float));
+    ks.in_needle = (unsigned char *)xmalloc(length);
     if (matrix) {
-      w_before = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * w_total * sizeof(float));
-      w_after = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * w_total * sizeof(float));
-      w_end = (float *)xmalloc(w_total * sizeof(float));
+      ks.w_before = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * w_total * sizeof(float));
+      ks.w_after = (float *)xmalloc((size_t)LONGCTX_MAX_NEEDLES * w_total * sizeof(float));
+      ks.w_end = (float *)xmalloc(w_total * sizeof(float));
     }
+    key_stats *st = (key_stats *)calloc(1, sizeof *st);
+    if (!st) fail("out of memory");
     for (size_t di = 0; di < o->n_depths; di++)
       for (size_t trial = 0; trial < o->trials; trial++) {
         longctx_example ex;
         char why[200];
         if (needle_example(o, length, (double)o->depth_pct[di] / 100.0, trial, &ex, why) != 0) fail("%s", why);
-        if (titans_session_reset(&s) != TITANS_OK) fail("%s", s.error);
-        size_t number_at[LONGCTX_MAX_NEEDLES], shift = 0, n_text_here = 0; /* each needle's first digit */
-        longctx_mark_needles(&ex, in_needle, length);
-        for (size_t k = 0; k < ex.n_needles; shift += ex.others_len[k], k++)
-          number_at[k] = ex.insert_at[k] + shift + (size_t)(strstr(ex.others[k], " is ") - ex.others[k]) + 4;
-        for (size_t t = 0; t < ex.context_len; t++) {
-          float *into = NULL;
-          for (size_t k = 0; k < ex.n_needles; k++) {
-            if (t >= number_at[k] && t < number_at[k] + answer_len)
-              into = digit_keys + (k * answer_len + (t - number_at[k])) * per_key;
-            if (matrix && t == number_at[k]) trace_weights(&s, c, w_before + k * w_total, w_total);
-            if (matrix && t == number_at[k] + answer_len) trace_weights(&s, c, w_after + k * w_total, w_total);
-          }
-          if (!into && t % 97 == 96 && n_text_here < MAX_TEXT && !in_needle[t])
-            into = text_keys + n_text_here++ * per_key;
-          if (into) n_mem = session_next_keys(&s, model, into, MAX_MEM);
-          int tok = longctx_token(&ex, t);
-          if (titans_session_feed(&s, &tok, 1, NULL) != TITANS_OK) fail("%s", s.error);
-        }
-        if (matrix) trace_weights(&s, c, w_end, w_total);
-        for (size_t l = 0; matrix && l < n_mem; l++)
-          for (size_t k = 0; k < ex.n_needles; k++) {
-            size_t at = l * H * dh * dh; /* layer l's W in the snapshots */
-            double moved = 0, written = 0; /* summed over the places of the number */
-            for (size_t p = 0; p < answer_len; p++) {
-              const float *key = digit_keys + (k * answer_len + p) * per_key + l * dm;
-              moved += matrix_read_change(w_after + k * w_total + at, w_end + at, key, H, dh);
-              written += matrix_read_change(w_before + k * w_total + at, w_after + k * w_total + at, key, H, dh);
-            }
-            drift[l][ex.n_needles - 1 - k] += written > 0 ? moved / written : 0.0;
-            own_write[l] += written;
-          }
-        for (size_t k = 0; matrix && k < ex.n_needles; k++) n_drift[ex.n_needles - 1 - k]++;
-        for (size_t l = 0; matrix && l < n_mem; l++) {
-          double sq = 0;
-          for (size_t i = l * H * dh * dh; i < (l + 1) * H * dh * dh; i++) sq += (double)w_end[i] * w_end[i];
-          w_norm[l] += sqrt(sq);
-        }
-        n_examples++;
-        for (size_t l = 0; l < n_mem; l++) {
-          for (size_t p = 0; p < answer_len; p++)
-            for (size_t a = 0; a < ex.n_needles; a++)
-              for (size_t b = a + 1; b < ex.n_needles; b++)
-                across[l][p] += key_cosine(digit_keys + (a * answer_len + p) * per_key + l * dm,
-                                           digit_keys + (b * answer_len + p) * per_key + l * dm, H, dh);
-          for (size_t k = 0; k < ex.n_needles; k++)
-            for (size_t p = 0; p < answer_len; p++)
-              for (size_t q = p + 1; q < answer_len; q++)
-                within[l] += key_cosine(digit_keys + (k * answer_len + p) * per_key + l * dm,
-                                        digit_keys + (k * answer_len + q) * per_key + l * dm, H, dh);
-          for (size_t a = 0; a < n_text_here; a++)
-            for (size_t b = a + 1; b < n_text_here; b++)
-              text[l] += key_cosine(text_keys + a * per_key + l * dm, text_keys + b * per_key + l * dm, H, dh);
-        }
-        for (size_t p = 0; p < answer_len; p++) n_across[p] += ex.n_needles * (ex.n_needles - 1) / 2;
-        n_within += ex.n_needles * answer_len * (answer_len - 1) / 2;
-        n_text += n_text_here * (n_text_here - 1) / 2;
+        key_sample_read(&s, model, &ex, length, answer_len, &ks);
+        key_stats_add_cosines(st, &ks, ex.n_needles, answer_len, H, dh);
+        if (matrix) key_stats_add_drift(st, &ks, ex.n_needles, answer_len, H, dh, w_total);
+        st->n_examples++;
       }
-    printf("%s (%s):\n", o->models.path[mi], c->mem.qk_linear ? "q, k without SiLU" : "q, k after a SiLU");
-    for (size_t l = 0; l < n_mem; l++) {
-      printf("  memory layer %zu: two needles, the same place of their numbers (1..%zu):", l, answer_len);
-      for (size_t p = 0; p < answer_len; p++) printf(" %.3f", n_across[p] ? across[l][p] / (double)n_across[p] : 0.0);
-      printf("; two places of one number %.3f; two text positions %.3f\n", n_within ? within[l] / (double)n_within : 0.0,
-             n_text ? text[l] / (double)n_text : 0.0);
-      if (!matrix) continue;
-      size_t n_needles_read = 0;
-      for (int k = 0; k < o->needles; k++) n_needles_read += n_drift[k];
-      if (own_write[l] / (double)n_needles_read < 1e-4 * w_norm[l] / (double)n_examples) { /* a shut gate */
-        printf("  memory layer %zu: a needle's write moved the values read at its keys by under 1e-4 of the norm of "
-               "the layer's weights: no drift to measure\n", l);
-        continue;
-      }
-      printf("  memory layer %zu: how far the writes after a needle moved the values read at its number's keys, over "
-             "how far its own write moved them, by the needles after it (0, 1, ...):", l);
-      for (int k = 0; k < o->needles; k++) printf(" %.3f", n_drift[k] ? drift[l][k] / (double)n_drift[k] : 0.0);
-      printf("\n");
-    }
+    printf("%s (%s%s):\n", o->models.path[mi], c->mem.qk_linear ? "q, k without SiLU" : "q, k after a SiLU",
+           c->mem.least_squares ? "; a least-squares memory" : "");
+    key_stats_print(st, ks.n_mem, answer_len, matrix, o->needles);
     titans_session_free(&s);
-    free(digit_keys), free(text_keys), free(in_needle), free(w_before), free(w_after), free(w_end);
+    free(st), free(ks.digit_keys), free(ks.text_keys), free(ks.in_needle), free(ks.w_before), free(ks.w_after),
+        free(ks.w_end);
   }
 }
 

@@ -921,9 +921,8 @@ static void test_chained_backward(titans_mem_config cfg, size_t T1, size_t T2) {
 
 /* ---- long run with the default gates ---------------------------------------------------------- */
 
-static void test_long_run_finite(void) {
-  titans_mem_config cfg = titans_mem_config_default(64);
-  cfg.chunk = 64;
+/* cfg at d = 64, chunk 64; what: its name in the check */
+static void test_long_run_finite(titans_mem_config cfg, const char *what) {
   size_t T = 65536, d = 64, n = T * d;
   size_t total = titans_mem_param_count(&cfg);
   float *slab = titans_alloc_floats(total), *gslab = titans_alloc_floats(total);
@@ -945,7 +944,15 @@ static void test_long_run_finite(void) {
   size_t hs = st.head_size * (size_t)cfg.heads;
   th_check(rc == 0 && th_all_finite(out, n) && th_all_finite(st.w, hs) && th_all_finite(st.s, hs) &&
                th_all_finite(gslab, total) && th_all_finite(dx, n),
-           "T = 65536 random tokens with the default gates: outputs, state and gradients finite (rc %d)", rc);
+           "T = 65536 random tokens with the default gates, %s: outputs, state and gradients finite (rc %d)", what, rc);
+  if (cfg.least_squares) { /* G = I - P with P = (I + sum theta k k^T)^-1: its diagonal lies in [0, 1] */
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t j = 0; j < (size_t)cfg.head_dim; j++) {
+      double g = st.s[j * (size_t)cfg.head_dim + j];
+      lo = fmin(lo, g), hi = fmax(hi, g);
+    }
+    th_check(lo >= -1e-4 && hi <= 1.0 + 1e-4, "  and its G's diagonal stays within [0, 1] (%.6f .. %.6f)", lo, hi);
+  }
   titans_mem_ctx_free(&ctx);
   titans_mem_state_free(&st);
   titans_free(slab); titans_free(gslab); titans_free(x); titans_free(out); titans_free(dx);
@@ -1165,6 +1172,12 @@ int main(void) {
   printf("memory layer: the least-squares memory reads back every pair written (titans_mem_write)\n");
   test_least_squares_recall();
   test_bad_input();
-  test_long_run_finite();
+  titans_mem_config long_run = titans_mem_config_default(64);
+  long_run.chunk = 64;
+  test_long_run_finite(long_run, "the default memory");
+  /* every token written at theta 50 (the gates' start at theta_max 100): G fills up, P = I - G must stay
+     positive for 65,536 rank-1 updates in float */
+  long_run.depth = 1, long_run.heads = 1, long_run.head_dim = 64, long_run.theta_max = 100.0f;
+  test_long_run_finite(least_sq(long_run), "a least-squares memory of one head of 64");
   return th_summary("test_memory");
 }
