@@ -348,8 +348,9 @@ static mqar_config task_at(const task_list *tl, int i, int vocab, double alpha, 
 }
 
 /* What sets a run apart from its block's defaults, for a results line: "gated-delta", its chunk when not 1,
-   "per-token" (per_token_grad, other than the gated delta rule's), "least-squares", else "no-forget", "lookup" (--lookup-init),
-   "sharedX" (--emb-shared X), joined by '+'; "-" for none. */
+   "per-token" (per_token_grad, other than the gated delta rule's), "least-squares" (which implies no
+   forgetting) or "no-forget", "lookup" (--lookup-init), "sharedX" (--emb-shared X), joined by '+'; "-" for
+   none. */
 static void variant_name(char *out, size_t size, const options *o, const titans_config *c) {
   int used = snprintf(out, size, "%s", o->gated_delta ? "gated-delta" : "");
   /* the gated delta rule's chunk only when it changes the function (a chunk's gradients at its start) */
