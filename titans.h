@@ -390,6 +390,11 @@ TITANSDEF titans_mem_config titans_mem_config_default(int d);
        W_t = (1 - alpha_t) W_{t-1} - beta_t (W_{t-1} k_t - v_t) k_t^T,   beta_t = 2 theta_t in (0, 1),
    with L2-normalised k_t and q_t, and reads y_t = W_t q_t. */
 TITANSDEF titans_mem_config titans_mem_config_gated_delta(int d);
+/* Makes c a least-squares memory (least_squares, docs/model.md 1.11): sets least_squares and what a fit has
+   no use for, depth 1, no momentum, no forgetting, no surprise bound, no residual, per_token_grad 0; leaves
+   the widths, the chunk and theta_max (a token's weight in the fit: ./titans uses 100, which writes a new key
+   99% at once). Set no_forget = 0 after it for a fit whose confidence decays by alpha_t (model.md 1.11). */
+TITANSDEF void titans_mem_config_use_least_squares(titans_mem_config *c);
 /* TITANS_OK, or TITANS_ERR_ARG with a message in err (TITANS_ERR_MSG_SIZE bytes, may be NULL). */
 TITANSDEF int titans_mem_config_check(const titans_mem_config *cfg, char *err);
 
@@ -3860,6 +3865,16 @@ TITANSDEF titans_mem_config titans_mem_config_gated_delta(int d) {
   c.surprise_bound = 0.0f; /* the delta rule's step is not capped */
   c.theta_max = 0.5f;      /* beta = 2 theta < 1: with |k| = 1 a token at most replaces the value at its key */
   return c;
+}
+
+TITANSDEF void titans_mem_config_use_least_squares(titans_mem_config *c) {
+  c->least_squares = 1;
+  c->depth = 1;            /* the fit is a matrix: W k */
+  c->no_momentum = 1;      /* a fit has no step to carry on, */
+  c->no_forget = 1;        /* nor to decay (its confidence may: no_forget = 0, model.md 1.11), */
+  c->surprise_bound = 0.0f; /* nor to bound: its write cannot overshoot */
+  c->residual = 0;
+  c->per_token_grad = 0; /* token by token already */
 }
 
 TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {

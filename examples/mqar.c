@@ -244,8 +244,7 @@ static titans_config model_config(const options *o) {
   if (o->per_token_grad >= 0) c.mem.per_token_grad = o->per_token_grad;
   if (o->theta_max > 0) c.mem.theta_max = (float)o->theta_max;
   if (o->least_squares) { /* a fit has no step to bound, carry on or forget (docs/model.md 1.11) */
-    c.mem.least_squares = 1, c.mem.depth = 1, c.mem.no_momentum = 1, c.mem.no_forget = 1;
-    c.mem.surprise_bound = 0.0f, c.mem.per_token_grad = 0, c.mem.residual = 0;
+    titans_mem_config_use_least_squares(&c.mem);
     if (!(o->theta_max > 0)) c.mem.theta_max = 100.0f;
   }
   c.window = o->window;

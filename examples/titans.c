@@ -1409,8 +1409,12 @@ static titans_config train_config_of(const train_opts *o) {
   c.mem.qk_linear = o->qk_linear;
   c.mem.no_forget = o->no_forget;
   c.mem.per_token_grad = o->per_token_grad;
-  if (o->least_squares) /* its write is a fit, not a step: nothing for momentum or forgetting to act on */
-    c.mem.least_squares = 1, c.mem.no_momentum = 1, c.mem.no_forget = 1;
+  if (o->least_squares) { /* its write is a fit, not a step: nothing for momentum or forgetting to act on */
+    if (c.mem.depth != 1 && titans_block_describe(o->block).memory) /* not made a matrix behind the user's back */
+      usage_fail("train", "--least-squares: least_squares needs depth 1 (the memory has depth %d: give --mem-depth 1)",
+                 c.mem.depth);
+    titans_mem_config_use_least_squares(&c.mem);
+  }
   return c;
 }
 

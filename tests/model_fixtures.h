@@ -49,13 +49,8 @@ static inline void tiny_memory_options(titans_config *c) {
     c->mem.per_token_grad = 1;
   }
   if (tiny_least_squares) {
-    c->mem.depth = 1;
-    c->mem.surprise_bound = 0.0f;
-    c->mem.no_momentum = 1;
-    c->mem.no_forget = 1;
-    c->mem.residual = 0;
+    titans_mem_config_use_least_squares(&c->mem);
     c->mem.theta_max = 4.0f;
-    c->mem.least_squares = 1;
   }
 }
 

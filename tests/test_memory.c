@@ -281,14 +281,9 @@ static titans_mem_config per_token(titans_mem_config c) {
   return c;
 }
 
-/* cfg of the least-squares memory (least_squares, docs/model.md 1.11) from a depth-1 cfg: no momentum, no
-   forgetting, no bound, no residual */
+/* cfg of the least-squares memory (least_squares, docs/model.md 1.11) from a depth-1 cfg */
 static titans_mem_config least_sq(titans_mem_config c) {
-  c.least_squares = 1;
-  c.no_momentum = 1;
-  c.no_forget = 1;
-  c.surprise_bound = 0.0f;
-  c.residual = 0;
+  titans_mem_config_use_least_squares(&c);
   return c;
 }
 
