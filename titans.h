@@ -3910,14 +3910,13 @@ TITANSDEF int titans_mem_config_check(const titans_mem_config *c, char *err) {
                          c->depth, (double)c->surprise_bound);
   if (c->least_squares != 0 && c->least_squares != 1)
     return titans__error(err, TITANS_ERR_ARG, "memory: least_squares must be 0 or 1");
-  if (c->least_squares && (c->depth != 1 || !c->no_momentum || !c->no_forget || c->surprise_bound != 0.0f ||
-                           c->residual || c->per_token_grad))
+  if (c->least_squares && (c->depth != 1 || !c->no_momentum || c->surprise_bound != 0.0f || c->residual ||
+                           c->per_token_grad))
     return titans__error(err, TITANS_ERR_ARG,
-                         "memory: least_squares needs depth 1, no_momentum, no_forget, surprise_bound 0, residual 0 "
-                         "and per_token_grad 0 (depth %d, no_momentum %d, no_forget %d, surprise_bound %g, "
-                         "residual %d, per_token_grad %d)",
-                         c->depth, c->no_momentum, c->no_forget, (double)c->surprise_bound, c->residual,
-                         c->per_token_grad);
+                         "memory: least_squares needs depth 1, no_momentum, surprise_bound 0, residual 0 "
+                         "and per_token_grad 0 (depth %d, no_momentum %d, surprise_bound %g, residual %d, "
+                         "per_token_grad %d)",
+                         c->depth, c->no_momentum, (double)c->surprise_bound, c->residual, c->per_token_grad);
   if (!(c->theta_max > 0.0f) || !isfinite(c->theta_max))
     return titans__error(err, TITANS_ERR_ARG, "memory: theta_max must be a positive finite number");
   if (!(c->surprise_bound >= 0.0f) || !isfinite(c->surprise_bound))
@@ -4999,6 +4998,15 @@ static void titans__mem_chunk_backward(const titans__mem_dims *m, int residual, 
 
 /* ---- the least-squares memory (least_squares, docs/model.md 1.11) ----------------------------- */
 
+/* G *= keep_g [head_size], its subnormal results set to zero (a decaying G would otherwise leave them, and
+   arithmetic on them is slow on many CPUs; titans__mem_state_out flushes a gradient memory's state alike). */
+static void titans__mem_ls_decay(float *g, float keep_g, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float x = keep_g * g[i];
+    g[i] = fabsf(x) < FLT_MIN ? 0.0f : x;
+  }
+}
+
 /* n tokens of one head of the least-squares memory from the state (W, G) = (w, g), [dh, dh] each, updated
    in place; the reads into y [n, ld] (NULL: none). P = I - G is the inverse of I + the sum of
    theta_s k_s k_s^T over the tokens so far, and each token t (beta_t = theta_t, its write gate) does
@@ -5006,17 +5014,23 @@ static void titans__mem_chunk_backward(const titans__mem_dims *m, int residual, 
      W += r_t e_t u_t^T,  G += r_t u_t u_t^T,  y_t = W q_t.
    By Sherman-Morrison r_t u_t = beta_t P_t k_t (P_t: the inverse after token t), so W stays the weighted
    least-squares fit of docs/model.md 1.11; s_t lies in [0, 1] exactly, the max only guards rounding.
-   keep [n + 1, 2, head_size] (NULL: none) receives (W, G) before each token. Leaves u, e, r and s in wk. */
+   With forgetting (alpha_t > 0; 0 under no_forget) the token first decays the fit's confidence,
+   G *= 1 - alpha_t, i.e. P moves toward I by alpha_t: W keeps its values, but a new key is written as
+   if fewer tokens had been fitted before it (model.md 1.11); G stays within [0, I).
+   keep [n + 1, 2, head_size] (NULL: none) receives (W, G) before each token (before its decay).
+   Leaves u, e, r and s in wk. */
 static void titans__mem_ls_forward(const titans__mem_dims *m, float *y, const titans__mem_chunk *c, float *w,
                                    float *g, float *keep, titans__mem_work *wk) {
   const size_t dh = m->dh, hs = m->head_size, ld = c->ld;
   for (size_t t = 0; t < c->n; t++) {
-    const float *k = c->k + t * ld, *v = c->v + t * ld, beta = c->theta[t * c->gstride];
+    const float *k = c->k + t * ld, *v = c->v + t * ld, beta = c->theta[t * c->gstride],
+                alpha = c->alpha[t * c->gstride];
     float *u = wk->lsu + t * dh, *e = wk->lse + t * dh; /* [dh] */
     if (keep) {
       memcpy(keep + t * 2 * hs, w, hs * sizeof(float));
       memcpy(keep + t * 2 * hs + hs, g, hs * sizeof(float));
     }
+    if (alpha != 0.0f) titans__mem_ls_decay(g, 1.0f - alpha, hs);
     for (size_t o = 0; o < dh; o++) {
       u[o] = k[o] - titans__dot(g + o * dh, k, dh);
       e[o] = v[o] - titans__dot(w + o * dh, k, dh);
@@ -5042,7 +5056,9 @@ static void titans__mem_ls_forward(const titans__mem_dims *m, float *y, const ti
                                dr = e . dW u + u . dG u, de = r dW u, du = r (dW^T e + (dG + dG^T) u)
      e = v - W k:              dv = de, dk = -W^T de, dW -= de k^T
      r = beta / (1 + beta s):  dbeta = dr / (1 + beta s)^2, ds = -dr beta^2 / (1 + beta s)^2 (0 if s < 0)
-     s = k . u, u = k - G k:   du += ds k, dk += ds u + du - G^T du, dG -= du k^T. */
+     s = k . u, u = k - a G k: du += ds k, dk += ds u + du - a G^T du, dG -= du k^T
+     the decay G *= a (a = 1 - alpha, G here the state before it): dalpha = -sum(G .* dG), dG *= a.
+   (The flush of the decay's subnormals is taken as the identity.) */
 static void titans__mem_ls_backward(const titans__mem_dims *m, const titans__mem_chunk_grad *gd, const float *dy,
                                     const titans__mem_chunk *c, const float *w, const float *g, titans__mem_work *wk) {
   const size_t dh = m->dh, hs = m->head_size, ld = c->ld, n = c->n;
@@ -5058,7 +5074,7 @@ static void titans__mem_ls_backward(const titans__mem_dims *m, const titans__mem
     const float *k = c->k + t * ld, *q = c->q + t * ld, *dyt = dy + t * ld, *u = wk->lsu + t * dh,
                 *e = wk->lse + t * dh;
     const float *wb = wk->lskeep + t * 2 * hs, *gb = wb + hs, *wa = wb + 2 * hs; /* W, G before; W after */
-    const float beta = c->theta[t * c->gstride], r = wk->lsr[t], s = wk->lss[t];
+    const float beta = c->theta[t * c->gstride], a = 1.0f - c->alpha[t * c->gstride], r = wk->lsr[t], s = wk->lss[t];
     memset(dq, 0, dh * sizeof(float));
     for (size_t o = 0; o < dh; o++) {
       titans__axpy(dq, dyt[o], wa + o * dh, dh);
@@ -5088,8 +5104,12 @@ static void titans__mem_ls_backward(const titans__mem_dims *m, const titans__mem
     titans__axpy(du, ds, k, dh);
     titans__axpy(dk, 1.0f, du, dh);
     for (size_t o = 0; o < dh; o++) {
-      titans__axpy(dk, -du[o], gb + o * dh, dh);
+      titans__axpy(dk, -a * du[o], gb + o * dh, dh);
       titans__axpy(dG + o * dh, -du[o], k, dh);
+    }
+    if (a != 1.0f) { /* dG is now the adjoint of the decayed G: carry it back through the decay */
+      gd->dalpha[t * c->gstride] -= titans__dot(gb, dG, hs);
+      for (size_t i = 0; i < hs; i++) dG[i] *= a;
     }
     titans__axpy(gd->dq + t * ld, 1.0f, dq, dh);
     titans__axpy(gd->dk + t * ld, 1.0f, dk, dh);

@@ -908,6 +908,8 @@ typedef struct train_opts {
                                               (cfg.mem.per_token_grad; needs --mem-depth 1 --surprise-bound 0) */
   int least_squares;                       /* 1: the least-squares memory (cfg.mem.least_squares; no momentum,
                                               no forgetting; needs --mem-depth 1) */
+  int forget_fit;                          /* 1: with least_squares, the fit's confidence decays by alpha_t
+                                              (cfg.mem.no_forget 0; docs/model.md 1.11) */
   double emb_scale;                        /* the token embeddings times this at initialisation (1) */
   double head_gain;                        /* > 0: the final norm's gain starts here (0: the library's 1) */
   double attn_identity; /* > 0: attention starts attending to its own token (wq = wk = X I, wv = wo = I) */
@@ -997,6 +999,8 @@ static void help_train(void) {
       "                      by its write gate, so a later key does not move an earlier key's value (recursive\n"
       "                      least squares; no momentum, no forgetting; --theta-max 100 and --surprise-bound 0\n"
       "                      unless given; needs --mem-depth 1; not in the paper; docs/model.md 1.11)\n"
+      "  --forget-fit        with --least-squares: each token first decays the fit's confidence by alpha_t\n"
+      "                      (its G = I - P by 1 - alpha_t; the values stay), from --alpha-init\n"
       "  --emb-scale X       the token embeddings start X times the library's normal(0, 0.02) (1)\n"
       "  --head-gain X       the final norm's gain starts at X: the tied head's logits x X (1)\n"
       "  --attn-identity X   attention starts copying its own token: wq = wk = X I, wv = wo = I (0: off)\n");
@@ -1268,6 +1272,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
     else if (!strcmp(s, "--per-token-grad")) o->per_token_grad = 1;
     else if (!strcmp(s, "--least-squares")) o->least_squares = 1;
+    else if (!strcmp(s, "--forget-fit")) o->forget_fit = 1;
     else if (!strcmp(s, "--emb-scale")) o->emb_scale = arg_double(&a, s, 1e-3, 1e3);
     else if (!strcmp(s, "--head-gain")) o->head_gain = arg_double(&a, s, 0.0, 1e3);
     else if (!strcmp(s, "--attn-identity")) o->attn_identity = arg_double(&a, s, 0, 1e3); /* 0: off */
@@ -1290,6 +1295,9 @@ static void parse_train(int argc, char **argv, train_opts *o) {
   if (has_mem && !o->mem_head_dim && o->d % o->mem_heads != 0)
     usage_fail("train", "--mem-heads %d does not divide --d %d (each memory head is d / mem-heads wide)", o->mem_heads,
                o->d);
+  if (o->forget_fit && !o->least_squares)
+    usage_fail("train", "--forget-fit decays a least-squares fit's confidence: give --least-squares (else see "
+               "--alpha-init, --no-forget)");
   if (o->least_squares) { /* a weight in a fit: 100 writes a new key 99% at once; no bound (its write cannot overshoot) */
     if (!arg_given(argc, argv, "--theta-max")) o->theta_max = 100;
     if (!arg_given(argc, argv, "--surprise-bound")) o->surprise_bound = 0;
@@ -1414,6 +1422,7 @@ static titans_config train_config_of(const train_opts *o) {
       usage_fail("train", "--least-squares: least_squares needs depth 1 (the memory has depth %d: give --mem-depth 1)",
                  c.mem.depth);
     titans_mem_config_use_least_squares(&c.mem);
+    c.mem.no_forget = !o->forget_fit;
   }
   return c;
 }
@@ -2830,6 +2839,8 @@ static void help_needle(void) {
          "                      2 or more needles; memories whose keys read the tokens before, key_ngram)\n"
          "  --no-forget         a diagnostic: every memory's forgetting gate alpha_t held at 0 while the\n"
          "                      models read (cfg.mem.no_forget), to see what forgetting costs the needle\n"
+         "  --alpha X           a diagnostic: every memory's forgetting gate set to start at X (its bias; the\n"
+         "                      gate's weights stay) and forgetting on, to see what forgetting would do\n"
          "  --answers FILE      one line per trial (TSV): model, length, depth, trial, the asked key word and\n"
          "                      number, the answer, its right digits, and whose number the answer is (the\n"
          "                      asked needle's, another needle's: a binding error, or none)\n"
@@ -2850,6 +2861,7 @@ typedef struct needle_opts {
   int key_cosines;           /* --key-cosines: how much the memories' keys overlap, instead of the table */
   size_t curve_every;        /* --curve-every: tokens between probes (0: the first length / 64) */
   int no_forget;             /* --no-forget: alpha_t = 0 in every model read (a diagnostic) */
+  double alpha;              /* --alpha X: every model's forgetting gate set to start at X (a diagnostic; 0: as is) */
   const int *source;         /* [source_len] the filler's text (token ids): the held-out split of --data for
                                 prose, or --haystack; NULL: the passkey's fixed cycle */
   size_t source_len;
@@ -2888,6 +2900,7 @@ static void parse_needle(int argc, char **argv, needle_opts *o) {
     else if (!strcmp(s, "--key-cosines")) o->key_cosines = 1;
     else if (!strcmp(s, "--curve-every")) o->curve_every = (size_t)arg_long(&a, s, 1, 1L << 30);
     else if (!strcmp(s, "--no-forget")) o->no_forget = 1;
+    else if (!strcmp(s, "--alpha")) o->alpha = arg_double(&a, s, 1e-9, 0.999999);
     else if (!strcmp(s, "--needles")) o->needles = (int)arg_long(&a, s, 1, LONGCTX_MAX_NEEDLES);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
@@ -3764,6 +3777,14 @@ static int cmd_needle(int argc, char **argv) {
   if (o.no_forget) { /* a session reads its model's cfg.mem at every step */
     for (size_t i = 0; i < o.models.n; i++) o.models.model[i].cfg.mem.no_forget = 1;
     printf("--no-forget: every memory's forgetting gate alpha_t held at 0 (a diagnostic)\n");
+  }
+  if (o.alpha > 0) { /* the bias alone: a gate that reads its token keeps its weights */
+    if (o.no_forget) usage_fail("needle", "--alpha and --no-forget: give one");
+    for (size_t i = 0; i < o.models.n; i++) {
+      o.models.model[i].cfg.mem.no_forget = 0;
+      titans_model_set_gates(&o.models.model[i], -1.0f, -1.0f, (float)o.alpha);
+    }
+    printf("--alpha %g: every memory's forgetting gate set to start at %g (a diagnostic)\n", o.alpha, o.alpha);
   }
   if (o.trace) needle_trace(&o, &o.models.model[0]);
   if (o.curve || o.key_cosines) {

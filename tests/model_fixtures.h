@@ -36,7 +36,8 @@ static int tiny_qk_linear = 0;
 /* 1: they are matrix memories (depth 1, no surprise bound) whose tokens' inner gradients are taken at the
    weights before each (cfg.mem.per_token_grad), chunks of 2 computed as chunks of 1 */
 static int tiny_per_token = 0;
-/* 1: they are least-squares memories (cfg.mem.least_squares: depth 1, no momentum, no forgetting, no bound) */
+/* 1: they are least-squares memories (cfg.mem.least_squares: depth 1, no momentum, no forgetting, no bound);
+   2: the same whose fit's confidence decays by alpha_t (no_forget 0) */
 static int tiny_least_squares = 0;
 
 /* The memory options above, set on c. */
@@ -51,6 +52,7 @@ static inline void tiny_memory_options(titans_config *c) {
   if (tiny_least_squares) {
     titans_mem_config_use_least_squares(&c->mem);
     c->mem.theta_max = 4.0f;
+    c->mem.no_forget = tiny_least_squares == 1;
   }
 }
 

@@ -374,6 +374,17 @@ rc=$(run "$bin" needle --model recipels/model.safetensors --task prose --data ti
   --trials 1 --key-cosines)
 check "  needle --key-cosines measures its drift as any matrix memory's (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q 'memory layer 1: how far the writes after a needle moved' out.txt"
+rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --least-squares --forget-fit --alpha-init 0.001 \
+  --lens 256 --steps 2 --val-every 0 --sample-len 0 --out recipelsf)
+check "train --least-squares --forget-fit: the model file says least_squares and not no_forget (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -a -q 'least_squares...1' recipelsf/model.safetensors && \
+         ! grep -a -q 'no_forget...1' recipelsf/model.safetensors"
+rc=$(run "$bin" needle --model recipels/model.safetensors --task prose --data tiny.txt --len 1K --trials 1 --alpha 0.01)
+check "  needle --alpha 0.01 turns forgetting on in a model trained without it, and says so (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'forgetting gate set to start at 0.01' out.txt"
+rc=$(run "$bin" train $tiny --forget-fit --steps 1 --out fitless)
+check "  --forget-fit without --least-squares: exit 2, saying it needs it (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'give --least-squares' err.txt"
 rc=$(run "$bin" train $tiny --least-squares --steps 1 --out lsdeep)
 check "  --least-squares with the default memory of depth 2: exit 2 (a usage error), saying it needs depth 1 (rc=$rc)" \
   sh -c "[ $rc = 2 ] && grep -q 'least_squares needs depth 1' err.txt"

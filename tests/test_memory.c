@@ -149,10 +149,25 @@ static void ref_invert(double *a, double *inv, size_t n) {
 /* least_squares (docs/model.md 1.11), straight from its definition, with no recursion: after token t,
    W = (W_0 + sum_{s<=t} theta_s v_s k_s^T) A^-1 and S = G = I - A^-1, A = I + sum_{s<=t} theta_s k_s k_s^T.
    gram [dh, dh] (A so far) and cross [dh, dh] (W_0 + the sum) carry the sums; W, S [dh, dh] are written;
-   work [2, dh, dh]. */
+   work [2, dh, dh]. With forgetting (alpha > 0) the sums so far are first replaced by those of the fit W
+   with the decayed confidence, by inverses rather than the library's rank-one updates:
+   A = (a A^-1 + (1 - a) I)^-1 with a = 1 - alpha, and cross = W A (the normal equations' W again). */
 static void ref_least_squares_token(size_t dh, double *gram, double *cross, const double *k, const double *v,
-                                    double theta, double *W, double *S, double *work) {
+                                    double theta, double alpha, double *W, double *S, double *work) {
   double *a = work, *inv = work + dh * dh;
+  if (alpha != 0.0) {
+    memcpy(a, gram, dh * dh * sizeof(double));
+    ref_invert(a, inv, dh); /* inv = P */
+    for (size_t j = 0; j < dh * dh; j++) inv[j] = (1.0 - alpha) * inv[j] + alpha * (j % (dh + 1) == 0);
+    memcpy(a, inv, dh * dh * sizeof(double));
+    ref_invert(a, gram, dh);
+    for (size_t i = 0; i < dh; i++)
+      for (size_t j = 0; j < dh; j++) {
+        double acc = 0;
+        for (size_t l = 0; l < dh; l++) acc += W[i * dh + l] * gram[l * dh + j];
+        cross[i * dh + j] = acc;
+      }
+  }
   for (size_t i = 0; i < dh; i++)
     for (size_t j = 0; j < dh; j++) {
       gram[i * dh + j] += theta * k[i] * k[j];
@@ -201,7 +216,7 @@ static void ref_forward(const ref_model *rm, const double *x, size_t B, size_t T
         double th = gates[(0 * T + t) * H + h], et = gates[(1 * T + t) * H + h], al = gates[(2 * T + t) * H + h];
         double act[TITANS_MEM_MAX_DEPTH + 1][64], z[TITANS_MEM_MAX_DEPTH][64];
         if (rm->cfg.least_squares) {
-          ref_least_squares_token(dh, gram, cross, k, v, th, W, S, lswork);
+          ref_least_squares_token(dh, gram, cross, k, v, th, al, W, S, lswork);
           ref_mlp(m, 0, W, q, y + t * dm + h * dh, act, z);
           continue;
         }
@@ -284,6 +299,13 @@ static titans_mem_config per_token(titans_mem_config c) {
 /* cfg of the least-squares memory (least_squares, docs/model.md 1.11) from a depth-1 cfg */
 static titans_mem_config least_sq(titans_mem_config c) {
   titans_mem_config_use_least_squares(&c);
+  return c;
+}
+
+/* cfg of a least-squares memory whose fit's confidence decays by alpha_t (no_forget 0, docs/model.md 1.11) */
+static titans_mem_config least_sq_forgetting(titans_mem_config c) {
+  c = least_sq(c);
+  c.no_forget = 0;
   return c;
 }
 
@@ -1093,6 +1115,10 @@ int main(void) {
     test_chunked_vs_recurrence(least_sq(make_cfg(8, 2, 4, 1, 2, chunks[ci], 4, 0, 4.0f)), 2, 23);
   test_chunked_vs_recurrence(least_sq(linear_qk(make_cfg(16, 1, 16, 1, 1, 8, 4, 0, 50.0f))), 2, 37);
   test_chunked_vs_recurrence(least_sq(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 0, 0, 4.0f))), 1, 23);
+  printf("memory layer: a least-squares memory that forgets (its confidence decays by alpha_t), against inverses\n");
+  for (int ci = 0; ci < 4; ci++)
+    test_chunked_vs_recurrence(least_sq_forgetting(make_cfg(8, 2, 4, 1, 2, chunks[ci], 4, 0, 4.0f)), 2, 23);
+  test_chunked_vs_recurrence(least_sq_forgetting(linear_qk(make_cfg(16, 1, 16, 1, 1, 8, 4, 0, 50.0f))), 2, 37);
 
   printf("memory layer: gradients vs central differences of the double reference (h = 1e-5)\n");
   test_gradients(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7);
@@ -1127,6 +1153,8 @@ int main(void) {
   test_gradients(linear_qk(bounded(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f), 0.5f)), 2, 9);
   test_gradients(least_sq(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 4.0f)), 2, 7);
   test_gradients(least_sq(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 20.0f))), 2, 9);
+  test_gradients(least_sq_forgetting(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 4.0f)), 2, 7); /* decay_w, decay_b too */
+  test_gradients(least_sq_forgetting(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 20.0f))), 2, 9);
   /* a cost on writing (ctx.write_cost, titans_train_config.write_cost) and its log form (write_cost_log):
      large enough that the write gates' gradients are mostly the costs' */
   test_gradients_with_cost(make_cfg(8, 2, 4, 1, 2, 3, 4, 0, 0.5f), 2, 7, 3.0f, 0.0f, NULL);
@@ -1151,10 +1179,12 @@ int main(void) {
   test_streaming(per_token(make_cfg(8, 2, 4, 1, 2, 8, 4, 1, 0.25f)));
   test_streaming(linear_qk(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)));
   test_streaming(least_sq(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)));
+  test_streaming(least_sq_forgetting(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)));
   test_causality(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f));
   test_causality(keyed_gate(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f)));
   test_causality(linear_qk(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.5f)));
   test_causality(least_sq(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)));
+  test_causality(least_sq_forgetting(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)));
   test_causality(make_cfg(8, 2, 4, 3, 2, 16, 0, 1, 0.5f));
   test_threads_and_state(make_cfg(16, 4, 4, 2, 2, 8, 4, 0, 0.25f));
   test_stage_timers(make_cfg(8, 2, 4, 2, 2, 4, 4, 0, 0.25f));
@@ -1164,6 +1194,7 @@ int main(void) {
   test_chained_backward(keyed_gate(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)), 8, 13);
   test_chained_backward(per_token(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 0.25f)), 8, 13);
   test_chained_backward(least_sq(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)), 8, 13);
+  test_chained_backward(least_sq_forgetting(make_cfg(8, 2, 4, 1, 2, 4, 4, 0, 4.0f)), 8, 13);
   printf("memory layer: the least-squares memory reads back every pair written (titans_mem_write)\n");
   test_least_squares_recall();
   test_bad_input();
@@ -1174,5 +1205,6 @@ int main(void) {
      positive for 65,536 rank-1 updates in float */
   long_run.depth = 1, long_run.heads = 1, long_run.head_dim = 64, long_run.theta_max = 100.0f;
   test_long_run_finite(least_sq(long_run), "a least-squares memory of one head of 64");
+  test_long_run_finite(least_sq_forgetting(long_run), "a least-squares memory of one head of 64 that forgets");
   return th_summary("test_memory");
 }

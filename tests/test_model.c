@@ -344,14 +344,17 @@ static void test_lookup_init(void) {
   check_mem_flag(m.cfg, offsetof(titans_mem_config, gate_key), "gate_key");
   th_check(strstr(json, "qk_linear") == NULL, "qk_linear = 0 is not written (files stay as they were)");
   check_mem_flag(m.cfg, offsetof(titans_mem_config, qk_linear), "qk_linear");
-  /* least_squares, likewise; it needs a matrix memory without momentum, forgetting or the bound */
+  /* least_squares, likewise; it needs a matrix memory without momentum or the bound (forgetting decays its G) */
   th_check(strstr(json, "least_squares") == NULL, "least_squares = 0 is not written (files stay as they were)");
   titans_config ls = m.cfg;
-  ls.mem.depth = 1, ls.mem.surprise_bound = 0.0f, ls.mem.no_momentum = 1, ls.mem.no_forget = 1, ls.mem.residual = 0;
+  titans_mem_config_use_least_squares(&ls.mem);
+  ls.mem.least_squares = 0;
   check_mem_flag(ls, offsetof(titans_mem_config, least_squares), "least_squares");
   ls.mem.least_squares = 1;
   ls.mem.no_forget = 0;
-  th_check(titans_config_check(&ls, err) != TITANS_OK, "least_squares with forgetting is refused: %s", err);
+  th_check(titans_config_check(&ls, err) == TITANS_OK, "least_squares with forgetting (a decaying G) is taken: %s", err);
+  ls.mem.no_momentum = 0;
+  th_check(titans_config_check(&ls, err) != TITANS_OK, "least_squares with momentum is refused: %s", err);
   /* per_token_grad, likewise; it needs a matrix memory without the surprise bound */
   th_check(strstr(json, "per_token_grad") == NULL, "per_token_grad = 0 is not written (files stay as they were)");
   titans_config exact = m.cfg;
@@ -807,6 +810,10 @@ int main(void) {
   test_causality_and_sessions(TITANS_BLOCK_LMM);
   test_causality_and_sessions(TITANS_BLOCK_MAC);
   test_causality_and_sessions(TITANS_BLOCK_MAG);
+  printf("models: least-squares memories whose confidence decays (no_forget 0)\n");
+  tiny_least_squares = 2;
+  test_gradients(TITANS_BLOCK_LMM);
+  test_causality_and_sessions(TITANS_BLOCK_MAC);
   tiny_least_squares = 0;
   printf("models: the look-up initialisation and keys held on the previous token\n");
   test_lookup_init();
