@@ -409,6 +409,8 @@ static int task_of_step(const options *o, long s) {
   return (int)(s % active);
 }
 
+/* The metadata names the task and how it was trained; no_forget and per_token_grad are the model's
+   configuration (a least-squares memory forgets nothing without --no-forget being given). */
 static void write_checkpoint(titans_model *m, const options *o, double mean_acc) {
   char tasks[512], meta[1024];
   format_tasks(tasks, sizeof tasks, &o->train);
@@ -416,7 +418,7 @@ static void write_checkpoint(titans_model *m, const options *o, double mean_acc)
            "mqar: alpha=%g random_filler=%d train=%s curriculum=%d steps=%ld batch=%ld lr=%g seed=%llu gated_delta=%d "
            "lookup_init=%d emb_shared=%g no_forget=%d per_token_grad=%d mean_accuracy=%.4f",
            o->alpha, o->random_filler, tasks, o->curriculum, o->steps, o->batch, o->lr, (unsigned long long)o->seed,
-           o->gated_delta, o->lookup_init, o->emb_shared, o->no_forget, m->cfg.mem.per_token_grad, mean_acc);
+           o->gated_delta, o->lookup_init, o->emb_shared, m->cfg.mem.no_forget, m->cfg.mem.per_token_grad, mean_acc);
   if (titans_model_save_ex(m, NULL, meta, o->out) != TITANS_OK) usage_fail(o->cmd, "saving %s: %s", o->out, m->error);
   printf("saved %s (task in its metadata: %s)\n", o->out, meta);
 }

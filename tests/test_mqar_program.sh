@@ -44,6 +44,12 @@ check "the metadata says gated_delta=1" grep -q "gated_delta=1" out.txt
 rc=$(run "$bin" eval --model gd.safetensors --results gd.tsv --eval-examples 8)
 check "its results line names the variant (rc=$rc)" grep -q "^lmm	gated-delta	d=16	layers=2	V=32	L=16	K=2	acc=" gd.tsv
 
+echo "== train (least squares)"
+rc=$(run "$bin" train $tiny --block lmm --least-squares --mem-depth 1 --train 16:2 --out ls.safetensors)
+check "an LMM trained as a least-squares memory exits 0 (rc=$rc)" [ "$rc" = 0 ]
+check "its metadata says what the model does: no_forget=1 (no --no-forget given)" \
+  sh -c 'grep -q "no_forget=1 " out.txt && ! grep -q "no_forget=0" out.txt'
+
 echo "== the long-range layout (L:K:D)"
 rc=$(run "$bin" train $tiny --block lmm --gated-delta --train 16:2,64:4:24 --out far.safetensors)
 check "a run with a long-range task exits 0 (rc=$rc)" [ "$rc" = 0 ]
