@@ -255,18 +255,47 @@ static size_t longctx_tech_line(char *line, size_t size, uint64_t *rng) {
   return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
+/* One sentence of documentation that states numbers into line [size]; returns its length: "The default
+   timeout is 500.", "This results in 16 bytes.", numbers after "is", "to", "in", "of", "than" in a
+   manual's prose, as a needle's number follows "is". Each template's words and numbers (1 to 7 digits,
+   the count uniform) are drawn in order before it is written. */
+static size_t longctx_tech_statement(char *line, size_t size, uint64_t *rng) {
+  const char *w[3];
+  unsigned long v[2];
+  for (int k = 0; k < 3; k++) w[k] = longctx_tech_words[longctx_next(rng) % LONGCTX_N_TECH_WORDS];
+  for (int k = 0; k < 2; k++) v[k] = longctx_tech_number(rng, 7);
+  int n = 0;
+  switch (longctx_next(rng) % 8) {
+  case 0: n = snprintf(line, size, "The default %s is %lu, and the %s is %lu. ", w[0], v[0], w[1], v[1]); break;
+  case 1:
+    n = snprintf(line, size, "When the %s is %lu, the %s of each %s is set to %lu. ", w[0], v[0], w[1], w[2], v[1]);
+    break;
+  case 2: n = snprintf(line, size, "This results in %lu bytes; the %s is %lu by default. ", v[0], w[0], v[1]); break;
+  case 3: n = snprintf(line, size, "If the %s is %lu or more, %s returns %lu. ", w[0], v[0], w[1], v[1]); break;
+  case 4: n = snprintf(line, size, "Each %s holds up to %lu entries (its %s is %lu). ", w[0], v[0], w[1], v[1]); break;
+  case 5: n = snprintf(line, size, "The %s must be at least %lu and less than %lu. ", w[0], v[0], v[1]); break;
+  case 6: n = snprintf(line, size, "The %s count is %lu; a %s of %lu means no limit.\n", w[0], v[0], w[1], v[1]);
+    break;
+  default: n = snprintf(line, size, "Its %s is %lu, the %s of the %s is %lu.\n", w[0], v[0], w[1], w[2], v[1]); break;
+  }
+  return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
 /* out [n] = technical text drawn from seed: #define'd constants in decimal and hexadecimal, enumerations,
    tables, dated log lines, versions, compiler warnings with line numbers, addresses, and lines without
    numbers (comments, prototypes, structures) between; about 90 digits a KB, as the C headers denser than
    40 digits a KB that session 19 trained amid (91.6). Numbers in many formats and contexts that no
    question asks for: amid them a write gate learns to pass digits by that do not follow a needle's words
-   (docs/long_context.md). */
-static void longctx_technical_text(int *out, size_t n, uint64_t seed) {
+   (docs/long_context.md). statement_share (0 to 1) of its lines are sentences that state numbers
+   (longctx_tech_statement; train --statements); at 0 no draw is spent on it, the text of before. */
+static void longctx_technical_text(int *out, size_t n, uint64_t seed, double statement_share) {
   uint64_t rng = longctx_mix64(seed, 0x54454348ull);
   char line[1024]; /* [len] one line or block */
   size_t i = 0;
   while (i < n) {
-    size_t len = longctx_tech_line(line, sizeof line, &rng);
+    int statement = statement_share > 0 && (double)(longctx_next(&rng) >> 11) * 0x1.0p-53 < statement_share;
+    size_t len = statement ? longctx_tech_statement(line, sizeof line, &rng)
+                           : longctx_tech_line(line, sizeof line, &rng);
     for (size_t k = 0; k < len && i < n; k++) out[i++] = (unsigned char)line[k];
   }
 }

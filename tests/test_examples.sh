@@ -348,6 +348,12 @@ check "  a run on the cycle resumed without --haystack own is refused, saying bo
 rc=$(run "$bin" train $tiny --task prose --recipe none --haystack mixed --lens 256 --steps 2 --out haymixed)
 check "train --task prose --haystack mixed exits 0, says so, and names it in the resume line (rc=$rc)" \
   sh -c "[ $rc = 0 ] && grep -q 'alternating every 4 KB with technical text' out.txt && grep -a -q 'haystack=mixed' haymixed/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --recipe none --haystack mixed --statements 0.125 --lens 256 --steps 2 --out haystated)
+check "  --statements 0.125: the filler's line and the resume line say so (rc=$rc)" \
+  sh -c "[ $rc = 0 ] && grep -q 'lines sentences stating numbers' out.txt && grep -a -q 'haystack=mixed statements=0.125' haystated/trainer.safetensors"
+rc=$(run "$bin" train $tiny --task prose --recipe none --statements 0.125 --lens 256 --steps 2 --out nostated)
+check "  --statements without --haystack mixed: exit 2, saying so (rc=$rc)" \
+  sh -c "[ $rc = 2 ] && grep -q 'statements goes with --haystack mixed' err.txt"
 rc=$(run "$bin" train --data tiny.txt --task prose --recipe numbers --lens 256 --steps 2 --val-every 0 --sample-len 0 \
   --out recipenum)
 check "train --task prose --recipe numbers: an LMM amid the technical text, its first memory shut, both costs on writing on the filler only (rc=$rc)" \

@@ -652,14 +652,28 @@ static void test_sentence_haystack(void) {
   free(b);
 }
 
+/* How many times text [n] holds "is " followed by a digit: a number stated as a needle's is. */
+static size_t count_stated_numbers(const int *text, size_t n) {
+  size_t count = 0;
+  for (size_t i = 0; i + 3 < n; i++)
+    count += text[i] == 'i' && text[i + 1] == 's' && text[i + 2] == ' ' && text[i + 3] >= '0' && text[i + 3] <= '9';
+  return count;
+}
+
 /* The technical haystack (`train --haystack mixed`): deterministic, printable, about 90 digits a KB
-   like the C headers it stands for, numbers in several formats, and not periodic. */
+   like the C headers it stands for, numbers in several formats, and not periodic; with statements, numbers
+   stated after "is" as a needle's are, and without them none. */
 static void test_technical_text(void) {
   enum { N = 1 << 16 };
   int *a = (int *)malloc(N * sizeof(int)), *b = (int *)malloc(N * sizeof(int)), *c = (int *)malloc(N * sizeof(int));
-  longctx_technical_text(a, N, 5);
-  longctx_technical_text(b, N, 5);
-  longctx_technical_text(c, N, 6);
+  longctx_technical_text(a, N, 5, 0);
+  longctx_technical_text(b, N, 5, 0);
+  longctx_technical_text(c, N, 6, 0);
+  uint64_t hash = 1469598103934665603ull; /* FNV-1a of the bytes */
+  for (size_t i = 0; i < N; i++) hash = (hash ^ (uint64_t)(unsigned)a[i]) * 1099511628211ull;
+  th_check(hash == 0x4f045298b63dc87bull, /* the text of seed 5 before --statements existed */
+           "technical haystack: without statements, the text runs trained before session 32 read (%016llx)",
+           (unsigned long long)hash);
   th_check(!memcmp(a, b, N * sizeof(int)) && memcmp(a, c, N * sizeof(int)),
            "technical haystack: the same seed gives the same text, another seed another");
   size_t digits = 0, unprintable = 0;
@@ -681,6 +695,16 @@ static void test_technical_text(void) {
   size_t periodic = 0;
   for (size_t shift = 1; shift <= 4096; shift++) periodic += !memcmp(a + 8192, a + 8192 + shift, 2048 * sizeof(int));
   th_check(periodic == 0, "technical haystack: no period up to 4,096 bytes (%zu shifts repeat)", periodic);
+  size_t stated_plain = count_stated_numbers(a, N);
+  longctx_technical_text(b, N, 5, 0.125);
+  size_t stated = count_stated_numbers(b, N), lines = 0;
+  for (size_t i = 0; i < N; i++) lines += b[i] == '\n';
+  unprintable = 0;
+  for (size_t i = 0; i < N; i++) unprintable += !((b[i] >= 32 && b[i] < 127) || b[i] == '\n' || b[i] == '\t');
+  /* an eighth of some 1,600 lines, two stated numbers each, most after "is" */
+  th_check(stated_plain == 0 && stated > 150 && stated < 600 && unprintable == 0,
+           "technical haystack with --statements 0.125: %zu numbers after \"is \" in %zu lines (without: %zu), "
+           "printable (%zu bytes not)", stated, lines, stated_plain, unprintable);
   free(a);
   free(b);
   free(c);
