@@ -293,7 +293,7 @@ static void longctx_technical_text(int *out, size_t n, uint64_t seed, double sta
   char line[1024]; /* [len] one line or block */
   size_t i = 0;
   while (i < n) {
-    int statement = statement_share > 0 && (double)(longctx_next(&rng) >> 11) * 0x1.0p-53 < statement_share;
+    int statement = statement_share > 0 && longctx_unit(longctx_next(&rng)) < statement_share;
     size_t len = statement ? longctx_tech_statement(line, sizeof line, &rng)
                            : longctx_tech_line(line, sizeof line, &rng);
     for (size_t k = 0; k < len && i < n; k++) out[i++] = (unsigned char)line[k];

@@ -701,7 +701,7 @@ static void test_technical_text(void) {
   for (size_t i = 0; i < N; i++) lines += b[i] == '\n';
   unprintable = 0;
   for (size_t i = 0; i < N; i++) unprintable += !((b[i] >= 32 && b[i] < 127) || b[i] == '\n' || b[i] == '\t');
-  /* an eighth of some 1,600 lines, two stated numbers each, most after "is" */
+  /* an eighth of some 2,300 lines, two stated numbers each, most after "is" */
   th_check(stated_plain == 0 && stated > 150 && stated < 600 && unprintable == 0,
            "technical haystack with --statements 0.125: %zu numbers after \"is \" in %zu lines (without: %zu), "
            "printable (%zu bytes not)", stated, lines, stated_plain, unprintable);
