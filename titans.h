@@ -1163,9 +1163,9 @@ TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user);
 /* on = 1: the training forward keeps less and the backward computes it again: MAC keeps only the memory
    state at each segment's start (the backward runs each segment's forward again before its backward),
-   and every kind runs its FFN in pieces of 1,024 rows whose hidden rows the backward computes again. The
-   same loss and gradients (the same bits, but for the rounding of the FFN's weight gradients summed by
-   piece) in a tenth of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe 0.70 GB,
+   and every kind runs its FFN in pieces of at most 1,024 rows whose hidden rows the backward computes
+   again. The same loss and gradients (the same bits, but for the rounding of the FFN's weight gradients
+   summed by piece) in a tenth of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe 0.70 GB,
    7.7 GB without) for a few percent more arithmetic. 0 (the default) turns it off. */
 TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on);
 /* skip [rows, T] (the rows of the following training calls' token arrays: n_micro x B for
@@ -10984,14 +10984,24 @@ static int titans__lm2_step_rows(titans__rows_work *w, size_t n, int l) {
    differently from one product over every row. */
 #define TITANS__FFN_PIECE 1024
 
+/* The rows of each piece but the last: n cut into ceil(n / 1024) pieces of equal length (the last up to
+   fewer rows shorter than there are pieces), so no piece of a cut is shorter than 512 rows. A short last piece
+   (1,040 = 1,024 + 16) would fall to the GEMM's small-m methods (titans__gemm_method), whose sums run in a
+   different order on some ISAs (AVX2's dot method), and its rows would no longer be the whole product's. */
+static size_t titans__ffn_piece_rows(size_t n) {
+  size_t pieces = (n + TITANS__FFN_PIECE - 1) / TITANS__FFN_PIECE;
+  return pieces <= 1 ? n : (n + pieces - 1) / pieces;
+}
+
 /* The second half of a block (titans__block_ffn_rows) piece by piece: h, hn [n, d] kept, x_out [n, d]. */
 static int titans__block_ffn_pieces(const titans_config *c, const titans_layer *L, titans__layer_fwd *lf,
                                     titans__arena *ar, float *x_out, const float *x, size_t n) {
   size_t d = (size_t)c->d;
   for (size_t j = 0; j < n * d; j++) lf->h[j] = x[j] + lf->mix[j];
   titans_rmsnorm_forward(lf->hn, lf->rstd2, lf->h, L->norm2, n, d);
-  for (size_t r0 = 0; r0 < n; r0 += TITANS__FFN_PIECE) {
-    size_t rows = n - r0 < TITANS__FFN_PIECE ? n - r0 : TITANS__FFN_PIECE;
+  size_t piece = titans__ffn_piece_rows(n);
+  for (size_t r0 = 0; r0 < n; r0 += piece) {
+    size_t rows = n - r0 < piece ? n - r0 : piece;
     titans__arena_mark piece_start = titans__arena_here(ar);
     titans__ffn_save sv;
     TITANS__TRY(titans__ffn_alloc(c, ar, &sv, rows));
@@ -11033,8 +11043,9 @@ static int titans__block_ffn_backward(const titans_config *c, const titans_layer
   TITANS__NEED(dhn);
   memcpy(dh, dx_out, n * d * sizeof(float));
   if (!lf->recompute) TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
-  for (size_t r0 = 0; lf->recompute && r0 < n; r0 += TITANS__FFN_PIECE) { /* titans__block_ffn_pieces */
-    size_t rows = n - r0 < TITANS__FFN_PIECE ? n - r0 : TITANS__FFN_PIECE;
+  size_t piece = titans__ffn_piece_rows(n);
+  for (size_t r0 = 0; lf->recompute && r0 < n; r0 += piece) { /* titans__block_ffn_pieces */
+    size_t rows = n - r0 < piece ? n - r0 : piece;
     titans__arena_mark piece_start = titans__arena_here(ar);
     titans__ffn_save sv;
     TITANS__TRY(titans__ffn_alloc(c, ar, &sv, rows));

@@ -167,16 +167,26 @@ check "the first Ctrl-C says what the run does now" grep -q 'stopping after the 
 kill -s INT $pid; wait $pid; rc=$?
 check "a second Ctrl-C before the first checkpoint quits at once, leaving no empty --out folder (rc=$rc)" \
   sh -c "[ $rc = 130 ] && { [ ! -e twice ] || { [ -s twice/trainer.safetensors ] && ! ls twice | grep -q tmp; }; }"
-# a pause of 12 s early in the run (the process stopped once it logs its first step: within a few tens of
-# steps, however fast they go): 60 steps on, the ETA goes by the last 20 steps, not by the average over the
-# run (tok/s), which holds the pause. Checked at step 60 so that the pause is out of the window even when
-# the first steps are fast, and the pause is 12 / 60 = 0.2 s a step of the average, far above a step's time
-start_run eta --steps 100 --log-every 1 --val-every 0 --save-every 0 --sample-len 0
+# a pause of 12 s early in the run (the process stopped once it logs its first step; its steps take a few
+# ms, so the pause lands somewhere in the first few hundred of 3,000): 40 steps after the pause, the ETA
+# goes by the last 20 steps, not by the average over the run (tok/s), which holds the pause. The pause's
+# step is read off the log (the step where the run-average tok/s falls the most, to under half the step before's),
+# so the check does not depend on when the signal lands; by then the pause is at least 12 / (p + 40) s a
+# step of the average, far above a step's time.
+start_run eta --steps 3000 --log-every 1 --val-every 0 --save-every 0 --sample-len 0
 kill -s STOP $pid; sleep 12; kill -s CONT $pid; wait $pid
-eta=$(sed -n 's/^step    60\/100 .* ETA \([0-9]*\)s$/\1/p' eta.out)
-by_average=$(awk '/^step    60\/100 / { for (i = 1; i <= NF; i++) if ($i == "tok/s") print 40 * 64 / $(i - 1) }' eta.out)
-check "the ETA goes by the recent steps' speed: ${eta:-?} s at step 60 of 100, the run's average says ${by_average:-?} s" \
-  awk -v e="$eta" -v a="$by_average" 'BEGIN { exit !(e != "" && a != "" && 2 * e < a) }'
+eta_at_pause() { # prints: the pause's step, the step checked, its ETA, the ETA the run's average gives
+  awk '/^step +[0-9]+\/[0-9]+ / {
+    split($2, st, "/"); n = st[1]; total = st[2]
+    for (i = 1; i <= NF; i++) { if ($i == "tok/s") tok[n] = $(i - 1); if ($i == "ETA") eta[n] = $(i + 1) }
+    if (n > 1 && tok[n - 1] > 0 && (!p || tok[n] / tok[n - 1] < drop)) { p = n; drop = tok[n] / tok[n - 1] } }
+    END { c = p + 40; if (p && drop < 0.5 && (c in eta)) { sub(/s$/, "", eta[c]); print p, c, eta[c], (total - c) * 64 / tok[c] } }' eta.out
+}
+read -r pause_step eta_step eta by_average <<EOF
+$(eta_at_pause)
+EOF
+check "the ETA goes by the recent steps' speed: ${eta:-?} s at step ${eta_step:-?} (40 after the pause at ${pause_step:-?}), the run's average says ${by_average:-?} s" \
+  awk -v e="${eta:-}" -v a="${by_average:-}" 'BEGIN { exit !(e != "" && a != "" && 2 * e < a) }'
 start_run term --steps 100000
 kill -s TERM $pid; wait $pid; rc=$?
 check "SIGTERM: saves and exits 143 (rc=$rc)" sh -c "[ $rc = 143 ] && [ -s term/trainer.safetensors ]"

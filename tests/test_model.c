@@ -570,8 +570,8 @@ static float recompute_grads(titans_model *m, int on, const int *tokens, size_t 
 }
 
 /* titans_trainer_set_recompute: MAC's backward runs each segment's forward again from the state it
-   kept, and every kind's FFN runs in pieces of 1024 rows, its hidden rows computed again in the
-   backward. With at most 1024 rows the loss and every gradient must be the same bits as without it:
+   kept, and every kind's FFN runs in equal pieces of at most 1024 rows, its hidden rows computed again
+   in the backward. With at most 1024 rows the loss and every gradient must be the same bits as without it:
    B = 3 rows (MAC: T = 15, a last segment of 3 of 4, memory chunks of 2 across segment starts), two
    steps in a row, then off again; then a MAC stream of two windows that carries the memory. With
    more rows (2 x 520) the FFN's weight gradients are summed piece by piece: the loss must be the same
