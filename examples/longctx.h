@@ -281,20 +281,69 @@ static size_t longctx_tech_statement(char *line, size_t size, uint64_t *rng) {
   return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
+/* A number of exactly `digits` digits (1 to 12; a leading digit 1-9), for columns whose widths vary. */
+static unsigned long long longctx_tech_wide_number(uint64_t *rng, int digits) {
+  unsigned long long low = 1;
+  for (int k = 1; k < digits; k++) low *= 10;
+  return low + longctx_next(rng) % (9 * low);
+}
+
+/* One block of columns of long numbers into line [size], as programs print them and manuals quote them
+   (du, ls -l, wc, df, dd, a table of counts): numbers of 3 to 10 digits separated by spaces or tabs, none
+   after the words a needle's number follows, none asked; returns its length. session 34's write trace
+   found the GNU info manuals' such columns ("600k   877703", "59703296 bytes") written as hard as a
+   needle, and longctx_tech_line has none (its tables are of 1 to 5 digits in braces). */
+static size_t longctx_tech_columns(char *line, size_t size, uint64_t *rng) {
+  const char *w[3];
+  for (int k = 0; k < 3; k++) w[k] = longctx_tech_words[longctx_next(rng) % LONGCTX_N_TECH_WORDS];
+  int kind = (int)(longctx_next(rng) % 6), rows = 2 + (int)(longctx_next(rng) % 5), n = 0;
+  for (int r = 0; r < rows && n >= 0 && n < (int)size; r++) {
+    const char *name = longctx_tech_words[longctx_next(rng) % LONGCTX_N_TECH_WORDS];
+    unsigned long long v[4]; /* the row's numbers, 3 to 10 digits each, drawn in order */
+    for (int k = 0; k < 4; k++) v[k] = longctx_tech_wide_number(rng, 3 + (int)(longctx_next(rng) % 8));
+    char *at = line + n;
+    size_t left = size - (size_t)n;
+    switch (kind) {
+    case 0: /* du: a size, in kilobytes or as is, then a path */
+      n += snprintf(at, left, "%llu%s\t%s/%s\n", v[0], v[1] % 2 ? "k" : "", w[0], name); break;
+    case 1: /* ls -l */
+      n += snprintf(at, left, "-rw-r--r-- 1 %s %s %10llu %s %2llu %02llu:%02llu %s.%s\n", w[0], w[0], v[0],
+                    v[1] % 2 ? "Mar" : "Oct", 1 + v[1] % 28, v[2] % 24, v[3] % 60, name, w[1]); break;
+    case 2: /* wc: lines, words, bytes */
+      n += snprintf(at, left, "%8llu %8llu %8llu %s.txt\n", v[0] % 100000, v[1], v[2], name); break;
+    case 3: /* df */
+      if (r == 0) n += snprintf(at, left, "Filesystem     1K-blocks       Used  Available Use%% Mounted on\n");
+      if (n > 0 && n < (int)size)
+        n += snprintf(line + n, size - (size_t)n, "/dev/sd%c%llu %10llu %10llu %10llu %3llu%% /%s\n",
+                      (char)('a' + v[3] % 4), 1 + v[3] % 9, v[0], v[1], v[2], v[3] % 100, name);
+      break;
+    case 4: /* dd: records and bytes */
+      n += snprintf(at, left, "%llu+0 records in\n%llu+0 records out\n%llu bytes copied, %llu.%llu s\n", v[0], v[0],
+                    v[1], v[2] % 100, v[3] % 1000); break;
+    default: /* a table of counts: a name, then three right-aligned columns */
+      n += snprintf(at, left, "%-12s %10llu %10llu %10llu\n", name, v[0], v[1], v[2]); break;
+    }
+  }
+  return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
 /* out [n] = technical text drawn from seed: #define'd constants in decimal and hexadecimal, enumerations,
    tables, dated log lines, versions, compiler warnings with line numbers, addresses, and lines without
    numbers (comments, prototypes, structures) between; about 90 digits a KB, as the C headers denser than
    40 digits a KB that session 19 trained amid (91.6). Numbers in many formats and contexts that no
    question asks for: amid them a write gate learns to pass digits by that do not follow a needle's words
    (docs/long_context.md). statement_share (0 to 1) of its lines are sentences that state numbers
-   (longctx_tech_statement; train --statements); at 0 no draw is spent on it, the text of before. */
-static void longctx_technical_text(int *out, size_t n, uint64_t seed, double statement_share) {
+   (longctx_tech_statement; train --statements) and column_share of the others blocks of columns of long
+   numbers (longctx_tech_columns; train --columns); at 0 no draw is spent on either, the text of before. */
+static void longctx_technical_text(int *out, size_t n, uint64_t seed, double statement_share, double column_share) {
   uint64_t rng = longctx_mix64(seed, 0x54454348ull);
   char line[1024]; /* [len] one line or block */
   size_t i = 0;
   while (i < n) {
     int statement = statement_share > 0 && longctx_unit(longctx_next(&rng)) < statement_share;
+    int columns = !statement && column_share > 0 && longctx_unit(longctx_next(&rng)) < column_share;
     size_t len = statement ? longctx_tech_statement(line, sizeof line, &rng)
+                 : columns ? longctx_tech_columns(line, sizeof line, &rng)
                            : longctx_tech_line(line, sizeof line, &rng);
     for (size_t k = 0; k < len && i < n; k++) out[i++] = (unsigned char)line[k];
   }

@@ -881,6 +881,8 @@ typedef struct train_opts {
   const char *haystack;          /* --haystack: the examples' filler ("sentences" or a file); NULL: the kind's own */
   double statements;             /* --statements F: with --haystack mixed, that fraction of the technical text's
                                     lines are sentences stating numbers (longctx_tech_statement) */
+  double columns;                /* --columns F: with --haystack mixed, that fraction of its other lines are
+                                    blocks of columns of long numbers (longctx_tech_columns) */
   double numbers;                /* --numbers F: each example writes a fraction uniform in [0, F) of its filler's
                                     words as numbers (longctx_options.number_words) */
   double decoys;                 /* --decoys F: longctx_options.decoy_numbers, that fraction of those numbers
@@ -1038,6 +1040,8 @@ static void help_train(void) {
          "                      split, passkey its fixed cycle (own; the passkey recipe: sentences)\n"
          "  --statements F      with --haystack mixed: this fraction of the technical text's lines are sentences\n"
          "                      that state numbers (\"The default timeout is 500.\"), the filler's, unasked (0)\n"
+         "  --columns F         with --haystack mixed: this fraction of its other lines are blocks of columns of\n"
+         "                      numbers of 3 to 10 digits (du, ls -l, wc, df, dd, tables), unasked (0)\n"
          "  --numbers F         each example writes a fraction, uniform in [0, F), of its filler's words as\n"
          "                      numbers no question asks for: the memory learns to bind a number to its key,\n"
          "                      not to every number it reads (0)\n"
@@ -1248,6 +1252,7 @@ static void parse_train(int argc, char **argv, train_opts *o) {
         usage_fail("train", "--key-words %s: want train, random or text", w);
     } else if (!strcmp(s, "--haystack")) o->haystack = arg_value(&a, s);
     else if (!strcmp(s, "--statements")) o->statements = arg_double(&a, s, 0, 1);
+    else if (!strcmp(s, "--columns")) o->columns = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--numbers")) o->numbers = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--decoys")) o->decoys = arg_double(&a, s, 0, 1);
     else if (!strcmp(s, "--alike-words")) o->alike_words = 1;
@@ -1352,6 +1357,8 @@ static void parse_train(int argc, char **argv, train_opts *o) {
     usage_fail("train", "--decoys goes with --task prose and --numbers above 0 (the decoys are some of its numbers)");
   if (o->statements > 0 && !(o->haystack && !strcmp(o->haystack, "mixed"))) /* lines of its technical text */
     usage_fail("train", "--statements goes with --haystack mixed (the recipe numbers' filler)");
+  if (o->columns > 0 && !(o->haystack && !strcmp(o->haystack, "mixed"))) /* lines of its technical text */
+    usage_fail("train", "--columns goes with --haystack mixed (the recipe numbers' filler)");
   if (o->haystack && !strcmp(o->haystack, "own")) o->haystack = NULL; /* the kind's own filler, the recipe's aside */
   if (o->needles == 0) o->needles = 1;
   if (o->min_rows == 0) o->min_rows = 1;
@@ -1603,6 +1610,7 @@ static void task_line(char *out, size_t size, const train_opts *o) {
     n += (size_t)snprintf(out + n, size - n, " key-words=%s", longctx_word_set_name(o->key_words));
   if (o->haystack && n < size) n += (size_t)snprintf(out + n, size - n, " haystack=%s", o->haystack);
   if (o->statements > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " statements=%.17g", o->statements);
+  if (o->columns > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " columns=%.17g", o->columns);
   if (o->numbers > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " numbers=%.17g", o->numbers);
   if (o->decoys > 0 && n < size) n += (size_t)snprintf(out + n, size - n, " decoys=%.17g", o->decoys);
   if (o->alike_words && n < size) n += (size_t)snprintf(out + n, size - n, " alike-words");
@@ -1792,7 +1800,7 @@ static int memory_keys_one_tap(const titans_model *model) {
 }
 
 static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haystack, const size_t *lens, size_t n_lens,
-                          const dataset *text, double statements, uint64_t seed);
+                          const dataset *text, double statements, double columns, uint64_t seed);
 
 static void task_check(const train_opts *o, const titans_model *model, const dataset *ds, const dataset *hay);
 
@@ -1824,7 +1832,7 @@ static int cmd_train(int argc, char **argv) {
   free(buf);
   dataset hay = {0, 0, 0, 0, 0}; /* --haystack: the examples' filler instead of the training split */
   if (o.haystack) {
-    haystack_load(&hay, &tok, o.haystack, o.lens, o.n_lens, &ds, o.statements, longctx_mix64(o.seed, 0x48415953ull));
+    haystack_load(&hay, &tok, o.haystack, o.lens, o.n_lens, &ds, o.statements, o.columns, longctx_mix64(o.seed, 0x48415953ull));
     printf("%s filler: %s (%zu tokens)\n", longctx_kind_name(o.task), hay.name, hay.n);
   }
   size_t T = (size_t)o.seq, B = (size_t)o.batch;
@@ -2285,9 +2293,9 @@ static void dataset_load(dataset *ds, titans_tokenizer *tok, const char *path) {
    many tokens as the longest of lens [n_lens] and 64K more (read from a random place, never wrapping
    within an example); "mixed" (train), the training split of `text` alternating every 4,096 tokens with
    as much technical text dense in numbers (longctx_technical_text, `statements` of its lines sentences
-   stating numbers); or the whole text of file H. ds->n_train = ds->n: all of it is filler. */
+   stating numbers, `columns` of the others columns of long numbers); or the whole text of file H. ds->n_train = ds->n: all of it is filler. */
 static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haystack, const size_t *lens, size_t n_lens,
-                          const dataset *text, double statements, uint64_t seed) {
+                          const dataset *text, double statements, double columns, uint64_t seed) {
   int sentences = !strcmp(haystack, "sentences"), mixed = !strcmp(haystack, "mixed");
   if (!sentences && !mixed) {
     dataset_load(ds, tok, haystack);
@@ -2297,17 +2305,18 @@ static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haysta
   size_t n = 65536; /* [n] tokens of filler */
   for (size_t i = 0; sentences && i < n_lens; i++) n = lens[i] + 65536 > n ? lens[i] + 65536 : n;
   if (mixed) n = 2 * text->n_train;
-  char name[160]; /* what the log says the filler is */
-  snprintf(name, sizeof name, "%s%s",
+  char name[200]; /* what the log says the filler is */
+  snprintf(name, sizeof name, "%s%s%s",
            sentences ? "plain sentences in random order"
                      : "the training split alternating every 4 KB with technical text dense in numbers",
-           mixed && statements > 0 ? ", some of its lines sentences stating numbers" : "");
+           mixed && statements > 0 ? ", some of its lines sentences stating numbers" : "",
+           mixed && columns > 0 ? ", some of its lines columns of long numbers" : "");
   memset(ds, 0, sizeof *ds);
   ds->ids = (int *)xmalloc(n * sizeof(int));
   if (sentences) longctx_sentence_text(ds->ids, n, seed);
   else {
     int *technical = (int *)xmalloc(text->n_train * sizeof(int)); /* [n_train] */
-    longctx_technical_text(technical, text->n_train, seed, statements);
+    longctx_technical_text(technical, text->n_train, seed, statements, columns);
     for (size_t at = 0, out = 0; at < text->n_train; at += 4096) {
       size_t take = text->n_train - at < 4096 ? text->n_train - at : 4096;
       memcpy(ds->ids + out, text->ids + at, take * sizeof(int)), out += take;
@@ -3762,7 +3771,7 @@ static int cmd_needle(int argc, char **argv) {
   titans_tokenizer_init(&tok, TITANS_TOKENIZER_BYTE);
   dataset ds = {0, 0, 0, 0, 0};
   if (o.haystack) {
-    haystack_load(&ds, &tok, o.haystack, o.lens, o.n_lens, NULL, 0,
+    haystack_load(&ds, &tok, o.haystack, o.lens, o.n_lens, NULL, 0, 0,
                   longctx_mix64(o.seed + LONGCTX_EVAL_SEED_OFFSET, 0x48415953ull));
     o.source = ds.ids, o.source_len = ds.n;
     printf("%s filler: %s (%zu tokens, read from a random place per trial)\n", longctx_kind_name(o.kind), ds.name,

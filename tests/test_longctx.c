@@ -660,15 +660,27 @@ static size_t count_stated_numbers(const int *text, size_t n) {
   return count;
 }
 
+/* How many runs of 7 or more digits text [n] holds that start after a space or a tab. */
+static size_t count_long_numbers(const int *text, size_t n) {
+  size_t count = 0;
+  for (size_t i = 1; i < n; i++) {
+    if (!(text[i - 1] == ' ' || text[i - 1] == '\t')) continue;
+    size_t len = 0;
+    while (i + len < n && text[i + len] >= '0' && text[i + len] <= '9') len++;
+    count += len >= 7;
+  }
+  return count;
+}
+
 /* The technical haystack (`train --haystack mixed`): deterministic, printable, about 90 digits a KB
    like the C headers it stands for, numbers in several formats, and not periodic; with statements, numbers
    stated after "is" as a needle's are, and without them none. */
 static void test_technical_text(void) {
   enum { N = 1 << 16 };
   int *a = (int *)malloc(N * sizeof(int)), *b = (int *)malloc(N * sizeof(int)), *c = (int *)malloc(N * sizeof(int));
-  longctx_technical_text(a, N, 5, 0);
-  longctx_technical_text(b, N, 5, 0);
-  longctx_technical_text(c, N, 6, 0);
+  longctx_technical_text(a, N, 5, 0, 0);
+  longctx_technical_text(b, N, 5, 0, 0);
+  longctx_technical_text(c, N, 6, 0, 0);
   uint64_t hash = 1469598103934665603ull; /* FNV-1a of the bytes */
   for (size_t i = 0; i < N; i++) hash = (hash ^ (uint64_t)(unsigned)a[i]) * 1099511628211ull;
   th_check(hash == 0x4f045298b63dc87bull, /* the text of seed 5 before --statements existed */
@@ -696,7 +708,7 @@ static void test_technical_text(void) {
   for (size_t shift = 1; shift <= 4096; shift++) periodic += !memcmp(a + 8192, a + 8192 + shift, 2048 * sizeof(int));
   th_check(periodic == 0, "technical haystack: no period up to 4,096 bytes (%zu shifts repeat)", periodic);
   size_t stated_plain = count_stated_numbers(a, N);
-  longctx_technical_text(b, N, 5, 0.125);
+  longctx_technical_text(b, N, 5, 0.125, 0);
   size_t stated = count_stated_numbers(b, N), lines = 0;
   for (size_t i = 0; i < N; i++) lines += b[i] == '\n';
   unprintable = 0;
@@ -705,6 +717,16 @@ static void test_technical_text(void) {
   th_check(stated_plain == 0 && stated > 150 && stated < 600 && unprintable == 0,
            "technical haystack with --statements 0.125: %zu numbers after \"is \" in %zu lines (without: %zu), "
            "printable (%zu bytes not)", stated, lines, stated_plain, unprintable);
+  /* columns of long numbers: runs of 7 or more digits after a space or tab, which the plain text has none
+     of (its longest decimals, 6 digits, follow #define's name; its 8-digit hexadecimals follow "0x") */
+  size_t long_plain = count_long_numbers(a, N);
+  longctx_technical_text(c, N, 5, 0, 0.125);
+  size_t long_columns = count_long_numbers(c, N), stated_columns = count_stated_numbers(c, N);
+  unprintable = 0;
+  for (size_t i = 0; i < N; i++) unprintable += !((c[i] >= 32 && c[i] < 127) || c[i] == '\n' || c[i] == '\t');
+  th_check(long_plain == 0 && long_columns > 100 && stated_columns == 0 && unprintable == 0,
+           "technical haystack with --columns 0.125: %zu numbers of 7+ digits after a space or tab (without: %zu), "
+           "none after \"is \" (%zu), printable (%zu bytes not)", long_columns, long_plain, stated_columns, unprintable);
   free(a);
   free(b);
   free(c);
