@@ -1165,8 +1165,8 @@ TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
    state at each segment's start (the backward runs each segment's forward again before its backward),
    and every kind runs its FFN in pieces of at most 1,024 rows whose hidden rows the backward computes
    again. The same loss and gradients (the same bits, but for the rounding of the FFN's weight gradients
-   summed by piece) in a tenth of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe 0.70 GB,
-   7.7 GB without) for a few percent more arithmetic. 0 (the default) turns it off. */
+   summed by piece) in a tenth of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe
+   0.70 GB, 7.7 GB without) for a few percent more arithmetic. 0 (the default) turns it off. */
 TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on);
 /* skip [rows, T] (the rows of the following training calls' token arrays: n_micro x B for
    titans_train_step and _targets, B for titans_forward_backward, the stream's rows for
@@ -10984,13 +10984,15 @@ static int titans__lm2_step_rows(titans__rows_work *w, size_t n, int l) {
    differently from one product over every row. */
 #define TITANS__FFN_PIECE 1024
 
-/* The rows of each piece but the last: n cut into ceil(n / 1024) pieces of equal length (the last up to
-   fewer rows shorter than there are pieces), so no piece of a cut is shorter than 512 rows. A short last piece
-   (1,040 = 1,024 + 16) would fall to the GEMM's small-m methods (titans__gemm_method), whose sums run in a
-   different order on some ISAs (AVX2's dot method), and its rows would no longer be the whole product's. */
-static size_t titans__ffn_piece_rows(size_t n) {
-  size_t pieces = (n + TITANS__FFN_PIECE - 1) / TITANS__FFN_PIECE;
-  return pieces <= 1 ? n : (n + pieces - 1) / pieces;
+/* n rows cut into ceil(n / 1024) pieces whose lengths differ by one row at most: piece i of `pieces` is
+   rows [*r0, *r0 + the return). So no piece of a cut is shorter than 512 rows: a short piece (1,040 =
+   1,024 + 16) would fall to the GEMM's small-m methods (titans__gemm_method), whose sums run in another
+   order on some ISAs (AVX2's dot method), and its rows would no longer be the whole product's. */
+static size_t titans__ffn_pieces(size_t n) { return (n + TITANS__FFN_PIECE - 1) / TITANS__FFN_PIECE; }
+static size_t titans__ffn_piece(size_t n, size_t pieces, size_t i, size_t *r0) {
+  size_t base = n / pieces, longer = n % pieces; /* the first `longer` pieces have base + 1 rows */
+  *r0 = i * base + (i < longer ? i : longer);
+  return base + (i < longer);
 }
 
 /* The second half of a block (titans__block_ffn_rows) piece by piece: h, hn [n, d] kept, x_out [n, d]. */
@@ -10999,9 +11001,8 @@ static int titans__block_ffn_pieces(const titans_config *c, const titans_layer *
   size_t d = (size_t)c->d;
   for (size_t j = 0; j < n * d; j++) lf->h[j] = x[j] + lf->mix[j];
   titans_rmsnorm_forward(lf->hn, lf->rstd2, lf->h, L->norm2, n, d);
-  size_t piece = titans__ffn_piece_rows(n);
-  for (size_t r0 = 0; r0 < n; r0 += piece) {
-    size_t rows = n - r0 < piece ? n - r0 : piece;
+  for (size_t i = 0, pieces = titans__ffn_pieces(n); i < pieces; i++) {
+    size_t r0, rows = titans__ffn_piece(n, pieces, i, &r0);
     titans__arena_mark piece_start = titans__arena_here(ar);
     titans__ffn_save sv;
     TITANS__TRY(titans__ffn_alloc(c, ar, &sv, rows));
@@ -11043,9 +11044,8 @@ static int titans__block_ffn_backward(const titans_config *c, const titans_layer
   TITANS__NEED(dhn);
   memcpy(dh, dx_out, n * d * sizeof(float));
   if (!lf->recompute) TITANS__TRY(titans__ffn_backward(c, L, G, ar, &lf->ffn, dhn, dx_out, lf->hn, n));
-  size_t piece = titans__ffn_piece_rows(n);
-  for (size_t r0 = 0; lf->recompute && r0 < n; r0 += piece) { /* titans__block_ffn_pieces */
-    size_t rows = n - r0 < piece ? n - r0 : piece;
+  for (size_t i = 0, pieces = lf->recompute ? titans__ffn_pieces(n) : 0; i < pieces; i++) {
+    size_t r0, rows = titans__ffn_piece(n, pieces, i, &r0); /* as titans__block_ffn_pieces */
     titans__arena_mark piece_start = titans__arena_here(ar);
     titans__ffn_save sv;
     TITANS__TRY(titans__ffn_alloc(c, ar, &sv, rows));

@@ -294,7 +294,7 @@ static unsigned long long longctx_tech_wide_number(uint64_t *rng, int digits) {
    found the GNU info manuals' such columns ("600k   877703", "59703296 bytes") written as hard as a
    needle, and longctx_tech_line has none (its tables are of 1 to 5 digits in braces). */
 static size_t longctx_tech_columns(char *line, size_t size, uint64_t *rng) {
-  const char *w[3];
+  const char *w[3]; /* names; w[2] is drawn but unused (the text session 35's runs trained amid) */
   for (int k = 0; k < 3; k++) w[k] = longctx_tech_words[longctx_next(rng) % LONGCTX_N_TECH_WORDS];
   int kind = (int)(longctx_next(rng) % 6), rows = 2 + (int)(longctx_next(rng) % 5), n = 0;
   for (int r = 0; r < rows && n >= 0 && n < (int)size; r++) {

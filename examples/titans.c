@@ -1832,7 +1832,8 @@ static int cmd_train(int argc, char **argv) {
   free(buf);
   dataset hay = {0, 0, 0, 0, 0}; /* --haystack: the examples' filler instead of the training split */
   if (o.haystack) {
-    haystack_load(&hay, &tok, o.haystack, o.lens, o.n_lens, &ds, o.statements, o.columns, longctx_mix64(o.seed, 0x48415953ull));
+    haystack_load(&hay, &tok, o.haystack, o.lens, o.n_lens, &ds, o.statements, o.columns,
+                  longctx_mix64(o.seed, 0x48415953ull));
     printf("%s filler: %s (%zu tokens)\n", longctx_kind_name(o.task), hay.name, hay.n);
   }
   size_t T = (size_t)o.seq, B = (size_t)o.batch;
@@ -2293,7 +2294,8 @@ static void dataset_load(dataset *ds, titans_tokenizer *tok, const char *path) {
    many tokens as the longest of lens [n_lens] and 64K more (read from a random place, never wrapping
    within an example); "mixed" (train), the training split of `text` alternating every 4,096 tokens with
    as much technical text dense in numbers (longctx_technical_text, `statements` of its lines sentences
-   stating numbers, `columns` of the others columns of long numbers); or the whole text of file H. ds->n_train = ds->n: all of it is filler. */
+   stating numbers, `columns` of the others columns of long numbers); or the whole text of file H.
+   ds->n_train = ds->n: all of it is filler. */
 static void haystack_load(dataset *ds, titans_tokenizer *tok, const char *haystack, const size_t *lens, size_t n_lens,
                           const dataset *text, double statements, double columns, uint64_t seed) {
   int sentences = !strcmp(haystack, "sentences"), mixed = !strcmp(haystack, "mixed");

@@ -170,7 +170,7 @@ check "a second Ctrl-C before the first checkpoint quits at once, leaving no emp
 # a pause of 12 s early in the run (the process stopped once it logs its first step; its steps take a few
 # ms, so the pause lands somewhere in the first few hundred of 3,000): 40 steps after the pause, the ETA
 # goes by the last 20 steps, not by the average over the run (tok/s), which holds the pause. The pause's
-# step is read off the log (the step where the run-average tok/s falls the most, to under half the step before's),
+# step is read off the log (where the run-average tok/s falls the most, to under half the step before's),
 # so the check does not depend on when the signal lands; by then the pause is at least 12 / (p + 40) s a
 # step of the average, far above a step's time.
 start_run eta --steps 3000 --log-every 1 --val-every 0 --save-every 0 --sample-len 0
