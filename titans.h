@@ -1163,8 +1163,8 @@ TITANSDEF void titans_trainer_set_reduce(titans_trainer *t,
                                          int (*fn)(float *grads, size_t n, double *stats, void *user), void *user);
 /* on = 1: the training forward keeps less and the backward computes it again: MAC keeps only the memory
    state at each segment's start (the backward runs each segment's forward again before its backward),
-   and every kind runs its FFN in pieces of at most 1,024 rows whose hidden rows the backward computes
-   again. The same loss and gradients (the same bits, but for the rounding of the FFN's weight gradients
+   and every kind runs its FFN in pieces of 1,024 rows (the last up to 2,047) whose hidden rows the
+   backward computes again. The same loss and gradients (the same bits, but for the rounding of the FFN's weight gradients
    summed by piece) in a tenth of the memory (docs/model.md 5.3: a 64K-token step of the passkey recipe
    0.70 GB, 7.7 GB without) for a few percent more arithmetic. 0 (the default) turns it off. */
 TITANSDEF void titans_trainer_set_recompute(titans_trainer *t, int on);
@@ -10980,19 +10980,20 @@ static int titans__lm2_step_rows(titans__rows_work *w, size_t n, int l) {
 /* Recomputation (titans_trainer_set_recompute) keeps none of the FFN's hidden rows: the forward and
    the backward run the FFN on pieces of TITANS__FFN_PIECE rows, each piece's u1, u3, act [piece, d_ff]
    in the arena only while the piece runs (the backward computes them again from hn). Each row's values
-   are those of the whole-batch FFN; the FFN's weight gradients are summed piece by piece, which rounds
-   differently from one product over every row. */
+   are those of the whole-batch FFN; the FFN's weight gradients are summed piece by piece, which may round
+   differently from one product over every row (titans__ffn_piece). */
 #define TITANS__FFN_PIECE 1024
 
-/* n rows cut into ceil(n / 1024) pieces whose lengths differ by one row at most: piece i of `pieces` is
-   rows [*r0, *r0 + the return). So no piece of a cut is shorter than 512 rows: a short piece (1,040 =
-   1,024 + 16) would fall to the GEMM's small-m methods (titans__gemm_method), whose sums run in another
-   order on some ISAs (AVX2's dot method), and its rows would no longer be the whole product's. */
-static size_t titans__ffn_pieces(size_t n) { return (n + TITANS__FFN_PIECE - 1) / TITANS__FFN_PIECE; }
+/* n rows cut into pieces of 1,024 rows, the last taking the rest (1,024 to 2,047 rows; n itself when
+   shorter): piece i of `pieces` is rows [*r0, *r0 + the return). No piece is short: a short last piece
+   (1,040 = 1,024 + 16) would fall to the GEMM's small-m methods (titans__gemm_method), whose sums run in
+   another order on some ISAs (AVX2's dot method), and its rows would no longer be the whole product's.
+   The cuts fall where they fell before the last piece took the rest, so a step whose rows are a
+   multiple of 1,024 (every recipe's) is cut, and trains, as it did. */
+static size_t titans__ffn_pieces(size_t n) { return n < TITANS__FFN_PIECE ? (n > 0) : n / TITANS__FFN_PIECE; }
 static size_t titans__ffn_piece(size_t n, size_t pieces, size_t i, size_t *r0) {
-  size_t base = n / pieces, longer = n % pieces; /* the first `longer` pieces have base + 1 rows */
-  *r0 = i * base + (i < longer ? i : longer);
-  return base + (i < longer);
+  *r0 = i * TITANS__FFN_PIECE;
+  return i + 1 < pieces ? TITANS__FFN_PIECE : n - *r0;
 }
 
 /* The second half of a block (titans__block_ffn_rows) piece by piece: h, hn [n, d] kept, x_out [n, d]. */

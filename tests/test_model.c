@@ -570,11 +570,11 @@ static float recompute_grads(titans_model *m, int on, const int *tokens, size_t 
 }
 
 /* titans_trainer_set_recompute: MAC's backward runs each segment's forward again from the state it
-   kept, and every kind's FFN runs in equal pieces of at most 1024 rows, its hidden rows computed again
-   in the backward. With at most 1024 rows the loss and every gradient must be the same bits as without it:
+   kept, and every kind's FFN runs in pieces of 1024 rows (the last up to 2047), its hidden rows computed
+   again in the backward. With at most 1024 rows the loss and every gradient must be the same bits as without it:
    B = 3 rows (MAC: T = 15, a last segment of 3 of 4, memory chunks of 2 across segment starts), two
    steps in a row, then off again; then a MAC stream of two windows that carries the memory. With
-   more rows (2 x 520) the FFN's weight gradients are summed piece by piece: the loss must be the same
+   more rows (2 x 1040) the FFN's weight gradients are summed piece by piece: the loss must be the same
    bits, every other gradient too, and the FFN's within float rounding. */
 static void test_recompute(int kind) {
   titans_config c = tiny_config(kind);
@@ -586,7 +586,7 @@ static void test_recompute(int kind) {
   titans_trainer_init(&re, &m, NULL);
   titans_trainer_set_recompute(&re, 1);
   size_t T = kind == TITANS_BLOCK_MAC ? 15 : 16;
-  int tokens[2 * 521];
+  int tokens[2 * 1041];
   int same = 1, calls = 0;
   for (int rep = 0; rep < 3 && same; rep++) {
     random_tokens(tokens, 3 * (T + 1), c.vocab, 20 + (uint64_t)rep);
@@ -619,12 +619,12 @@ static void test_recompute(int kind) {
   }
   titans_trainer_free(&plain);
   titans_trainer_free(&re);
-  /* two FFN pieces: 2 x 520 rows */
+  /* two FFN pieces: 2 x 1,040 rows, cut at 1,024 (the second piece 1,056 rows) */
   float *g1 = titans_alloc_floats(m.n_floats), *g2 = titans_alloc_floats(m.n_floats);
   int ok = g1 && g2;
-  random_tokens(tokens, 2 * 521, c.vocab, 40);
-  float l1 = ok ? recompute_grads(&m, 0, tokens, 2, 520, g1, &ok) : 0.0f;
-  float l2 = ok ? recompute_grads(&m, 1, tokens, 2, 520, g2, &ok) : 0.0f;
+  random_tokens(tokens, 2 * 1041, c.vocab, 40);
+  float l1 = ok ? recompute_grads(&m, 0, tokens, 2, 1040, g1, &ok) : 0.0f;
+  float l2 = ok ? recompute_grads(&m, 1, tokens, 2, 1040, g2, &ok) : 0.0f;
   double worst_ffn = 0.0;
   int others_same = 1;
   for (size_t p = 0; ok && p < m.n_params; p++) {
@@ -639,7 +639,7 @@ static void test_recompute(int kind) {
     else others_same = others_same && diff == 0.0;
   }
   th_check(ok && l1 == l2 && others_same && worst_ffn <= 1e-5,
-           "%s: 1,040 rows in two FFN pieces: the same loss, the same gradients but the FFN weights' (those within "
+           "%s: 2,080 rows in two FFN pieces: the same loss, the same gradients but the FFN weights' (those within "
            "%.2g of their largest; tol 1e-5)", kind_label(kind), worst_ffn);
   titans_free(g1);
   titans_free(g2);
